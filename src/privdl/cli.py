@@ -1,0 +1,163 @@
+"""The ``privdl`` command line: run, plot, account."""
+
+from __future__ import annotations
+
+import json
+import math
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from privdl.errors import PrivdlError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="privdl: privacy-preserving decentralized learning (simulator, accountants, experiments).")
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(exc: Exception) -> None:
+    err.print(f"[bold red]error:[/] {exc}")
+    raise typer.Exit(code=2)
+
+
+@app.command()
+def run(
+    config: Path = typer.Argument(..., help="experiment TOML file"),
+    set_: list[str] = typer.Option([], "--set", help="override a key: --set mechanism.epsilon=5 (repeatable)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="output directory (default results/<config name>)"),
+    no_plot: bool = typer.Option(False, "--no-plot", help="do not draw plots at the end"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+) -> None:
+    """Run (or resume) every run of an experiment's sweep; write results.csv, manifests and plots."""
+    from privdl.experiment import load_config, plot_experiment, run_experiment
+
+    try:
+        cfg = load_config(config, set_)
+        out = out or Path("results") / config.stem
+        summary = run_experiment(cfg, out, progress=not quiet)
+        console.print(f"{summary.runs} runs ({summary.executed} executed, {summary.skipped} already done) in "
+                      f"{summary.seconds:.1f} s → {summary.results}")
+        _print_final(summary.out)
+        if not no_plot:
+            files = plot_experiment(summary.out)
+            console.print(f"{len(files)} plots in {summary.out / 'plots'}")
+    except PrivdlError as exc:
+        _fail(exc)
+
+
+def _print_final(out: Path) -> None:
+    """A table of final metrics, mean ± std over seeds, per combination of the other sweep axes."""
+    from collections import defaultdict
+
+    import numpy as np
+
+    from privdl.experiment.plot import axis_title
+    from privdl.experiment.store import read_results
+
+    fields, rows = read_results(out / "results.csv")
+    axes = [f for f in fields if f not in ("run_id", "iteration", "metric", "value", "seed")]
+    last = max(int(r["iteration"]) for r in rows)
+    metrics = sorted({r["metric"] for r in rows} - {"consensus_distance", "train_loss"})
+    cells: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if int(r["iteration"]) == last and r["metric"] in metrics:
+            cells[tuple(r[a] for a in axes)][r["metric"]].append(float(r["value"]))
+    table = Table(title=f"final metrics at iteration {last} (mean ± std over seeds)")
+    for a in axes:
+        table.add_column(axis_title(a), no_wrap=True)
+    for m in metrics:
+        table.add_column(m, justify="right", no_wrap=True)
+    def sort_key(key: tuple) -> tuple:
+        return tuple((0, float(k), "") if k.replace(".", "", 1).replace("e", "", 1).replace("-", "").isdigit()
+                     else (1, 0.0, k) for k in key)
+
+    for key in sorted(cells, key=sort_key):
+        vals = []
+        for m in metrics:
+            v = cells[key].get(m)
+            vals.append("" if not v else f"{np.mean(v):.4g} ± {np.std(v):.1g}")
+        table.add_row(*[k if k != "" else "n/a" for k in key], *vals)
+    console.print(table)
+
+
+@app.command()
+def plot(out: Path = typer.Argument(..., help="experiment output directory")) -> None:
+    """Draw metric-vs-iteration and final-metric-vs-parameter plots (PNG) from DIR/results.csv."""
+    from privdl.experiment import plot_experiment
+
+    try:
+        files = plot_experiment(out)
+    except PrivdlError as exc:
+        _fail(exc)
+    for f in files:
+        console.print(str(f))
+
+
+class Unit(str, Enum):
+    agent = "agent"
+    example = "example"
+
+
+class AccountantName(str, Enum):
+    paper = "paper"
+    tight = "tight"
+
+
+class Format(str, Enum):
+    json = "json"
+    table = "table"
+
+
+@app.command()
+def account(
+    unit: Unit = typer.Option(Unit.agent, "--unit", help="privacy unit"),
+    accountant: AccountantName = typer.Option(AccountantName.tight, "--accountant"),
+    epsilon: Optional[float] = typer.Option(None, "--epsilon", help="target ε (calibrate the precision bound)"),
+    precision_bound: Optional[float] = typer.Option(None, "--precision-bound",
+                                                    help="per-agent precision bound b on [R⁻¹]_ii (account ε)"),
+    delta: float = typer.Option(1e-5, "--delta"),
+    clip: float = typer.Option(..., "--clip", help="clipping norm C (sensitivity 2C)"),
+    steps: int = typer.Option(..., "--steps", help="number of noisy steps T"),
+    fmt: Format = typer.Option(Format.table, "--format"),
+) -> None:
+    """Agent-level accounting: (ε, δ) → per-agent precision bound b and LDP variance 1/b, or b → ε."""
+    from privdl.privacy import get_accountant
+
+    try:
+        if unit is not Unit.agent:
+            raise PrivdlError("example-level accounting arrives with the DP-SGD mechanism; use --unit agent")
+        if (epsilon is None) == (precision_bound is None):
+            raise PrivdlError("give exactly one of --epsilon or --precision-bound")
+        acc = get_accountant(accountant.value)
+        b = acc.bound(epsilon, delta, clip, steps) if epsilon is not None else precision_bound
+        achieved = acc.epsilon(b, delta, clip, steps)
+    except (PrivdlError, ValueError) as exc:
+        _fail(exc)
+    result = {
+        "unit": "agent", "accountant": acc.name, "mechanism": "Gaussian, sensitivity 2C, precision b per step",
+        "target_epsilon": epsilon, "delta": delta, "clip": clip, "steps": steps,
+        "bound": b, "ldp_variance": 1.0 / b, "ldp_sigma": 1.0 / math.sqrt(b), "epsilon": achieved,
+        "reference": acc.reference,
+    }
+    if fmt is Format.json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    table = Table(title=f"agent-level accounting ({acc.name} accountant)")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    for k, v in result.items():
+        table.add_row(k, "" if v is None else (f"{v:.6g}" if isinstance(v, float) else str(v)))
+    console.print(table)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,321 @@
+"""Experiment configs: TOML → validated, resolved run specifications (one per point of the sweep grid).
+
+Layout (every key is documented in docs/CONFIG.md)::
+
+    name = "quickstart"          # free text
+    seeds = [0, 1, 2]            # run seeds (a sweep axis named "seed")
+    iterations = 1000
+    eval_every = 50
+    [network]   topology/n/mixing/lazy/seed/file/file_kind + the topology's parameters (p, degree, ...)
+    [task]      name + the task's parameters
+    [algorithm] name + the algorithm's parameters
+    [mechanism] name + the mechanism's parameters
+    [schedule]  name + the schedule's parameters
+    [sweep]     "section.key" = [values...]  or  [[sweep.AXIS]] tables (each with a label) of overrides
+
+Keys valid for a component are its builder's keyword parameters. A key no component of the experiment accepts is an
+error naming the key; a key that only some swept components accept is dropped for the others (so the non-private
+run of an ε sweep is run once).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import inspect
+import itertools
+import json
+import tomllib
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from privdl.algorithms import ALGORITHMS
+from privdl.errors import ConfigError, PrivdlError
+from privdl.mechanisms import MECHANISMS
+from privdl.network.topology import TOPOLOGIES
+from privdl.schedules import SCHEDULES
+from privdl.tasks import TASKS
+
+TOP_LEVEL: dict[str, tuple[type | tuple[type, ...], Any]] = {
+    "name": (str, "experiment"),
+    "description": (str, ""),
+    "seed": (int, 0),
+    "iterations": (int, 1000),
+    "eval_every": (int, 0),
+    "dtype": (str, "float64"),
+    "gradient": (str, "auto"),
+    "threads": (int, 0),
+}
+NETWORK_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
+    "topology": (str, "erdos_renyi"),
+    "n": (int, 10),
+    "mixing": (str, "metropolis_hastings"),
+    "lazy": (bool, False),
+    "seed": (int, 0),
+    "file": (str, None),
+    "file_kind": (str, "auto"),
+    "sparse": ((bool, str), "auto"),
+}
+SECTIONS = {"task": TASKS, "algorithm": ALGORITHMS, "mechanism": MECHANISMS, "schedule": SCHEDULES}
+# builder parameters filled in by the runner, never by the user
+INJECTED = {"task": {"n", "dtype"}, "mechanism": {"steps"}, "schedule": {"iterations"}, "algorithm": set()}
+DEFAULT_NAMES = {"task": "quadratic", "algorithm": "dsgd", "mechanism": "none", "schedule": "constant"}
+
+
+def builder_params(fn: Any, skip: set[str]) -> dict[str, inspect.Parameter]:
+    """Keyword parameters of a builder (class or function), minus those the runner injects."""
+    target = fn.__init__ if inspect.isclass(fn) else fn
+    sig = inspect.signature(target, eval_str=True)
+    return {k: p for k, p in sig.parameters.items()
+            if k not in skip and k != "self" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+            and not (p.kind == p.POSITIONAL_OR_KEYWORD and k == "n")}
+
+
+def _accepts(annotation: Any, value: Any) -> bool:
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_accepts(a, value) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if origin in (list, tuple):
+        return isinstance(value, (list, tuple))
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(annotation, type):
+        return isinstance(value, annotation)
+    return True
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", str(annotation)).replace("typing.", "")
+
+
+def parse_value(text: str) -> Any:
+    """A --set value: parsed as a TOML value when possible (numbers, booleans, lists, quoted strings), else text."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def set_dotted(cfg: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = cfg
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"cannot set {key!r}: {p!r} is not a table")
+    node[parts[-1]] = value
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> dict:
+    """Read a TOML config and apply ``--set key=value`` overrides (dotted keys)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        cfg = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--set expects key=value, got {item!r}")
+        key, text = item.split("=", 1)
+        set_dotted(cfg, key.strip(), parse_value(text.strip()))
+    return cfg
+
+
+@dataclass
+class Axis:
+    """One sweep axis: its column name and its values; bundle axes map labels to override tables."""
+
+    name: str
+    values: list[Any]
+    bundles: list[dict] | None = None
+
+
+@dataclass
+class RunSpec:
+    run_id: str
+    config: dict  # effective config: only keys the chosen components accept
+    sweep: dict[str, Any]  # axis name -> value for this run (None where the axis does not apply)
+
+
+def _axes(cfg: dict) -> list[Axis]:
+    axes: list[Axis] = []
+    sweep = cfg.get("sweep", {})
+    if not isinstance(sweep, dict):
+        raise ConfigError("[sweep] must be a table of 'section.key' = [values]")
+    for name, values in sweep.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"sweep axis {name!r} must be a non-empty list")
+        if all(isinstance(v, dict) for v in values):
+            labels = []
+            for v in values:
+                if "label" not in v:
+                    raise ConfigError(f"every table of sweep axis {name!r} needs a 'label'")
+                labels.append(v["label"])
+            axes.append(Axis(name, labels, [{k: x for k, x in v.items() if k != "label"} for v in values]))
+        else:
+            if "." not in name and name not in TOP_LEVEL:
+                raise ConfigError(f"sweep axis {name!r} must be a dotted key like 'mechanism.epsilon'")
+            axes.append(Axis(name, values))
+    seeds = cfg.get("seeds")
+    if seeds is not None:
+        if isinstance(seeds, int):
+            seeds = list(range(seeds))
+        if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds) or not seeds:
+            raise ConfigError(f"'seeds' must be a list of integers or a count, got {seeds!r}")
+        axes.append(Axis("seed", seeds))
+    return axes
+
+
+def _apply(base: dict, overrides: dict) -> None:
+    for key, value in overrides.items():
+        if isinstance(value, dict) and key in SECTIONS | {"network": None}:
+            for k, v in value.items():
+                set_dotted(base, f"{key}.{k}", v)
+        else:
+            set_dotted(base, key, value)
+
+
+def _grid(cfg: dict) -> list[tuple[dict, dict, set[str]]]:
+    """(merged config, sweep values, keys set by sweep) for each grid point."""
+    base = {k: copy.deepcopy(v) for k, v in cfg.items() if k not in ("sweep", "seeds")}
+    axes = _axes(cfg)
+    points = []
+    for combo in itertools.product(*[range(len(a.values)) for a in axes]):
+        merged = copy.deepcopy(base)
+        values, swept = {}, set()
+        for axis, k in zip(axes, combo):
+            values[axis.name] = axis.values[k]
+            if axis.bundles is not None:
+                _apply(merged, axis.bundles[k])
+                swept |= {f"{s}.{kk}" for s, v in axis.bundles[k].items() if isinstance(v, dict) for kk in v}
+                swept |= {s for s, v in axis.bundles[k].items() if not isinstance(v, dict)}
+            else:
+                set_dotted(merged, axis.name, axis.values[k])
+                swept.add(axis.name)
+        points.append((merged, values, swept))
+    return points
+
+
+def _component_keys(section: str, name: str) -> dict[str, inspect.Parameter]:
+    if section == "network":
+        params = dict(builder_params(TOPOLOGIES.get(name), {"n", "seed"}))
+        return params
+    return builder_params(SECTIONS[section].get(name), INJECTED[section])
+
+
+def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
+    """Validate one merged config and keep only the keys its components accept."""
+    out: dict[str, Any] = {}
+    for key, value in merged.items():
+        if key in TOP_LEVEL:
+            typ, _ = TOP_LEVEL[key]
+            if not isinstance(value, typ) or isinstance(value, bool) and typ is int:
+                raise ConfigError(f"key {key!r} must be {typ.__name__}, got {value!r}")
+            out[key] = value
+        elif key not in SECTIONS and key != "network":
+            raise ConfigError(
+                f"unknown key {key!r}; valid top-level keys: {', '.join(sorted([*TOP_LEVEL, 'seeds', 'sweep', 'network', *SECTIONS]))}"
+            )
+    for k, (_, default) in TOP_LEVEL.items():
+        out.setdefault(k, default)
+    if out["dtype"] not in ("float32", "float64"):
+        raise ConfigError(f"dtype must be 'float32' or 'float64', got {out['dtype']!r}")
+    if out["iterations"] < 1:
+        raise ConfigError(f"iterations must be >= 1, got {out['iterations']}")
+    for section in ["network", *SECTIONS]:
+        table = merged.get(section, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"[{section}] must be a table")
+        default_name = "erdos_renyi" if section == "network" else DEFAULT_NAMES[section]
+        name_key = "topology" if section == "network" else "name"
+        name = table.get(name_key, default_name)
+        registry = TOPOLOGIES if section == "network" else SECTIONS[section]
+        try:
+            params = _component_keys(section, name)
+        except PrivdlError as exc:
+            raise ConfigError(f"{section}.{name_key}: {exc}") from None
+        fixed = NETWORK_FIXED if section == "network" else {"name": (str, None)}
+        resolved: dict[str, Any] = {name_key: name}
+        for key, value in table.items():
+            if key == name_key:
+                continue
+            dotted = f"{section}.{key}"
+            if key in fixed:
+                typ = fixed[key][0]
+                if not isinstance(value, typ):
+                    raise ConfigError(f"key {dotted!r} must be {typ}, got {value!r}")
+                resolved[key] = value
+            elif key in params:
+                if not _accepts(params[key].annotation, value):
+                    raise ConfigError(
+                        f"key {dotted!r} must be {_type_name(params[key].annotation)}, got {value!r}"
+                    )
+                resolved[key] = value
+            elif dotted in swept or key in used.get(section, set()):
+                continue  # applies to another component of this experiment
+            else:
+                valid = sorted(set(params) | set(fixed) - {"name"})
+                raise ConfigError(
+                    f"unknown key {dotted!r} for {section} {name!r}; valid keys: {', '.join(valid) or '(none)'}"
+                    + (f" (registered names: {', '.join(registry.names())})" if section != "network" else "")
+                )
+        for k, p in params.items():
+            if p.default is inspect.Parameter.empty and k not in resolved:
+                raise ConfigError(f"missing key '{section}.{k}' required by {section} {name!r}")
+        out[section] = resolved
+    return out
+
+
+def _keys_accepted_anywhere(points: list[tuple[dict, dict, set[str]]]) -> dict[str, set[str]]:
+    """For each section, every key some component used in the experiment accepts."""
+    used: dict[str, set[str]] = {}
+    for merged, _, _ in points:
+        for section in ["network", *SECTIONS]:
+            table = merged.get(section, {})
+            if not isinstance(table, dict):
+                continue
+            name_key = "topology" if section == "network" else "name"
+            default = "erdos_renyi" if section == "network" else DEFAULT_NAMES[section]
+            try:
+                used.setdefault(section, set()).update(_component_keys(section, table.get(name_key, default)))
+            except PrivdlError:
+                pass
+    return used
+
+
+def run_id(effective: dict) -> str:
+    payload = {k: v for k, v in effective.items() if k not in ("name", "description", "threads")}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def expand(cfg: dict) -> tuple[list[RunSpec], list[str]]:
+    """All grid points of an experiment (deduplicated; several may share one run_id) and its sweep axes."""
+    axes = [a.name for a in _axes(cfg)]
+    points = _grid(cfg)
+    used = _keys_accepted_anywhere(points)
+    runs: dict[tuple, RunSpec] = {}
+    for merged, values, swept in points:
+        eff = _resolve(merged, swept, used)
+        rid = run_id(eff)
+        applied = {}
+        for axis, value in values.items():
+            if axis == "seed" or "." not in axis:
+                applied[axis] = value
+                continue
+            section, key = axis.split(".", 1)
+            applied[axis] = value if key in eff.get(section, {}) else None
+        key = (rid, json.dumps(applied, sort_keys=True, default=str))
+        if key not in runs:  # the same run may appear under several labels; it is executed once
+            runs[key] = RunSpec(rid, eff, applied)
+    return list(runs.values()), axes

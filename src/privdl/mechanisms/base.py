@@ -1,0 +1,55 @@
+"""The Mechanism interface: what an agent does to its gradient before it leaves (clip + noise), plus its ledger.
+
+Mechanisms act on the agent axis, g (n, d) -> (n, d), and never know which algorithm calls them; algorithms never
+know which mechanism they use (DESIGN.md: adding one must not touch the other).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Callable
+
+import torch
+
+from privdl.privacy.ledger import LedgerEntry, non_private
+from privdl.registry import Registry
+
+
+def clip_rows(g: torch.Tensor, clip: float) -> torch.Tensor:
+    """ĝ_i = min(1, C/‖g_i‖)·g_i for every row (agent) i."""
+    norms = torch.linalg.vector_norm(g, dim=1, keepdim=True)
+    return g * torch.clamp(clip / norms.clamp_min(torch.finfo(g.dtype).tiny), max=1.0)
+
+
+class Mechanism(ABC):
+    name: str = "mechanism"
+
+    @abstractmethod
+    def privatize(self, g: torch.Tensor, t: int, generator: torch.Generator) -> torch.Tensor:
+        """The privatised gradients the agents use and share at step t."""
+
+    @abstractmethod
+    def ledger(self) -> list[LedgerEntry]:
+        """Privacy statements for a run of the configured length."""
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name}
+
+
+class NoPrivacy(Mechanism):
+    """Gradients pass unchanged (non-private baselines)."""
+
+    name = "none"
+
+    def __init__(self, *, steps: int) -> None:
+        self.steps = steps
+
+    def privatize(self, g: torch.Tensor, t: int, generator: torch.Generator) -> torch.Tensor:
+        return g
+
+    def ledger(self) -> list[LedgerEntry]:
+        return [non_private(self.name, self.steps)]
+
+
+MECHANISMS: Registry[Callable[..., Mechanism]] = Registry("mechanism")
+MECHANISMS.add("none", NoPrivacy)

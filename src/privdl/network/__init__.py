@@ -1,0 +1,16 @@
+"""Networks: topologies, mixing rules, validation, spectral facts, the mixing operator (SPEC §1)."""
+
+from privdl.network.mixing import MIXING_RULES, lazy, mixing_matrix
+from privdl.network.network import (
+    Network,
+    erdos_renyi_with_normalized_fiedler,
+    fiedler_value,
+    load_network_file,
+)
+from privdl.network.topology import TOPOLOGIES, make_graph
+from privdl.network.validation import validate_mixing_matrix
+
+__all__ = [
+    "MIXING_RULES", "TOPOLOGIES", "Network", "erdos_renyi_with_normalized_fiedler", "fiedler_value", "lazy",
+    "load_network_file", "make_graph", "mixing_matrix", "validate_mixing_matrix",
+]

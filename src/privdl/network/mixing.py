@@ -1,0 +1,75 @@
+"""Mixing rules (SPEC §1): symmetric, doubly stochastic W on undirected graphs."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import networkx as nx
+import numpy as np
+
+from privdl.errors import ValidationError
+from privdl.registry import Registry
+
+MIXING_RULES: Registry[Callable[[nx.Graph], np.ndarray]] = Registry("mixing rule")
+
+
+def _adjacency(graph: nx.Graph) -> np.ndarray:
+    n = graph.number_of_nodes()
+    a = nx.to_numpy_array(graph, nodelist=range(n), weight=None, dtype=float)
+    np.fill_diagonal(a, 0.0)
+    return a
+
+
+def _fill_diagonal(w: np.ndarray) -> np.ndarray:
+    np.fill_diagonal(w, 0.0)
+    np.fill_diagonal(w, 1.0 - w.sum(axis=1))
+    return w
+
+
+@MIXING_RULES.register("metropolis_hastings")
+def metropolis_hastings(graph: nx.Graph) -> np.ndarray:
+    """W_ij = 1 / (1 + max(d_i, d_j)) on edges, W_ii = 1 − Σ_j W_ij (the seeds' default)."""
+    a = _adjacency(graph)
+    deg = a.sum(axis=1)
+    w = a / (1.0 + np.maximum(deg[:, None], deg[None, :]))
+    return _fill_diagonal(w)
+
+
+@MIXING_RULES.register("max_degree")
+def max_degree(graph: nx.Graph) -> np.ndarray:
+    """W_ij = 1 / (1 + d_max) on edges."""
+    a = _adjacency(graph)
+    w = a / (1.0 + a.sum(axis=1).max())
+    return _fill_diagonal(w)
+
+
+@MIXING_RULES.register("laplacian")
+def laplacian(graph: nx.Graph) -> np.ndarray:
+    """W = I − L / (d_max + 1), L the unweighted Laplacian (seed 002's Laplacian rule)."""
+    a = _adjacency(graph)
+    deg = a.sum(axis=1)
+    lap = np.diag(deg) - a
+    return np.eye(len(a)) - lap / (deg.max() + 1.0)
+
+
+@MIXING_RULES.register("uniform")
+def uniform(graph: nx.Graph) -> np.ndarray:
+    """W = 11ᵀ / n; only on the complete graph."""
+    n = graph.number_of_nodes()
+    if graph.number_of_edges() != n * (n - 1) // 2:
+        raise ValidationError(
+            f"mixing rule 'uniform' needs the complete graph; this graph has {graph.number_of_edges()} of "
+            f"{n * (n - 1) // 2} edges"
+        )
+    return np.full((n, n), 1.0 / n)
+
+
+def lazy(w: np.ndarray) -> np.ndarray:
+    """(I + W) / 2: positive definite when W is symmetric doubly stochastic (needed by exact diffusion)."""
+    return 0.5 * (np.eye(len(w)) + w)
+
+
+def mixing_matrix(graph: nx.Graph, rule: str, *, lazy_: bool = False) -> np.ndarray:
+    """The mixing matrix of ``graph`` under the registered ``rule`` (optionally its lazy version)."""
+    w = MIXING_RULES.get(rule)(graph)
+    return lazy(w) if lazy_ else w

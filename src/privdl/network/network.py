@@ -1,0 +1,229 @@
+"""The :class:`Network`: graph + mixing matrix + spectral facts + the mixing operator used by algorithms.
+
+Algorithms never touch W directly: they call ``network.mix(x)`` on an agent-axis tensor (n, ...). The multi-process
+runtime of a later issue provides the same interface over torch.distributed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import torch
+
+from privdl.errors import ValidationError
+from privdl.network.mixing import mixing_matrix
+from privdl.network.topology import make_graph
+from privdl.network.validation import slem, support_graph, validate_mixing_matrix
+
+
+@dataclass(eq=False)
+class Network:
+    """An undirected communication graph with a validated, doubly stochastic mixing matrix W."""
+
+    W: np.ndarray
+    graph: nx.Graph
+    description: str = "custom"
+    _mixers: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.W = validate_mixing_matrix(self.W, self.graph)
+
+    # ---- construction -------------------------------------------------------------------------------------
+    @classmethod
+    def from_topology(
+        cls, topology: str, n: int, *, mixing: str = "metropolis_hastings", lazy: bool = False, seed: int = 0,
+        **params: object,
+    ) -> "Network":
+        graph = make_graph(topology, n, seed=seed, **params)
+        w = mixing_matrix(graph, mixing, lazy_=lazy)
+        desc = f"{topology}({', '.join(f'{k}={v}' for k, v in sorted(params.items()))}) n={n} {mixing}"
+        return cls(w, graph, desc + (" lazy" if lazy else ""))
+
+    @classmethod
+    def from_graph(cls, graph: nx.Graph, *, mixing: str = "metropolis_hastings", lazy: bool = False) -> "Network":
+        graph = nx.convert_node_labels_to_integers(graph, ordering="sorted")
+        return cls(mixing_matrix(graph, mixing, lazy_=lazy), graph, f"graph n={graph.number_of_nodes()} {mixing}")
+
+    @classmethod
+    def from_matrix(cls, w: np.ndarray, description: str = "user W") -> "Network":
+        """A network from a user-supplied W; the graph is W's support. W is validated."""
+        w = validate_mixing_matrix(w)
+        return cls(w, support_graph(w), description)
+
+    # ---- facts --------------------------------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        return self.W.shape[0]
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """SHA-256 (first 16 hex digits) of W rounded to 12 decimals: identifies W in manifests and caches."""
+        return hashlib.sha256(np.round(self.W, 12).astype("<f8").tobytes()).hexdigest()[:16]
+
+    @cached_property
+    def laplacian(self) -> np.ndarray:
+        """Unweighted graph Laplacian D − A."""
+        a = nx.to_numpy_array(self.graph, nodelist=range(self.n), weight=None)
+        return np.diag(a.sum(axis=1)) - a
+
+    @cached_property
+    def fiedler_value(self) -> float:
+        """Algebraic connectivity λ₂ of the unweighted Laplacian."""
+        return fiedler_value(self.graph)
+
+    @property
+    def normalized_fiedler_value(self) -> float:
+        """λ₂ / n (seed 004): 1 for the complete graph."""
+        return self.fiedler_value / self.n
+
+    @cached_property
+    def lambda2_WtW(self) -> float:
+        """Second largest eigenvalue of WᵀW (the largest is 1)."""
+        ev = np.sort(np.linalg.eigvalsh(self.W.T @ self.W))
+        return float(ev[-2]) if self.n > 1 else 0.0
+
+    @cached_property
+    def slem(self) -> float:
+        return slem(self.W) if self.n > 1 else 0.0
+
+    @property
+    def spectral_gap(self) -> float:
+        """1 − second largest eigenvalue modulus of W."""
+        return 1.0 - self.slem
+
+    def degrees(self) -> np.ndarray:
+        return np.array([d for _, d in sorted(self.graph.degree())])
+
+    def neighbours(self, i: int) -> list[int]:
+        return sorted(self.graph.neighbors(i))
+
+    def facts(self) -> dict[str, float | int | str]:
+        """Spectral and structural facts, as recorded in manifests."""
+        return {
+            "n": self.n,
+            "edges": self.graph.number_of_edges(),
+            "description": self.description,
+            "fingerprint": self.fingerprint,
+            "lambda2_WtW": self.lambda2_WtW,
+            "spectral_gap": self.spectral_gap,
+            "fiedler_value": self.fiedler_value,
+            "normalized_fiedler_value": self.normalized_fiedler_value,
+        }
+
+    # ---- the mixing operator ------------------------------------------------------------------------------
+    def mixer(self, *, dtype: torch.dtype = torch.float64, sparse: bool | None = None) -> torch.Tensor:
+        """W as a torch tensor (dense, or CSR when ``sparse``; by default sparse for n ≥ 200 and density < 10%)."""
+        density = (self.graph.number_of_edges() * 2 + self.n) / self.n**2
+        if sparse is None:
+            sparse = self.n >= 200 and density < 0.1
+        key = (dtype, bool(sparse))
+        if key not in self._mixers:
+            w = torch.as_tensor(self.W, dtype=dtype)
+            self._mixers[key] = w.to_sparse_csr() if sparse else w
+        return self._mixers[key]
+
+    def mix(self, x: torch.Tensor, *, sparse: bool | None = None) -> torch.Tensor:
+        """One synchronous gossip round: (W x)_i = Σ_j W_ij x_j over the leading (agent) axis."""
+        w = self.mixer(dtype=x.dtype, sparse=sparse)
+        if x.ndim == 1:
+            return w @ x
+        return (w @ x.reshape(self.n, -1)).reshape(x.shape)
+
+
+def fiedler_value(graph: nx.Graph) -> float:
+    n = graph.number_of_nodes()
+    if n < 2:
+        return 0.0
+    a = nx.to_numpy_array(graph, nodelist=sorted(graph.nodes()), weight=None)
+    lap = np.diag(a.sum(axis=1)) - a
+    return float(np.sort(np.linalg.eigvalsh(lap))[1])
+
+
+def load_network_file(path: str | Path, *, kind: str = "auto", mixing: str = "metropolis_hastings",
+                      lazy: bool = False) -> Network:
+    """Load a network from ``path`` (.npy, .csv or whitespace .txt).
+
+    ``kind``: ``"edges"`` (two integer columns i j), ``"adjacency"`` (0/1 symmetric matrix; ``mixing`` builds W),
+    ``"mixing"`` (W itself, validated) or ``"auto"`` (a two-column integer table is an edge list; a square 0/1 matrix
+    with zero diagonal is an adjacency matrix; any other square matrix is W).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ValidationError(f"network file {path} does not exist")
+    if path.suffix == ".npy":
+        arr = np.load(path, allow_pickle=False)
+    else:
+        delim = "," if path.suffix == ".csv" else None
+        try:
+            arr = np.loadtxt(path, delimiter=delim, ndmin=2)
+        except ValueError as exc:
+            raise ValidationError(f"cannot parse network file {path}: {exc}") from None
+    arr = np.asarray(arr, dtype=float)
+    if kind == "auto":
+        if arr.ndim == 2 and arr.shape[1] == 2 and arr.shape[0] != 2 and np.all(arr == np.round(arr)):
+            kind = "edges"
+        elif arr.ndim == 2 and arr.shape[0] == arr.shape[1] and np.all(np.isin(arr, (0.0, 1.0))) and not arr.diagonal().any():
+            kind = "adjacency"
+        else:
+            kind = "mixing"
+    if kind == "edges":
+        edges = arr.astype(int)
+        if edges.ndim != 2 or edges.shape[1] != 2 or edges.min() < 0:
+            raise ValidationError(f"edge list {path} must have two non-negative integer columns")
+        g = nx.empty_graph(int(edges.max()) + 1)
+        g.add_edges_from(map(tuple, edges.tolist()))
+        g.remove_edges_from(nx.selfloop_edges(g))
+        return Network.from_graph(g, mixing=mixing, lazy=lazy)
+    if kind == "adjacency":
+        if arr.shape[0] != arr.shape[1] or not np.array_equal(arr, arr.T):
+            raise ValidationError(f"adjacency matrix in {path} must be square and symmetric")
+        return Network.from_graph(nx.from_numpy_array(arr), mixing=mixing, lazy=lazy)
+    if kind == "mixing":
+        return Network.from_matrix(arr, description=f"W from {path.name}")
+    raise ValidationError(f"unknown network file kind {kind!r}; valid: auto, edges, adjacency, mixing")
+
+
+def erdos_renyi_with_normalized_fiedler(
+    n: int, target: float, *, tol: float = 0.02, mixing: str = "metropolis_hastings", seed: int = 0,
+    draws_per_p: int = 8, max_bisections: int = 40,
+) -> Network:
+    """A connected ER graph whose normalized Fiedler value λ₂/n lies within ``tol`` of ``target`` (seed 004).
+
+    Bisection over p on sampled graphs; at each p several seeded draws are tried and the closest one kept.
+    """
+    if not 0.0 < target <= 1.0:
+        raise ValidationError(f"target normalized Fiedler value must be in (0, 1], got {target}")
+    if target >= 1.0 - tol:
+        return Network.from_topology("complete", n, mixing=mixing)
+    rng = np.random.default_rng(seed)
+    lo, hi = 0.0, 1.0
+    best: tuple[float, nx.Graph | None] = (np.inf, None)
+    for _ in range(max_bisections):
+        p = 0.5 * (lo + hi)
+        values = []
+        for _ in range(draws_per_p):
+            g = nx.gnp_random_graph(n, p, seed=int(rng.integers(2**31 - 1)))
+            if not nx.is_connected(g):
+                values.append(0.0)
+                continue
+            v = fiedler_value(g) / n
+            values.append(v)
+            if abs(v - target) < best[0]:
+                best = (abs(v - target), g)
+            if abs(v - target) <= tol:
+                net = Network.from_graph(g, mixing=mixing)
+                net.description = f"erdos_renyi(p={p:.4f}) n={n} normalized_fiedler={v:.4f} {mixing}"
+                return net
+        if np.median(values) < target:
+            lo = p
+        else:
+            hi = p
+    raise ValidationError(
+        f"no connected ER graph on {n} agents with normalized Fiedler value within {tol} of {target} "
+        f"(closest: off by {best[0]:.4f}); widen the tolerance"
+    )

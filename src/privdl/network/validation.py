@@ -1,0 +1,85 @@
+"""Validation of user-supplied mixing matrices (SPEC §1). Each failure names the property and the worst value."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+
+from privdl.errors import ValidationError
+
+TOL = 1e-9
+
+
+def support_graph(w: np.ndarray, tol: float = 0.0) -> nx.Graph:
+    """The undirected graph whose edges are the off-diagonal entries with |W_ij| > tol (or |W_ji| > tol)."""
+    n = len(w)
+    g = nx.empty_graph(n)
+    off = (np.abs(w) > tol) | (np.abs(w.T) > tol)
+    np.fill_diagonal(off, False)
+    ii, jj = np.nonzero(np.triu(off))
+    g.add_edges_from(zip(ii.tolist(), jj.tolist()))
+    return g
+
+
+def slem(w: np.ndarray) -> float:
+    """Second largest eigenvalue modulus of a doubly stochastic W (= spectral radius of W − 11ᵀ/n)."""
+    n = len(w)
+    dev = w - np.full((n, n), 1.0 / n)
+    if np.allclose(w, w.T, atol=1e-12):
+        return float(np.max(np.abs(np.linalg.eigvalsh(0.5 * (dev + dev.T)))))
+    return float(np.max(np.abs(np.linalg.eigvals(dev))))
+
+
+def validate_mixing_matrix(w: np.ndarray, graph: nx.Graph | None = None, *, tol: float = TOL) -> np.ndarray:
+    """Check that ``w`` is a valid mixing matrix (for ``graph`` if given) and return it as float64.
+
+    Properties: square, finite, non-negative, rows and columns sum to 1 (within ``tol``), zero off the graph,
+    graph connected, second largest eigenvalue modulus < 1.
+    """
+    w = np.asarray(w, dtype=float)
+    if w.ndim != 2 or w.shape[0] != w.shape[1]:
+        raise ValidationError(f"mixing matrix must be square, got shape {w.shape}")
+    n = w.shape[0]
+    if n < 1:
+        raise ValidationError("mixing matrix is empty")
+    if not np.all(np.isfinite(w)):
+        bad = np.argwhere(~np.isfinite(w))[0]
+        raise ValidationError(f"mixing matrix has a non-finite entry W[{bad[0]},{bad[1]}] = {w[tuple(bad)]}")
+    if w.min() < -tol:
+        i, j = np.unravel_index(np.argmin(w), w.shape)
+        raise ValidationError(f"mixing matrix must be non-negative: W[{i},{j}] = {w[i, j]:.3g}")
+    rows = np.abs(w.sum(axis=1) - 1.0)
+    if rows.max() > tol:
+        i = int(np.argmax(rows))
+        raise ValidationError(
+            f"mixing matrix is not doubly stochastic: row {i} sums to {w[i].sum():.12g} (tolerance {tol:g})"
+        )
+    cols = np.abs(w.sum(axis=0) - 1.0)
+    if cols.max() > tol:
+        j = int(np.argmax(cols))
+        raise ValidationError(
+            f"mixing matrix is not doubly stochastic: column {j} sums to {w[:, j].sum():.12g} (tolerance {tol:g})"
+        )
+    if graph is not None:
+        if graph.number_of_nodes() != n:
+            raise ValidationError(f"mixing matrix is {n}×{n} but the graph has {graph.number_of_nodes()} nodes")
+        adj = nx.to_numpy_array(graph, nodelist=range(n), weight=None) > 0
+        np.fill_diagonal(adj, True)
+        off = np.where(~adj, np.abs(w), 0.0)
+        if off.max() > tol:
+            i, j = np.unravel_index(np.argmax(off), off.shape)
+            raise ValidationError(f"mixing matrix has weight W[{i},{j}] = {w[i, j]:.3g} on a pair that is not an edge")
+    else:
+        graph = support_graph(w, tol)
+    if n > 1 and not nx.is_connected(graph):
+        comps = list(nx.connected_components(graph))
+        raise ValidationError(
+            f"graph is disconnected: {len(comps)} components (e.g. agents {sorted(comps[0])[:10]})"
+        )
+    if n > 1:
+        s = slem(w)
+        if s >= 1.0 - 1e-12:
+            raise ValidationError(
+                f"second largest eigenvalue modulus of W is {s:.12g}; it must be < 1 for consensus"
+            )
+    return w

@@ -1,0 +1,63 @@
+"""Step-size schedules η_t for t = 1, 2, ..., T."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from privdl.errors import ValidationError
+from privdl.registry import Registry
+
+SCHEDULES: Registry[Callable[..., "Schedule"]] = Registry("schedule")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str
+    fn: Callable[[int], float]
+
+    def __call__(self, t: int) -> float:
+        return self.fn(t)
+
+
+def _positive(name: str, value: float) -> float:
+    if not (value > 0 and math.isfinite(value)):
+        raise ValidationError(f"step size {name} must be > 0, got {value}")
+    return float(value)
+
+
+@SCHEDULES.register("constant")
+def constant(*, eta: float, iterations: int = 1) -> Schedule:
+    """η_t = η."""
+    eta = _positive("eta", eta)
+    return Schedule("constant", lambda t: eta)
+
+
+@SCHEDULES.register("inv_sqrt")
+def inv_sqrt(*, eta: float, iterations: int = 1) -> Schedule:
+    """η_t = η₁ / √t (seed 001's quadratic)."""
+    eta = _positive("eta", eta)
+    return Schedule("inv_sqrt", lambda t: eta / math.sqrt(t))
+
+
+@SCHEDULES.register("inv_t")
+def inv_t(*, eta: float, iterations: int = 1) -> Schedule:
+    """η_t = η₁ / t."""
+    eta = _positive("eta", eta)
+    return Schedule("inv_t", lambda t: eta / t)
+
+
+@SCHEDULES.register("geometric")
+def geometric(*, eta_start: float, eta_end: float, iterations: int) -> Schedule:
+    """η_t = η_start · (η_end / η_start)^((t − 1)/(T − 1)): geometric from η_start (t = 1) to η_end (t = T)."""
+    a, b = _positive("eta_start", eta_start), _positive("eta_end", eta_end)
+    span = max(iterations - 1, 1)
+    return Schedule("geometric", lambda t: a * (b / a) ** ((t - 1) / span))
+
+
+def make_schedule(name: str, *, iterations: int, **params: float) -> Schedule:
+    try:
+        return SCHEDULES.get(name)(iterations=iterations, **params)
+    except TypeError as exc:
+        raise ValidationError(f"bad parameters for schedule {name!r}: {exc}") from None

@@ -1,0 +1,90 @@
+"""The heterogeneous rotated quadratic of seed 001 (§VI-A, Eq. 11), with its exact optimum."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from privdl.errors import ValidationError
+from privdl.tasks.base import TASKS, Batch, Task, consensus_distance
+
+
+def quadratic_problem(n: int, *, curvature: float = 15.0, angle_deg: float = 15.0) -> tuple[np.ndarray, np.ndarray]:
+    """Matrices A_i (n, 2, 2) and minimisers c_i (n, 2) with f_i(x) = (x − c_i)ᵀ A_i (x − c_i).
+
+    Agents i = 1..n: for i ≤ n/2, f_i = 15(x₁ + i)² + x₂² (c_i = (−i, 0)); for i > n/2, f_i = 15(x₁ − i)² + x₂²
+    rotated by θ about its minimiser (i, 0), i.e. A_i = R_θ diag(15, 1) R_θᵀ.
+    """
+    base = np.diag([curvature, 1.0])
+    th = math.radians(angle_deg)
+    rot = np.array([[math.cos(th), -math.sin(th)], [math.sin(th), math.cos(th)]])
+    A = np.empty((n, 2, 2))
+    c = np.zeros((n, 2))
+    for k in range(n):
+        i = k + 1
+        if i <= n / 2:
+            A[k], c[k, 0] = base, -i
+        else:
+            A[k], c[k, 0] = rot @ base @ rot.T, i
+    return A, c
+
+
+def quadratic_optimum(A: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, float]:
+    """Exact minimiser x* = (Σ A_i)⁻¹ Σ A_i c_i of F = (1/n) Σ f_i, and F* = F(x*)."""
+    x_star = np.linalg.solve(A.sum(axis=0), np.einsum("kij,kj->i", A, c))
+    diff = x_star[None, :] - c
+    f_star = float(np.einsum("ki,kij,kj->k", diff, A, diff).mean())
+    return x_star, f_star
+
+
+class Quadratic(Task):
+    name = "quadratic"
+
+    def __init__(self, n: int, *, curvature: float = 15.0, angle_deg: float = 15.0, init_scale: float = 0.0,
+                 dtype: torch.dtype = torch.float64) -> None:
+        if n < 2:
+            raise ValidationError(f"quadratic task needs n >= 2 agents, got {n}")
+        self.n, self.dim, self.dtype = n, 2, dtype
+        A, c = quadratic_problem(n, curvature=curvature, angle_deg=angle_deg)
+        self.x_star, self.f_star = quadratic_optimum(A, c)
+        self.A = torch.as_tensor(A, dtype=dtype)
+        self.c = torch.as_tensor(c, dtype=dtype)
+        self._batch = (self.A[:, None], self.c[:, None])  # one deterministic "example" per agent
+        self.init_scale = init_scale
+
+    def init_params(self, generator: torch.Generator) -> torch.Tensor:
+        return self.init_scale * torch.randn(2, generator=generator, dtype=self.dtype)
+
+    def loss(self, theta: torch.Tensor, A: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        diff = theta - c  # (B, 2)
+        return torch.einsum("bi,bij,bj->b", diff, A, diff).mean()
+
+    def sample(self, generator: torch.Generator) -> Batch:
+        return self._batch
+
+    def batched_grad(self, x: torch.Tensor, batch: Batch) -> torch.Tensor:
+        A, c = batch
+        return 2.0 * torch.einsum("nbij,nbj->ni", A, x[:, None, :] - c) / A.shape[1]
+
+    def objective(self, x: torch.Tensor) -> torch.Tensor:
+        """F(x_i) = (1/n) Σ_k f_k(x_i) for each row x_i of x (m, 2)."""
+        diff = x[:, None, :] - self.c[None]  # (m, n, 2)
+        return torch.einsum("mki,kij,mkj->mk", diff, self.A, diff).mean(dim=1)
+
+    def metrics(self, x: torch.Tensor) -> dict[str, float]:
+        f = self.objective(x.to(self.dtype))
+        return {
+            "optimality_gap": float(f.mean()) - self.f_star,
+            "consensus_distance": consensus_distance(x),
+        }
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(), "x_star": self.x_star.tolist(), "f_star": self.f_star}
+
+
+@TASKS.register("quadratic")
+def make_quadratic(n: int, *, curvature: float = 15.0, angle_deg: float = 15.0, init_scale: float = 0.0,
+                   dtype: torch.dtype = torch.float64, seed: int = 0) -> Quadratic:
+    return Quadratic(n, curvature=curvature, angle_deg=angle_deg, init_scale=init_scale, dtype=dtype)

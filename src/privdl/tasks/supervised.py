@@ -1,0 +1,160 @@
+"""Supervised tasks on partitioned datasets: logistic regression, softmax regression, MLP (SPEC §3, §7).
+
+Agent data lives in padded tensors X (n, m_max, ...), y (n, m_max) with true sizes ``counts``; a mini-batch is B
+indices per agent drawn uniformly (with replacement) from that agent's own samples, all agents in one gather.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from privdl.data import load_dataset, partition
+from privdl.data.datasets import Dataset
+from privdl.errors import ValidationError
+from privdl.tasks.base import TASKS, Batch, Task, consensus_distance
+from privdl.tasks.models import FlatModel, linear, mlp
+
+
+class SupervisedTask(Task):
+    """A classification task: a flat model, a loss, and a dataset split over ``n`` agents."""
+
+    def __init__(self, name: str, dataset: Dataset, model: FlatModel, n: int, *, partition_name: str,
+                 partition_params: dict, batch_size: int, l2: float, zero_init: bool, rng: np.random.Generator,
+                 dtype: torch.dtype, eval_train_samples: int = 5000) -> None:
+        if batch_size < 1:
+            raise ValidationError(f"batch_size must be >= 1, got {batch_size}")
+        if l2 < 0:
+            raise ValidationError(f"l2 must be >= 0, got {l2}")
+        self.name, self.dataset, self.model, self.n = name, dataset, model, n
+        self.dim, self.batch_size, self.l2, self.zero_init, self.dtype = model.dim, batch_size, l2, zero_init, dtype
+        self.binary = model.shapes[-1] == (1,)
+        self.parts = partition(partition_name, dataset.y_train, n, rng, **partition_params)
+        counts = np.array([len(p) for p in self.parts])
+        m_max = counts.max()
+        X = np.zeros((n, m_max, *dataset.feature_shape), dtype=np.float32)
+        y = np.zeros((n, m_max), dtype=np.int64)
+        for i, p in enumerate(self.parts):
+            X[i, : len(p)] = dataset.X_train[p]
+            y[i, : len(p)] = dataset.y_train[p]
+        self.X = torch.as_tensor(X, dtype=dtype)
+        self.y = torch.as_tensor(y)
+        self.counts = torch.as_tensor(counts)
+        # flat views for one index_select per batch (much faster than 2-D advanced indexing)
+        self._X_flat = self.X.reshape(n * m_max, -1)
+        self._y_flat = self.y.reshape(-1)
+        self._offsets = (torch.arange(n) * int(m_max))[:, None]
+        self.X_test = torch.as_tensor(dataset.X_test, dtype=dtype)
+        self.y_test = torch.as_tensor(dataset.y_test)
+        sub = rng.permutation(len(dataset.y_train))[:eval_train_samples]
+        self.X_train_eval = torch.as_tensor(dataset.X_train[sub], dtype=dtype)
+        self.y_train_eval = torch.as_tensor(dataset.y_train[sub])
+
+    # ---- model & loss ---------------------------------------------------------------------------------------
+    def init_params(self, generator: torch.Generator) -> torch.Tensor:
+        return self.model.init(generator, self.dtype, zero=self.zero_init)
+
+    def _data_loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.binary:
+            return F.binary_cross_entropy_with_logits(logits, y.to(logits.dtype))
+        return F.cross_entropy(logits, y)
+
+    def loss(self, theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = self._data_loss(self.model.predict(theta, X), y)
+        if self.l2:
+            out = out + 0.5 * self.l2 * (theta * theta).sum()
+        return out
+
+    def sample(self, generator: torch.Generator) -> Batch:
+        u = torch.rand(self.n, self.batch_size, generator=generator, dtype=torch.float64)
+        flat = ((u * self.counts[:, None]).long() + self._offsets).reshape(-1)
+        shape = (self.n, self.batch_size, *self.X.shape[2:])
+        return self._X_flat.index_select(0, flat).reshape(shape), self._y_flat.index_select(0, flat).reshape(shape[:2])
+
+    def batched_grad(self, x: torch.Tensor, batch: Batch) -> torch.Tensor | None:
+        """Closed form for linear models: ∇ = [Xᵀ r, Σ r] / B + l2·θ with r = σ(z) − y or softmax(z) − onehot(y)."""
+        if self.model.name != "linear":
+            return None
+        X, y = batch
+        n, B = y.shape
+        Xf = X.reshape(n, B, -1)
+        k = self.model.shapes[-1][0]
+        f = Xf.shape[-1]
+        W = x[:, : k * f].reshape(n, k, f)
+        b = x[:, k * f:]
+        z = torch.baddbmm(b[:, None, :], Xf, W.transpose(1, 2))  # (n, B, k)
+        if self.binary:
+            r = torch.sigmoid(z) - y[..., None].to(z.dtype)
+        else:
+            r = torch.softmax(z, dim=-1) - F.one_hot(y, k).to(z.dtype)
+        r = r / B
+        gW = torch.bmm(r.transpose(1, 2), Xf).reshape(n, k * f)
+        g = torch.cat([gW, r.sum(dim=1)], dim=1)
+        return g + self.l2 * x if self.l2 else g
+
+    # ---- evaluation -----------------------------------------------------------------------------------------
+    def _eval(self, x: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+        losses, accs = [], []
+        for theta in x.to(self.dtype):  # evaluation is off the hot path
+            logits = self.model.predict(theta, X)
+            losses.append(float(self._data_loss(logits, y)))
+            pred = (logits > 0).long() if self.binary else logits.argmax(dim=-1)
+            accs.append(float((pred == y).double().mean()))
+        return float(np.mean(losses)), float(np.mean(accs))
+
+    def metrics(self, x: torch.Tensor) -> dict[str, float]:
+        with torch.no_grad():
+            test_loss, test_acc = self._eval(x, self.X_test, self.y_test)
+            train_loss, _ = self._eval(x, self.X_train_eval, self.y_train_eval)
+        return {"test_loss": test_loss, "test_accuracy": test_acc, "train_loss": train_loss,
+                "consensus_distance": consensus_distance(x)}
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(), "dataset": self.dataset.name, "model": self.model.name,
+                "samples_per_agent": [len(p) for p in self.parts], "n_test": len(self.dataset.y_test),
+                "batch_size": self.batch_size, "l2": self.l2}
+
+
+def _features(ds: Dataset) -> int:
+    return int(np.prod(ds.feature_shape))
+
+
+def _common(n: int, dataset: str, data_dir: str | None, partition_name: str, alpha: float, t: float,
+            seed: int) -> tuple[Dataset, dict, np.random.Generator]:
+    kwargs = {"data_dir": data_dir} if data_dir and dataset in ("a9a", "mnist", "fashion_mnist") else {}
+    ds = load_dataset(dataset, **kwargs)
+    params = {"dirichlet": {"alpha": alpha}, "a_t": {"t": t}}.get(partition_name, {})
+    return ds, params, np.random.default_rng(seed)
+
+
+@TASKS.register("logistic")
+def logistic(n: int, *, dataset: str = "a9a", partition: str = "iid", alpha: float = 10.0, t: float = 0.5,
+             batch_size: int = 128, l2: float = 0.0, data_dir: str | None = None, seed: int = 0,
+             dtype: torch.dtype = torch.float64) -> SupervisedTask:
+    """Binary logistic regression with bias (labels {0, 1}); optional L2 penalty (l2/2)‖θ‖²."""
+    ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed)
+    if ds.n_classes != 2:
+        raise ValidationError(f"logistic regression needs a binary dataset; {dataset!r} has {ds.n_classes} classes")
+    return SupervisedTask("logistic", ds, linear(_features(ds), 1), n, partition_name=partition,
+                          partition_params=params, batch_size=batch_size, l2=l2, zero_init=True, rng=rng, dtype=dtype)
+
+
+@TASKS.register("softmax")
+def softmax(n: int, *, dataset: str = "digits", partition: str = "iid", alpha: float = 10.0, t: float = 0.5,
+            batch_size: int = 128, l2: float = 0.0, data_dir: str | None = None, seed: int = 0,
+            dtype: torch.dtype = torch.float64) -> SupervisedTask:
+    """Multinomial (softmax) regression."""
+    ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed)
+    return SupervisedTask("softmax", ds, linear(_features(ds), ds.n_classes), n, partition_name=partition,
+                          partition_params=params, batch_size=batch_size, l2=l2, zero_init=True, rng=rng, dtype=dtype)
+
+
+@TASKS.register("mlp")
+def mlp_task(n: int, *, dataset: str = "digits", partition: str = "iid", alpha: float = 10.0, t: float = 0.5,
+             batch_size: int = 128, l2: float = 0.0, hidden: int = 128, data_dir: str | None = None,
+             seed: int = 0, dtype: torch.dtype = torch.float32) -> SupervisedTask:
+    """One-hidden-layer ReLU network (784 → 128 → 10 on MNIST-like data: seed 001's shallow network)."""
+    ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed)
+    return SupervisedTask("mlp", ds, mlp(_features(ds), (hidden,), ds.n_classes), n, partition_name=partition,
+                          partition_params=params, batch_size=batch_size, l2=l2, zero_init=False, rng=rng, dtype=dtype)

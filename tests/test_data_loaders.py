@@ -1,0 +1,59 @@
+import gzip
+import shutil
+
+import numpy as np
+import pytest
+
+from privdl.data import load_dataset
+from privdl.data.idx import parse_idx
+from privdl.errors import DataError
+
+
+def test_a9a_loads_with_123_features_and_01_labels(shared_data):
+    ds = load_dataset("a9a", data_dir=str(shared_data))
+    assert ds.X_train.shape == (32561, 123) and ds.X_test.shape == (16281, 123)
+    assert np.bincount(ds.y_train).tolist() == [24720, 7841] and np.bincount(ds.y_test).tolist() == [12435, 3846]
+
+
+def test_corrupted_a9a_is_rejected_by_checksum(shared_data, tmp_path):
+    (tmp_path / "a9a").mkdir()
+    raw = gzip.decompress((shared_data / "a9a" / "a9a.gz").read_bytes())
+    (tmp_path / "a9a" / "a9a").write_bytes(raw.replace(b"+1", b"-1", 1))
+    shutil.copy(shared_data / "a9a" / "a9a.t.gz", tmp_path / "a9a" / "a9a.t.gz")
+    with pytest.raises(DataError, match="checksum mismatch"):
+        load_dataset("a9a", data_dir=str(tmp_path))
+
+
+def test_missing_data_file_error_says_which_and_where(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("PRIVDL_DATA_DIR", raising=False)
+    with pytest.raises(DataError, match=r"a9a.*not found.*Put it in"):
+        load_dataset("a9a", data_dir=str(tmp_path / "nowhere"))
+
+
+def test_missing_mnist_train_images_is_named(shared_data):
+    with pytest.raises(DataError, match="train-images-idx3-ubyte"):
+        load_dataset("mnist", data_dir=str(shared_data))
+
+
+def test_idx_parser_reads_mnist_test_labels_and_checks_header(shared_data):
+    labels = parse_idx(gzip.decompress((shared_data / "mnist" / "t10k-labels-idx1-ubyte.gz").read_bytes()))
+    assert np.bincount(labels).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+    with pytest.raises(DataError, match="magic"):
+        parse_idx(b"\x00\x00\x08\x04" + b"\x00" * 8)
+    with pytest.raises(DataError, match="header says"):
+        parse_idx((2049).to_bytes(4, "big") + (5).to_bytes(4, "big") + b"\x01\x02")
+
+
+def test_bundled_sklearn_sets_need_no_files():
+    ds = load_dataset("breast_cancer")
+    assert ds.X_train.shape[1] == 30 and ds.n_classes == 2
+    assert abs(ds.X_train.mean()) < 1e-5  # standardized on the training split
+    assert load_dataset("digits").n_classes == 10
+
+
+def test_mnist1d_is_generated_locally():
+    pytest.importorskip("mnist1d")
+    ds = load_dataset("mnist1d")
+    assert ds.X_train.shape == (4000, 40) and ds.X_test.shape == (1000, 40) and ds.n_classes == 10

@@ -1,0 +1,176 @@
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from privdl.cli import app
+from privdl.errors import ConfigError, UnknownNameError
+from privdl.experiment import expand, load_config, run_experiment
+from privdl.experiment import runner as runner_mod
+from privdl.privacy import get_accountant
+
+SMALL = """
+name = "small"
+seeds = [0, 1]
+iterations = 20
+eval_every = 10
+[network]
+n = 4
+p = 0.8
+[task]
+name = "logistic"
+dataset = "breast_cancer"
+batch_size = 4
+[mechanism]
+clip = 1.0
+delta = 1e-5
+[schedule]
+name = "constant"
+eta = 0.1
+[sweep]
+"mechanism.name" = ["none", "gaussian_ldp"]
+"mechanism.epsilon" = [1.0, 10.0]
+"""
+
+
+def _write(tmp_path: Path, text: str = SMALL) -> Path:
+    p = tmp_path / "exp.toml"
+    p.write_text(text)
+    return p
+
+
+def test_sweep_expands_to_a_grid_and_runs_nonprivate_once_per_seed(tmp_path):
+    runs, axes = expand(load_config(_write(tmp_path)))
+    assert axes == ["mechanism.name", "mechanism.epsilon", "seed"]
+    assert len(runs) == 6  # (none + 2 eps) x 2 seeds
+    none = [r for r in runs if r.config["mechanism"]["name"] == "none"]
+    assert all(r.sweep["mechanism.epsilon"] is None for r in none) and len(none) == 2
+
+
+def test_unknown_config_key_is_named(tmp_path):
+    cfg = load_config(_write(tmp_path, SMALL.replace("batch_size = 4", "batch_size = 4\nbatchsize = 3")))
+    with pytest.raises(ConfigError, match=r"task\.batchsize.*valid keys: .*batch_size"):
+        expand(cfg)
+    cfg = load_config(_write(tmp_path, "foo = 1\n" + SMALL))
+    with pytest.raises(ConfigError, match="unknown key 'foo'"):
+        expand(cfg)
+
+
+def test_wrong_type_and_unknown_names_in_config(tmp_path):
+    with pytest.raises(ConfigError, match="batch_size.*int"):
+        expand(load_config(_write(tmp_path), ["task.batch_size='x'"]))
+    with pytest.raises(ConfigError, match="valid names: .*dsgd"):
+        expand(load_config(_write(tmp_path), ["algorithm.name='admm'"]))
+    with pytest.raises(ConfigError, match="valid names: .*logistic"):
+        expand(load_config(_write(tmp_path), ["task.name='svm'"]))
+
+
+def test_results_csv_manifest_and_ledger(tmp_path):
+    out = tmp_path / "out"
+    s = run_experiment(load_config(_write(tmp_path)), out, progress=False)
+    assert s.runs == 6 and s.executed == 6
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert set(rows[0]) == {"run_id", "mechanism.name", "mechanism.epsilon", "seed", "iteration", "metric", "value"}
+    assert {r["iteration"] for r in rows} == {"0", "10", "20"}
+    ldp = next(r for r in rows if r["mechanism.name"] == "gaussian_ldp" and r["mechanism.epsilon"] == "1.0")
+    man = json.loads((out / "runs" / ldp["run_id"] / "manifest.json").read_text())
+    entry = man["privacy_ledger"][0]
+    assert entry["unit"] == "agent" and entry["accountant"] == "tight" and entry["epsilon"] <= 1.0
+    # the ledger's epsilon is re-accounted from the noise actually used
+    b = entry["noise"]["precision_bound"]
+    assert get_accountant("tight").epsilon(b, 1e-5, 1.0, 20) == pytest.approx(entry["epsilon"])
+    assert man["W_fingerprint"] and man["seeds"]["run"] in (0, 1) and man["config"]["iterations"] == 20
+    none = next(r for r in rows if r["mechanism.name"] == "none")
+    assert json.loads((out / "runs" / none["run_id"] / "manifest.json").read_text())["privacy_ledger"][0][
+        "epsilon"] == "inf"
+
+
+def test_interrupted_sweep_resumes_without_redoing_finished_runs(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    cfg = load_config(_write(tmp_path))
+    real = runner_mod.run_one
+    calls = {"n": 0}
+
+    def flaky(spec, on_step=None):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real(spec, on_step)
+
+    monkeypatch.setattr(runner_mod, "run_one", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(cfg, out, progress=False)
+    done = list((out / "runs").glob("*/manifest.json"))
+    assert len(done) == 3
+    before = {p: p.stat().st_mtime_ns for p in done}
+    monkeypatch.setattr(runner_mod, "run_one", real)
+    s = run_experiment(cfg, out, progress=False)
+    assert s.executed == 3 and s.skipped == 3
+    assert all(p.stat().st_mtime_ns == t for p, t in before.items())
+    again = run_experiment(cfg, out, progress=False)
+    assert again.executed == 0
+
+
+def test_results_are_reproducible_across_invocations(tmp_path):
+    cfg = load_config(_write(tmp_path))
+    run_experiment(cfg, tmp_path / "a", progress=False)
+    run_experiment(cfg, tmp_path / "b", progress=False)
+    assert (tmp_path / "a" / "results.csv").read_text() == (tmp_path / "b" / "results.csv").read_text()
+
+
+def test_output_dir_of_a_different_config_is_refused(tmp_path):
+    out = tmp_path / "out"
+    run_experiment(load_config(_write(tmp_path)), out, progress=False)
+    with pytest.raises(ConfigError, match="different experiment.*iterations"):
+        run_experiment(load_config(_write(tmp_path), ["iterations=30"]), out, progress=False)
+
+
+def test_cli_run_and_plot(tmp_path):
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["run", str(_write(tmp_path)), "--out", str(out), "--quiet",
+                                   "--set", "iterations=10"])
+    assert res.exit_code == 0, res.output
+    assert "6 runs" in res.output and (out / "plots" / "test_loss_vs_iteration.png").stat().st_size > 1000
+    assert (out / "plots" / "test_loss_vs_mechanism_epsilon.png").exists()
+    res = CliRunner().invoke(app, ["plot", str(out)])
+    assert res.exit_code == 0
+
+
+def test_cli_reports_bad_config_key_cleanly(tmp_path):
+    res = CliRunner().invoke(app, ["run", str(_write(tmp_path)), "--out", str(tmp_path / "o"), "--set", "task.bogus=1"])
+    assert res.exit_code == 2 and "task.bogus" in res.output
+
+
+@pytest.mark.parametrize("acc", ["paper", "tight"])
+def test_cli_account_json_round_trip(acc):
+    res = CliRunner().invoke(app, ["account", "--unit", "agent", "--accountant", acc, "--epsilon", "10",
+                                   "--delta", "1e-5", "--clip", "0.1", "--steps", "5000", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["bound"] == pytest.approx(get_accountant(acc).bound(10, 1e-5, 0.1, 5000))
+    assert out["ldp_variance"] == pytest.approx(1 / out["bound"]) and out["epsilon"] <= 10
+    back = CliRunner().invoke(app, ["account", "--accountant", acc, "--precision-bound", str(out["bound"]),
+                                    "--delta", "1e-5", "--clip", "0.1", "--steps", "5000", "--format", "json"])
+    assert json.loads(back.output)["epsilon"] == pytest.approx(10, rel=1e-9)
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--epsilon", "0"], "epsilon"), (["--epsilon", "1", "--delta", "1.5"], "delta"),
+    (["--epsilon", "1", "--clip", "-1"], "clip"), (["--epsilon", "1", "--steps", "0"], "steps"),
+])
+def test_cli_account_bad_input(args, match):
+    base = {"--clip": "1", "--steps": "10"}
+    for k, v in base.items():
+        if k not in args:
+            args = args + [k, v]
+    res = CliRunner().invoke(app, ["account", *args, "--format", "json"])
+    assert res.exit_code == 2 and match in res.output
+
+
+def test_cli_account_table_format():
+    res = CliRunner().invoke(app, ["account", "--epsilon", "1", "--clip", "1", "--steps", "10"])
+    assert res.exit_code == 0 and "ldp_variance" in res.output and math.isfinite(1.0)
