@@ -7,6 +7,7 @@ runtime of a later issue provides the same interface over torch.distributed.
 from __future__ import annotations
 
 import hashlib
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -124,7 +125,9 @@ class Network:
         key = (dtype, bool(sparse))
         if key not in self._mixers:
             w = torch.as_tensor(self.W, dtype=dtype)
-            self._mixers[key] = w.to_sparse_csr() if sparse else w
+            with warnings.catch_warnings():  # torch flags CSR as beta; W @ x on CSR is what we use and test
+                warnings.simplefilter("ignore", UserWarning)
+                self._mixers[key] = w.to_sparse_csr() if sparse else w
         return self._mixers[key]
 
     def mix(self, x: torch.Tensor, *, sparse: bool | None = None) -> torch.Tensor:

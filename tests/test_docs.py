@@ -1,0 +1,20 @@
+"""Every config key a user can set is documented in docs/CONFIG.md."""
+
+from pathlib import Path
+
+from privdl.experiment.config import INJECTED, NETWORK_FIXED, SECTIONS, TOP_LEVEL, builder_params
+from privdl.network.topology import TOPOLOGIES
+
+DOC = (Path(__file__).resolve().parents[1] / "docs" / "CONFIG.md").read_text()
+
+
+def test_every_config_key_is_documented():
+    keys = set(TOP_LEVEL) | set(NETWORK_FIXED)
+    for name in TOPOLOGIES.names():
+        keys |= set(builder_params(TOPOLOGIES.get(name), {"n", "seed"}))
+    for section, registry in SECTIONS.items():
+        for name in registry.names():
+            keys |= set(builder_params(registry.get(name), INJECTED[section]))
+            assert f"`{name}`" in DOC, f"{section} name {name!r} is not documented"
+    missing = sorted(k for k in keys if f"| `{k}` |" not in DOC)
+    assert not missing, f"undocumented config keys: {missing}"
