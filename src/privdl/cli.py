@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -16,7 +17,7 @@ from privdl.errors import PrivdlError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="privdl: privacy-preserving decentralized learning (simulator, accountants, experiments).")
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 160)  # no truncated tables in logs
 err = Console(stderr=True)
 
 
