@@ -57,3 +57,13 @@ def test_mnist1d_is_generated_locally():
     pytest.importorskip("mnist1d")
     ds = load_dataset("mnist1d")
     assert ds.X_train.shape == (4000, 40) and ds.X_test.shape == (1000, 40) and ds.n_classes == 10
+
+
+def test_fashion_mnist_from_the_debian_package_passes_checksums():
+    from privdl.data.idx import FASHION_SYSTEM_DIR
+
+    if not (FASHION_SYSTEM_DIR / "train-images-idx3-ubyte.gz").is_file():
+        pytest.skip("Debian package dataset-fashion-mnist not installed (apt-get install dataset-fashion-mnist)")
+    ds = load_dataset("fashion_mnist")
+    assert ds.X_train.shape == (60000, 1, 28, 28) and ds.X_test.shape == (10000, 1, 28, 28)
+    assert np.bincount(ds.y_train).tolist() == [6000] * 10 and 0.0 <= ds.X_train.min() < ds.X_train.max() <= 1.0
