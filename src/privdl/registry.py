@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Generic, Iterator, TypeVar
 
-from privdl.errors import UnknownNameError
+from privdl.errors import UnknownNameError, ValidationError
 
 T = TypeVar("T")
 
@@ -38,6 +38,16 @@ class Registry(Generic[T]):
             raise UnknownNameError(
                 f"unknown {self.concept} {name!r}; valid names: {', '.join(sorted(self._items))}"
             ) from None
+
+    def build(self, name: str, *args: object, **kwargs: object) -> object:
+        """Call the implementation ``name``; a bad keyword becomes a ValidationError naming the concept."""
+        fn = self.get(name)
+        try:
+            return fn(*args, **kwargs)  # type: ignore[operator]
+        except TypeError as exc:
+            if "argument" not in str(exc):
+                raise
+            raise ValidationError(f"bad parameters for {self.concept} {name!r}: {exc}") from None
 
     def names(self) -> list[str]:
         return sorted(self._items)

@@ -57,7 +57,4 @@ def geometric(*, eta_start: float, eta_end: float, iterations: int) -> Schedule:
 
 
 def make_schedule(name: str, *, iterations: int, **params: float) -> Schedule:
-    try:
-        return SCHEDULES.get(name)(iterations=iterations, **params)
-    except TypeError as exc:
-        raise ValidationError(f"bad parameters for schedule {name!r}: {exc}") from None
+    return SCHEDULES.build(name, iterations=iterations, **params)

@@ -111,11 +111,7 @@ def missing_classes(labels: np.ndarray, n: int, rng: np.random.Generator, *,
 
 def partition(name: str, labels: np.ndarray, n: int, rng: np.random.Generator, **params: object) -> list[np.ndarray]:
     """Run the registered partitioner ``name``."""
-    fn = PARTITIONERS.get(name)
-    try:
-        return fn(np.asarray(labels), n, rng, **params)
-    except TypeError as exc:
-        raise ValidationError(f"bad parameters for partition {name!r}: {exc}") from None
+    return PARTITIONERS.build(name, np.asarray(labels), n, rng, **params)
 
 
 def class_counts(labels: np.ndarray, parts: list[np.ndarray], n_classes: int) -> np.ndarray:

@@ -139,8 +139,4 @@ def exponential(n: int, *, seed: int = 0) -> nx.Graph:
 
 def make_graph(name: str, n: int, *, seed: int = 0, **params: object) -> nx.Graph:
     """Build the registered topology ``name`` with ``n`` agents."""
-    builder = TOPOLOGIES.get(name)
-    try:
-        return builder(n, seed=seed, **params)
-    except TypeError as exc:  # unknown keyword
-        raise ValidationError(f"bad parameters for topology {name!r}: {exc}") from None
+    return TOPOLOGIES.build(name, n, seed=seed, **params)

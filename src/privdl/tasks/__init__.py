@@ -7,13 +7,7 @@ from privdl.tasks.quadratic import Quadratic, quadratic_optimum, quadratic_probl
 
 def make_task(name: str, n: int, **params: object) -> Task:
     """Build the registered task ``name`` for ``n`` agents."""
-    from privdl.errors import ValidationError
-
-    builder = TASKS.get(name)
-    try:
-        return builder(n, **params)
-    except TypeError as exc:
-        raise ValidationError(f"bad parameters for task {name!r}: {exc}") from None
+    return TASKS.build(name, n, **params)
 
 
 __all__ = ["TASKS", "Quadratic", "Task", "make_task", "quadratic_optimum", "quadratic_problem"]
