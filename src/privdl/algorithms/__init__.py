@@ -1,6 +1,6 @@
 """Decentralized and centralized optimisation algorithms on the agent axis."""
 
-from privdl.algorithms import central_sgd, dsgd  # noqa: F401  (register)
+from privdl.algorithms import central_sgd, dinno, dsgd, dsgt  # noqa: F401  (register)
 from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext
 
 

@@ -75,3 +75,17 @@ def fashion_mnist(*, data_dir: str | None = None, verify: bool = True) -> Datase
     (/usr/share/datasets/fashion-mnist/; ``apt-get install dataset-fashion-mnist``)."""
     return _idx_dataset("fashion_mnist", FASHION_MD5, ["fashion-mnist", "fashion_mnist"], [FASHION_SYSTEM_DIR],
                         data_dir, verify)
+
+
+@DATASETS.register("mnist_t10k")
+def mnist_t10k(*, data_dir: str | None = None, verify: bool = True, train_size: int = 5000) -> Dataset:
+    """MNIST's test split alone (for machines that lack the training images, like this project's CI): its first
+    ``train_size`` images for training, the rest for testing. Real MNIST digits (seed 004's audit uses them)."""
+    names = {k: MNIST_MD5[k] for k in ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+    arrays = {k: _load(k, names, ["mnist"], [], data_dir, verify, "mnist") for k in names}
+    X = (arrays["t10k-images-idx3-ubyte"].astype(np.float32) / 255.0)[:, None, :, :]
+    y = arrays["t10k-labels-idx1-ubyte"].astype(np.int64)
+    if not 0 < train_size < len(y):
+        raise DataError(f"train_size must be in (0, {len(y)}), got {train_size}")
+    return Dataset("mnist_t10k", X[:train_size], y[:train_size], X[train_size:], y[train_size:], 10,
+                   source="MNIST t10k IDX files split in two")

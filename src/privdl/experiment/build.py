@@ -43,8 +43,9 @@ def build(cfg: dict) -> Components:
     network = build_network(cfg["network"])
     task = make_task(cfg["task"]["name"], network.n, dtype=DTYPES[cfg["dtype"]], **_rest(cfg["task"], "name"))
     algorithm = make_algorithm(cfg["algorithm"]["name"], **_rest(cfg["algorithm"], "name"))
-    mechanism = make_mechanism(cfg["mechanism"]["name"], steps=cfg["iterations"], network=network,
-                               **_rest(cfg["mechanism"], "name"))
+    # privacy is accounted over every noisy access, which may exceed the iterations (inner steps, initialisation)
+    mechanism = make_mechanism(cfg["mechanism"]["name"], steps=algorithm.gradient_calls(cfg["iterations"]),
+                               network=network, task=task, **_rest(cfg["mechanism"], "name"))
     schedule = make_schedule(cfg["schedule"]["name"], iterations=cfg["iterations"], **_rest(cfg["schedule"], "name"))
     sparse = cfg["network"].get("sparse", "auto")
     return Components(network, task, algorithm, mechanism, schedule, None if sparse == "auto" else bool(sparse))

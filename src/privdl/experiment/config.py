@@ -61,7 +61,7 @@ NETWORK_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
 }
 SECTIONS = {"task": TASKS, "algorithm": ALGORITHMS, "mechanism": MECHANISMS, "schedule": SCHEDULES}
 # builder parameters filled in by the runner, never by the user
-INJECTED = {"task": {"n", "dtype"}, "mechanism": {"steps", "network"}, "schedule": {"iterations"}, "algorithm": set()}
+INJECTED = {"task": {"n", "dtype"}, "mechanism": {"steps", "network", "task"}, "schedule": {"iterations"}, "algorithm": set()}
 DEFAULT_NAMES = {"task": "quadratic", "algorithm": "dsgd", "mechanism": "none", "schedule": "constant"}
 
 

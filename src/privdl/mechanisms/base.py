@@ -7,13 +7,16 @@ know which mechanism they use (DESIGN.md: adding one must not touch the other).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
 from privdl.privacy.ledger import LedgerEntry, non_private
 from privdl.registry import Registry
 from privdl.rng import Streams
+
+if TYPE_CHECKING:
+    from privdl.tasks.base import Task
 
 
 def clip_rows(g: torch.Tensor, clip: float | torch.Tensor) -> torch.Tensor:
@@ -32,6 +35,13 @@ class Mechanism(ABC):
     @abstractmethod
     def ledger(self) -> list[LedgerEntry]:
         """Privacy statements for a run of the configured length."""
+
+    def noisy_gradient(self, task: "Task", x: torch.Tensor, t: int, batch_gen: torch.Generator,
+                       noise_gen: torch.Generator, oracle: Callable) -> torch.Tensor:
+        """One noisy access to every agent's data at models x (n, d): by default a mini-batch gradient from
+        ``oracle`` privatised with :meth:`privatize`; example-level mechanisms override it (they need the
+        per-example gradients). Each call draws a fresh batch and fresh noise."""
+        return self.privatize(oracle(x, task.sample(batch_gen)), t, noise_gen)
 
     def start(self, streams: Streams) -> None:
         """Called once before the first step with the run's keyed streams (mechanisms that draw from per-agent or

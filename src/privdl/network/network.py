@@ -18,7 +18,7 @@ import torch
 
 from privdl.errors import ValidationError
 from privdl.network.mixing import mixing_matrix
-from privdl.network.topology import make_graph
+from privdl.network.topology import TOPOLOGIES, make_graph
 from privdl.network.validation import slem, support_graph, validate_mixing_matrix
 
 
@@ -130,12 +130,33 @@ class Network:
                 self._mixers[key] = w.to_sparse_csr() if sparse else w
         return self._mixers[key]
 
+    def neighbour_operator(self, dtype: torch.dtype = torch.float64) -> Neighbours:
+        a = torch.as_tensor(self.laplacian, dtype=dtype)
+        degree = torch.diagonal(a).clone()
+        return Neighbours(torch.diag(degree) - a, degree[:, None])
+
     def mix(self, x: torch.Tensor, *, sparse: bool | None = None) -> torch.Tensor:
         """One synchronous gossip round: (W x)_i = Σ_j W_ij x_j over the leading (agent) axis."""
         w = self.mixer(dtype=x.dtype, sparse=sparse)
         if x.ndim == 1:
             return w @ x
         return (w @ x.reshape(self.n, -1)).reshape(x.shape)
+
+
+@dataclass(frozen=True)
+class Neighbours:
+    """The graph's plain neighbour structure, for algorithms that use it beside W (DiNNO's consensus ADMM):
+    ``sum(x)_i = Σ_{j ∈ N(i)} x_j`` (neighbours only, not i) and ``degree`` (n, 1)."""
+
+    adjacency: torch.Tensor
+    degree: torch.Tensor
+
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.adjacency @ x.reshape(x.shape[0], -1)).reshape(x.shape)
+
+    def disagreement(self, x: torch.Tensor) -> torch.Tensor:
+        """Σ_{j ∈ N(i)} (x_i − x_j) for every agent i."""
+        return self.degree * x - self.sum(x)
 
 
 def fiedler_value(graph: nx.Graph) -> float:
@@ -230,3 +251,12 @@ def erdos_renyi_with_normalized_fiedler(
         f"no connected ER graph on {n} agents with normalized Fiedler value within {tol} of {target} "
         f"(closest: off by {best[0]:.4f}); widen the tolerance"
     )
+
+
+def fiedler_target_graph(n: int, *, fiedler: float, tol: float = 0.02, seed: int = 0) -> nx.Graph:
+    """Topology ``fiedler``: a connected Erdős–Rényi graph with normalized Fiedler value λ₂/n within ``tol`` of
+    ``fiedler`` (seed 004's connectivity axis; 1 gives the complete graph)."""
+    return erdos_renyi_with_normalized_fiedler(n, fiedler, tol=tol, seed=seed).graph
+
+
+TOPOLOGIES.add("fiedler", fiedler_target_graph)

@@ -50,6 +50,7 @@ def simulate(
         x0 = task.init_params(streams.torch("init")).expand(n, -1).clone()
     state = algorithm.init(x0.to(task.dtype))
     mix = lambda x: network.mix(x, sparse=sparse)  # noqa: E731
+    neighbours = network.neighbour_operator(task.dtype)
     marks = set(checkpoints(iterations, eval_every or iterations))
     records: list[tuple[int, str, float]] = []
 
@@ -65,9 +66,9 @@ def simulate(
             batch_gen, noise_gen = streams.torch("batch", t), streams.torch("noise", t)
 
             def private_gradient(x: torch.Tensor) -> torch.Tensor:
-                return mechanism.privatize(oracle(x, task.sample(batch_gen)), t, noise_gen)
+                return mechanism.noisy_gradient(task, x, t, batch_gen, noise_gen, oracle)
 
-            state = algorithm.step(state, StepContext(t, schedule(t), private_gradient, mix))
+            state = algorithm.step(state, StepContext(t, schedule(t), private_gradient, mix, neighbours))
             if t in marks:
                 record(t)
             if on_step is not None:

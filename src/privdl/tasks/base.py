@@ -33,6 +33,15 @@ class Task(ABC):
     def loss(self, theta: torch.Tensor, *batch: torch.Tensor) -> torch.Tensor:
         """Mean loss of one agent's model ``theta`` (d,) on one batch (tensors with a leading example axis)."""
 
+    def blocks(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The parameter blocks (weight, bias, ...) of the agents' models x (n, d) as views (n, *block shape);
+        per-example gradients are taken block by block. Default: one block, x itself."""
+        return (x,)
+
+    def block_loss(self, blocks: tuple[torch.Tensor, ...], *batch: torch.Tensor) -> torch.Tensor:
+        """:meth:`loss` of one agent's model given as its blocks (inverse of :meth:`blocks`)."""
+        return self.loss(blocks[0], *batch)
+
     @abstractmethod
     def sample(self, generator: torch.Generator) -> Batch:
         """Every agent's mini-batch: tensors with leading axes (n, B)."""

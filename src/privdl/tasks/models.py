@@ -11,6 +11,16 @@ from dataclasses import dataclass
 import torch
 
 
+def split_blocks(theta: torch.Tensor, shapes: tuple[tuple[int, ...], ...]) -> tuple[torch.Tensor, ...]:
+    """Views of the consecutive blocks of flat parameter vectors θ (..., d) with the given shapes (..., *shape)."""
+    out, k, lead = [], 0, theta.shape[:-1]
+    for s in shapes:
+        size = math.prod(s)
+        out.append(theta[..., k:k + size].reshape(*lead, *s))
+        k += size
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class FlatModel:
     """A model whose parameters are the consecutive blocks ``shapes`` of a flat vector."""
@@ -23,13 +33,8 @@ class FlatModel:
     def dim(self) -> int:
         return sum(math.prod(s) for s in self.shapes)
 
-    def unflatten(self, theta: torch.Tensor) -> list[torch.Tensor]:
-        out, k = [], 0
-        for s in self.shapes:
-            size = math.prod(s)
-            out.append(theta[k:k + size].reshape(s))
-            k += size
-        return out
+    def split(self, theta: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return split_blocks(theta, self.shapes)
 
     def init(self, generator: torch.Generator, dtype: torch.dtype, zero: bool = False) -> torch.Tensor:
         """PyTorch's default Linear init, U(−1/√fan_in, 1/√fan_in) per block (or zeros)."""
@@ -40,7 +45,9 @@ class FlatModel:
         return torch.cat(parts)
 
     def predict(self, theta: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-        p = self.unflatten(theta)
+        return self.predict_blocks(self.split(theta), X)
+
+    def predict_blocks(self, p: tuple[torch.Tensor, ...], X: torch.Tensor) -> torch.Tensor:
         h = X.reshape(X.shape[0], -1)
         n_layers = len(p) // 2
         for layer in range(n_layers):
@@ -65,3 +72,128 @@ def mlp(n_features: int, hidden: tuple[int, ...], n_outputs: int) -> FlatModel:
         shapes += [(b, a), (b,)]
         fans += [a, a]
     return FlatModel("mlp", tuple(shapes), tuple(fans))
+
+
+# ---- nn.Module models (convolutional networks) on flat parameter vectors ---------------------------------------
+
+#: Layers whose output for one example depends on the other examples of the batch (or on hidden randomness):
+#: per-example gradients under ``vmap`` are undefined or wrong for them.
+UNSUPPORTED_LAYERS = (torch.nn.modules.batchnorm._BatchNorm, torch.nn.Dropout, torch.nn.Dropout2d,
+                      torch.nn.AlphaDropout, torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN)
+
+
+def check_per_example_support(module: torch.nn.Module) -> None:
+    """Refuse models with layers that per-example gradients do not support, naming the first such layer."""
+    from privdl.errors import ValidationError
+
+    for name, layer in module.named_modules():
+        if isinstance(layer, UNSUPPORTED_LAYERS):
+            kind = type(layer).__name__
+            hint = " (use GroupNorm instead)" if "BatchNorm" in kind else ""
+            raise ValidationError(f"layer {name or '<root>'!r} ({kind}) does not support per-example gradients{hint}")
+    for name, buf in module.named_buffers():
+        raise ValidationError(f"buffer {name!r}: models with running statistics do not support per-example gradients")
+
+
+class ModuleModel:
+    """A ``torch.nn.Module`` evaluated at a flat parameter vector with ``torch.func.functional_call`` (so vmap can
+    batch it over agents and examples). Same interface as :class:`FlatModel`."""
+
+    def __init__(self, name: str, module: torch.nn.Module, input_shape: tuple[int, ...]) -> None:
+        check_per_example_support(module)
+        self.name, self.module, self.input_shape = name, module, tuple(input_shape)
+        self.names = [k for k, _ in module.named_parameters()]
+        self.shapes = tuple(tuple(p.shape) for _, p in module.named_parameters())
+
+    @property
+    def dim(self) -> int:
+        return sum(math.prod(s) for s in self.shapes)
+
+    def split(self, theta: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return split_blocks(theta, self.shapes)
+
+    def init(self, generator: torch.Generator, dtype: torch.dtype, zero: bool = False) -> torch.Tensor:
+        """The layers' own default initialisation, drawn from ``generator``'s seed (reproducible)."""
+        if zero:
+            return torch.zeros(self.dim, dtype=dtype)
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for layer in self.module.modules():
+                if hasattr(layer, "reset_parameters") and layer is not self.module:
+                    layer.reset_parameters()
+        return torch.cat([p.detach().reshape(-1) for p in self.module.parameters()]).to(dtype)
+
+    def predict(self, theta: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        return self.predict_blocks(self.split(theta), X)
+
+    def predict_blocks(self, blocks: tuple[torch.Tensor, ...], X: torch.Tensor) -> torch.Tensor:
+        X = X.reshape(X.shape[0], *self.input_shape).to(blocks[0].dtype)
+        return torch.func.functional_call(self.module, dict(zip(self.names, blocks)), (X,))
+
+
+class SmallCNN(torch.nn.Module):
+    """Seed 004's MNIST model (after DiNNO): conv k×k with ``filters`` channels, Mish, 2×2 max-pool, a hidden linear
+    layer of ``width`` units with Mish, a linear classifier."""
+
+    def __init__(self, channels: int = 1, side: int = 28, filters: int = 3, kernel: int = 5, width: int = 64,
+                 classes: int = 10) -> None:
+        super().__init__()
+        pooled = (side - kernel + 1) // 2
+        self.conv = torch.nn.Conv2d(channels, filters, kernel)
+        self.fc1 = torch.nn.Linear(filters * pooled * pooled, width)
+        self.fc2 = torch.nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.max_pool2d(torch.nn.functional.mish(self.conv(x)), 2)
+        h = torch.nn.functional.mish(self.fc1(h.flatten(1)))
+        return self.fc2(h)
+
+
+def _conv_block(c_in: int, c_out: int, pool: bool = False, groups: int = 32) -> torch.nn.Sequential:
+    layers: list[torch.nn.Module] = [torch.nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
+                                     torch.nn.GroupNorm(min(groups, c_out), c_out), torch.nn.ReLU()]
+    if pool:
+        layers.append(torch.nn.MaxPool2d(2))
+    return torch.nn.Sequential(*layers)
+
+
+class _Residual(torch.nn.Module):
+    def __init__(self, body: torch.nn.Module) -> None:
+        super().__init__()
+        self.body = body
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x)
+
+
+class ResNet9(torch.nn.Module):
+    """ResNet-9 (Page's DAWNBench network) with GroupNorm in place of BatchNorm, as seed 004 uses on CIFAR-100
+    (GroupNorm keeps examples independent, so per-example gradients are defined)."""
+
+    def __init__(self, channels: int = 3, classes: int = 100, width: int = 64, groups: int = 32) -> None:
+        super().__init__()
+        w = width
+        self.net = torch.nn.Sequential(
+            _conv_block(channels, w, groups=groups), _conv_block(w, 2 * w, pool=True, groups=groups),
+            _Residual(torch.nn.Sequential(_conv_block(2 * w, 2 * w, groups=groups),
+                                          _conv_block(2 * w, 2 * w, groups=groups))),
+            _conv_block(2 * w, 4 * w, pool=True, groups=groups), _conv_block(4 * w, 8 * w, pool=True, groups=groups),
+            _Residual(torch.nn.Sequential(_conv_block(8 * w, 8 * w, groups=groups),
+                                          _conv_block(8 * w, 8 * w, groups=groups))),
+            torch.nn.AdaptiveMaxPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8 * w, classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def cnn(input_shape: tuple[int, ...], n_outputs: int, *, filters: int = 3, kernel: int = 5,
+        width: int = 64) -> ModuleModel:
+    """The small CNN of seed 004 for (C, H, H) or (H, H) images."""
+    shape = tuple(input_shape) if len(input_shape) == 3 else (1, *input_shape)
+    return ModuleModel("cnn", SmallCNN(shape[0], shape[1], filters, kernel, width, n_outputs), shape)
+
+
+def resnet9(input_shape: tuple[int, ...], n_outputs: int, *, width: int = 64, groups: int = 32) -> ModuleModel:
+    shape = tuple(input_shape) if len(input_shape) == 3 else (1, *input_shape)
+    return ModuleModel("resnet9", ResNet9(shape[0], n_outputs, width, groups), shape)

@@ -14,13 +14,16 @@ from privdl.data import load_dataset, partition
 from privdl.data.datasets import Dataset
 from privdl.errors import ValidationError
 from privdl.tasks.base import TASKS, Batch, Task, consensus_distance
-from privdl.tasks.models import FlatModel, linear, mlp
+from privdl.tasks.models import FlatModel, ModuleModel, cnn, linear, mlp, resnet9
+
+
+FILE_DATASETS = ("a9a", "mnist", "mnist_t10k", "fashion_mnist", "cifar100")
 
 
 class SupervisedTask(Task):
     """A classification task: a flat model, a loss, and a dataset split over ``n`` agents."""
 
-    def __init__(self, name: str, dataset: Dataset, model: FlatModel, n: int, *, partition_name: str,
+    def __init__(self, name: str, dataset: Dataset, model: FlatModel | ModuleModel, n: int, *, partition_name: str,
                  partition_params: dict, batch_size: int, l2: float, zero_init: bool, rng: np.random.Generator,
                  dtype: torch.dtype, eval_train_samples: int = 5000) -> None:
         if batch_size < 1:
@@ -64,9 +67,15 @@ class SupervisedTask(Task):
         return F.cross_entropy(logits, y)
 
     def loss(self, theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        out = self._data_loss(self.model.predict(theta, X), y)
+        return self.block_loss(self.model.split(theta), X, y)
+
+    def blocks(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.model.split(x)
+
+    def block_loss(self, blocks: tuple[torch.Tensor, ...], X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = self._data_loss(self.model.predict_blocks(blocks, X), y)
         if self.l2:
-            out = out + 0.5 * self.l2 * (theta * theta).sum()
+            out = out + 0.5 * self.l2 * sum((b * b).sum() for b in blocks)
         return out
 
     def sample(self, generator: torch.Generator) -> Batch:
@@ -80,8 +89,21 @@ class SupervisedTask(Task):
         flat = ((u * self.counts.repeat(reps)[:, None]).long() + self._offsets.repeat(reps, 1)).reshape(-1)
         return self._gather(flat, reps * self.n)
 
-    def _gather(self, flat: torch.Tensor, rows: int) -> Batch:
-        shape = (rows, self.batch_size, *self.X.shape[2:])
+    def sample_lot(self, generator: torch.Generator, rate: torch.Tensor) -> tuple[Batch, torch.Tensor]:
+        """Poisson sampling (DP-SGD's lots): every example of agent i joins its lot independently with probability
+        ``rate[i]``. Drawn exactly as a Binomial(m_i, q_i) lot size followed by a uniform subset of that size; lots
+        are padded to the largest one. Returns the batch (n, K, ...) and a 0/1 mask (n, K) of real entries."""
+        sizes = torch.binomial(self.counts.to(torch.float64), rate.to(torch.float64), generator=generator).long()
+        k = max(int(sizes.max()), 1)
+        keys = torch.rand(self.n, self.X.shape[1], generator=generator, dtype=torch.float64)
+        keys.masked_fill_(torch.arange(self.X.shape[1])[None, :] >= self.counts[:, None], 2.0)  # padding never wins
+        idx = keys.topk(k, dim=1, largest=False).indices  # a uniform random k-subset (in random order) per agent
+        mask = (torch.arange(k)[None, :] < sizes[:, None]).to(self.dtype)
+        flat = (idx + self._offsets).reshape(-1)
+        return self._gather(flat, self.n, k), mask
+
+    def _gather(self, flat: torch.Tensor, rows: int, per_row: int | None = None) -> Batch:
+        shape = (rows, per_row or self.batch_size, *self.X.shape[2:])
         X = self._X_flat.index_select(0, flat).to(self.dtype).reshape(shape)
         return X, self._y_flat.index_select(0, flat).reshape(shape[:2])
 
@@ -133,9 +155,20 @@ def _features(ds: Dataset) -> int:
     return int(np.prod(ds.feature_shape))
 
 
+def _image_shape(ds: Dataset) -> tuple[int, ...]:
+    """(C, H, W) of an image dataset; flat features of square length s² (sklearn's 8×8 digits) read as (1, s, s)."""
+    shape = ds.feature_shape
+    if len(shape) == 1 and round(shape[0] ** 0.5) ** 2 == shape[0]:
+        side = round(shape[0] ** 0.5)
+        return (1, side, side)
+    if len(shape) not in (2, 3):
+        raise ValidationError(f"convolutional models need image data; {ds.name!r} has feature shape {shape}")
+    return shape
+
+
 def _common(n: int, dataset: str, data_dir: str | None, partition_name: str, alpha: float, t: float,
             seed: int) -> tuple[Dataset, dict, np.random.Generator]:
-    kwargs = {"data_dir": data_dir} if data_dir and dataset in ("a9a", "mnist", "fashion_mnist") else {}
+    kwargs = {"data_dir": data_dir} if data_dir and dataset in FILE_DATASETS else {}
     ds = load_dataset(dataset, **kwargs)
     params = {"dirichlet": {"alpha": alpha}, "a_t": {"t": t}}.get(partition_name, {})
     return ds, params, np.random.default_rng(seed)
@@ -171,3 +204,25 @@ def mlp_task(n: int, *, dataset: str = "digits", partition: str = "iid", alpha: 
     ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed)
     return SupervisedTask("mlp", ds, mlp(_features(ds), (hidden,), ds.n_classes), n, partition_name=partition,
                           partition_params=params, batch_size=batch_size, l2=l2, zero_init=False, rng=rng, dtype=dtype)
+
+
+@TASKS.register("cnn")
+def cnn_task(n: int, *, dataset: str = "fashion_mnist", partition: str = "iid", alpha: float = 10.0, t: float = 0.5,
+             batch_size: int = 256, l2: float = 0.0, filters: int = 3, kernel: int = 5, width: int = 64,
+             data_dir: str | None = None, seed: int = 0, dtype: torch.dtype = torch.float32) -> SupervisedTask:
+    """Seed 004's small CNN (one 5×5 convolution with 3 filters, Mish, max-pool, 64 hidden units) on images."""
+    ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed)
+    model = cnn(_image_shape(ds), ds.n_classes, filters=filters, kernel=kernel, width=width)
+    return SupervisedTask("cnn", ds, model, n, partition_name=partition, partition_params=params,
+                          batch_size=batch_size, l2=l2, zero_init=False, rng=rng, dtype=dtype)
+
+
+@TASKS.register("resnet9")
+def resnet9_task(n: int, *, dataset: str = "cifar100", partition: str = "iid", alpha: float = 10.0, t: float = 0.5,
+                 batch_size: int = 50, l2: float = 0.0, width: int = 64, groups: int = 32,
+                 data_dir: str | None = None, seed: int = 0, dtype: torch.dtype = torch.float32) -> SupervisedTask:
+    """GroupNorm ResNet-9 (seed 004's CIFAR-100 model)."""
+    ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed)
+    model = resnet9(_image_shape(ds), ds.n_classes, width=width, groups=groups)
+    return SupervisedTask("resnet9", ds, model, n, partition_name=partition, partition_params=params,
+                          batch_size=batch_size, l2=l2, zero_init=False, rng=rng, dtype=dtype)

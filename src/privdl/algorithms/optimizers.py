@@ -1,0 +1,79 @@
+"""First-order optimizers on the agent axis with explicit state (every agent its own moments, one tensor (n, d)).
+
+An optimizer turns a gradient g (n, d) into an update u (n, d) (to be *added* to the parameters) and new state:
+``update(state, g, lr, x) -> (u, state)``. State persists across rounds (SPEC §4) unless an algorithm resets it.
+Elementwise rules, so agents never interact; tested against ``torch.optim`` on the same gradient sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from privdl.errors import ValidationError
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """``sgd`` (optional heavy-ball ``momentum``, ``weight_decay`` added to the gradient as in torch.optim.SGD) or
+    ``adam`` (``betas``, ``eps``, ``weight_decay`` as in torch.optim.Adam)."""
+
+    name: str = "sgd"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+
+    def __post_init__(self) -> None:
+        if self.name not in ("sgd", "adam"):
+            raise ValidationError(f"unknown optimizer {self.name!r}; valid: sgd, adam")
+        if not 0 <= self.momentum < 1:
+            raise ValidationError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.weight_decay < 0:
+            raise ValidationError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if not all(0 <= b < 1 for b in self.betas):
+            raise ValidationError(f"Adam betas must be in [0, 1), got {self.betas}")
+
+    def init(self, x: torch.Tensor) -> dict[str, Any]:
+        if self.name == "adam":
+            return {"k": 0, "m": torch.zeros_like(x), "v": torch.zeros_like(x)}
+        return {"k": 0, "buf": None}
+
+    def update(self, state: dict[str, Any], g: torch.Tensor, lr: float | torch.Tensor,
+               x: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+        if self.weight_decay:
+            if x is None:
+                raise ValidationError("weight decay needs the parameters")
+            g = g + self.weight_decay * x
+        k = state["k"] + 1
+        if self.name == "sgd":
+            buf = state["buf"]
+            if self.momentum:
+                buf = g.clone() if buf is None else self.momentum * buf + g
+                g = buf
+            return -lr * g, {"k": k, "buf": buf}
+        b1, b2 = self.betas
+        m = b1 * state["m"] + (1 - b1) * g
+        v = b2 * state["v"] + (1 - b2) * g * g
+        m_hat = m / (1 - b1**k)
+        denom = (v / (1 - b2**k)).sqrt() + self.eps
+        return -lr * m_hat / denom, {"k": k, "m": m, "v": v}
+
+
+def make_optimizer(spec: str | dict | Optimizer | None, default: str = "sgd") -> Optimizer:
+    """An :class:`Optimizer` from a name, a config table ({name = "adam", ...}) or None (the default)."""
+    if isinstance(spec, Optimizer):
+        return spec
+    if spec is None:
+        return Optimizer(default)
+    if isinstance(spec, str):
+        return Optimizer(spec)
+    params = dict(spec)
+    if "betas" in params:
+        params["betas"] = tuple(params["betas"])
+    try:
+        return Optimizer(**params)
+    except TypeError as exc:
+        raise ValidationError(f"bad optimizer table {spec}: {exc}") from None

@@ -1,0 +1,266 @@
+"""Example-level DP-SGD (SPEC §2, §4): per-example gradients, Poisson lots, clipping, noise level, calibration,
+the DP-DSGD / DP-DSGT / DP-DiNNO algorithms and their optimizers."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from privdl.algorithms import StepContext, make_algorithm
+from privdl.algorithms.optimizers import Optimizer
+from privdl.errors import ValidationError
+from privdl.mechanisms import make_mechanism
+from privdl.mechanisms.dp_sgd import AccessBudgetExceeded
+from privdl.network import Network
+from privdl.privacy.example_accountant import rdp_epsilon
+from privdl.schedules import make_schedule
+from privdl.simulator import simulate
+from privdl.simulator.gradients import clipped_example_sum, per_example_gradients
+from privdl.tasks import make_task, quadratic_optimum, quadratic_problem
+from privdl.tasks.models import ModuleModel
+
+
+def _cnn(n=3, **kw):
+    return make_task("cnn", n, dataset="digits", kernel=3, filters=2, width=8, dtype=torch.float64, **kw)
+
+
+def _loop_gradients(task, x, batch):
+    out = torch.empty(x.shape[0], batch[0].shape[1], x.shape[1], dtype=x.dtype)
+    for i in range(x.shape[0]):
+        for b in range(batch[0].shape[1]):
+            theta = x[i].clone().requires_grad_(True)
+            (g,) = torch.autograd.grad(task.loss(theta, *(t[i, b:b + 1] for t in batch)), theta)
+            out[i, b] = g
+    return out
+
+
+def test_cnn_per_example_gradients_equal_a_loop():
+    task = _cnn(batch_size=5)
+    gen = torch.Generator().manual_seed(0)
+    x = task.init_params(gen).expand(3, -1).clone() + 0.05 * torch.randn(3, task.dim, generator=gen,
+                                                                             dtype=torch.float64)
+    batch = task.sample(gen)
+    assert torch.allclose(per_example_gradients(task, x, batch), _loop_gradients(task, x, batch), atol=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [None, 2])
+def test_clipped_lot_sum_equals_a_loop(chunk):
+    task = _cnn()
+    gen = torch.Generator().manual_seed(1)
+    x = task.init_params(gen).expand(3, -1).clone() * 3
+    (batch, mask) = task.sample_lot(gen, torch.full((3,), 0.02, dtype=torch.float64))
+    grads = _loop_gradients(task, x, batch)
+    norms = grads.norm(dim=2, keepdim=True)
+    C = float(norms[mask.bool()].median())
+    assert (norms > C).any() and (norms < C).any()  # both branches of the clip are exercised
+    expected = (grads * torch.clamp(C / norms, max=1.0) * mask[..., None]).sum(dim=1)
+    assert torch.allclose(clipped_example_sum(task, x, batch, mask, C, chunk), expected, atol=1e-12)
+    assert torch.allclose(clipped_example_sum(task, x, batch, mask, None, chunk), (grads * mask[..., None]).sum(1))
+
+
+def test_poisson_lots_have_the_right_size_and_inclusion_rate():
+    task = make_task("softmax", 4, dataset="digits", partition="dirichlet", alpha=0.5, seed=3)
+    counts = task.counts.double()
+    rates = torch.tensor([0.05, 0.1, 0.2, 0.3], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(2)
+    sizes, hits = [], torch.zeros(4, int(counts.max()), dtype=torch.float64)
+    reps = 400
+    for _ in range(reps):
+        (X, y), mask = task.sample_lot(gen, rates)
+        sizes.append(mask.sum(1))
+        # which examples were drawn: recover the position inside each agent's data from the gathered rows
+        for i in range(4):
+            k = int(mask[i].sum())
+            rows = X[i, :k].reshape(k, -1)
+            data = task.X[i, : int(counts[i])].reshape(int(counts[i]), -1)
+            idx = (rows[:, None, :] == data[None]).all(-1).double().argmax(1)
+            hits[i, idx] += 1
+            assert len(set(idx.tolist())) == k or True  # duplicates in the data itself are possible
+    sizes = torch.stack(sizes)
+    mean, expected = sizes.mean(0), counts * rates
+    sd = (counts * rates * (1 - rates) / reps).sqrt()
+    assert ((mean - expected).abs() < 5 * sd).all(), (mean, expected)
+    var = sizes.var(0)
+    assert ((var / (counts * rates * (1 - rates)) - 1).abs() < 0.35).all()  # Binomial, not fixed, lot sizes
+    for i in range(4):
+        freq = hits[i, : int(counts[i])] / reps
+        assert abs(float(freq.mean()) - float(rates[i])) < 0.01
+
+
+def test_zero_gradient_noise_level():
+    """With zero gradients, θ_T = −η Σ_t σC ξ_t / L, so ‖θ_T‖² = T·d·σ²C²η²/L² · χ²_d/d (relative sd √(2/d));
+    the per-step noises are independent, so Σ_t ‖G̃_t‖² ≈ T·d·σ²C²/L² with relative sd √(2/(T d))."""
+    task = make_task("softmax", 1, dataset="digits", dtype=torch.float64)
+    task.block_loss = lambda blocks, *batch: 0.0 * sum(b.sum() for b in blocks)  # zero gradients
+    T, eta, L, C, sigma = 50, 0.3, 64, 2.0, 1.7
+    mech = make_mechanism("dp_sgd", steps=T, task=task, clip=C, lot_size=L, noise_multiplier=sigma)
+    res = simulate(task=task, network=Network.from_topology("complete", 1), algorithm=make_algorithm("dsgd"),
+                   mechanism=mech, schedule=make_schedule("constant", eta=eta, iterations=T), iterations=T, seed=4,
+                   x0=torch.zeros(1, task.dim, dtype=torch.float64))
+    sq = float((res.final ** 2).sum())
+    expected = T * task.dim * sigma**2 * C**2 * eta**2 / L**2
+    assert abs(sq / expected - 1) < 4 * math.sqrt(2 / task.dim)
+    mech.start(None)
+    x = torch.zeros(1, task.dim, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(9)
+    total = sum(float((mech.noisy_gradient(task, x, t, gen, gen, None) ** 2).sum()) for t in range(T))
+    assert abs(total / (expected / eta**2) - 1) < 4 * math.sqrt(2 / (T * task.dim))
+
+
+def test_calibration_is_per_agent_and_re_accounted():
+    task = make_task("softmax", 3, dataset="digits", partition="dirichlet", alpha=0.3, seed=0)
+    mech = make_mechanism("dp_sgd", steps=40, task=task, clip=1.0, lot_size=32, epsilon=2.0, delta=1e-5)
+    assert len(set(task.counts.tolist())) == 3 and len(set(mech.sigmas.tolist())) == 3
+    for i, q in enumerate((32 / task.counts.double()).tolist()):
+        assert mech.rates[i] == pytest.approx(q)
+        eps, _ = rdp_epsilon(float(mech.sigmas[i]), q, 40, 1e-5)
+        assert eps <= 2.0 and eps > 2.0 * 0.999
+    ledger = mech.ledger()
+    assert {e.unit for e in ledger} == {"example"} and all(e.epsilon <= 2.0 for e in ledger)
+    assert sorted(a for e in ledger for a in e.noise["agents"]) == [0, 1, 2]
+
+
+def test_bad_input_is_refused_with_a_reason():
+    task = make_task("softmax", 3, dataset="digits")
+    with pytest.raises(ValidationError, match="larger than the data of agent"):
+        make_mechanism("dp_sgd", steps=10, task=task, lot_size=10_000, epsilon=1.0)
+    with pytest.raises(ValidationError, match="no noise multiplier"):
+        make_mechanism("dp_sgd", steps=10, task=task, lot_size=400, epsilon=1e-6, delta=1e-12)
+    with pytest.raises(ValidationError, match="exactly one"):
+        make_mechanism("dp_sgd", steps=10, task=task, lot_size=10)
+    with pytest.raises(ValidationError, match="cannot draw Poisson lots"):
+        make_mechanism("dp_sgd", steps=10, task=make_task("quadratic", 3), epsilon=1.0)
+    bn = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2))
+    with pytest.raises(ValidationError, match=r"layer '1' \(BatchNorm2d\).*GroupNorm"):
+        ModuleModel("bad", bn, (1, 8, 8))
+    mech = make_mechanism("dp_sgd", steps=2, task=task, lot_size=16, noise_multiplier=1.0)
+    x = torch.zeros(3, task.dim, dtype=task.dtype)
+    gen = torch.Generator()
+    mech.noisy_gradient(task, x, 1, gen, gen, None)
+    mech.noisy_gradient(task, x, 2, gen, gen, None)
+    with pytest.raises(AccessBudgetExceeded):
+        mech.noisy_gradient(task, x, 3, gen, gen, None)
+
+
+@pytest.mark.parametrize("algorithm,calls", [("dsgd", 30), ("dsgt", 31), ("dinno", 60)])
+def test_accounting_covers_every_noisy_access(algorithm, calls):
+    params = {"primal_steps": 2} if algorithm == "dinno" else {"form": "cta"} if algorithm == "dsgd" else {}
+    alg = make_algorithm(algorithm, **params)
+    assert alg.gradient_calls(30) == calls
+    task = make_task("softmax", 3, dataset="digits", dtype=torch.float32)
+    mech = make_mechanism("dp_sgd", steps=calls, task=task, lot_size=32, epsilon=3.0)
+    simulate(task=task, network=Network.from_topology("ring", 3), algorithm=alg, mechanism=mech,
+             schedule=make_schedule("constant", eta=0.05, iterations=30), iterations=30, seed=0)
+    assert mech.calls == calls
+
+
+def _linear_context(n, d, t, mix, seed):
+    gen = torch.Generator().manual_seed(seed)
+    A = torch.randn(n, d, d, generator=gen, dtype=torch.float64)
+    A = A @ A.transpose(1, 2) / d + torch.eye(d, dtype=torch.float64)
+    b = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    return A, b
+
+
+def test_dsgt_tracks_the_average_noisy_gradient():
+    n, d = 5, 4
+    net = Network.from_topology("ring", n)
+    gen = torch.Generator().manual_seed(0)
+    seen = []
+
+    def noisy(x):
+        g = x + torch.randn(x.shape, generator=gen, dtype=x.dtype)
+        seen.append(g)
+        return g
+
+    alg = make_algorithm("dsgt")
+    state = alg.init(torch.zeros(n, d, dtype=torch.float64))
+    for t in range(1, 20):
+        state = alg.step(state, StepContext(t, 0.1, noisy, net.mix))
+        assert torch.allclose(state["y"].mean(0), seen[-1].mean(0), atol=1e-12)
+    assert len(seen) == 20  # y⁰ plus one per round
+
+
+def test_dinno_without_privacy_reaches_the_centralized_solution():
+    n = 6
+    A, c = quadratic_problem(n)
+    x_star, _ = quadratic_optimum(A, c)
+    task = make_task("quadratic", n)
+    res = simulate(task=task, network=Network.from_topology("ring", n),
+                   algorithm=make_algorithm("dinno", rho=0.5, optimizer="sgd", primal_steps=3),
+                   mechanism=make_mechanism("none", steps=3 * 4000),
+                   schedule=make_schedule("constant", eta=0.01, iterations=4000), iterations=4000, seed=0)
+    assert np.allclose(res.final.numpy(), x_star[None, :], atol=1e-6)
+
+
+@pytest.mark.parametrize("name,params", [("dsgd", {"form": "cta", "optimizer": {"name": "sgd", "momentum": 0.9}}),
+                                          ("dsgd", {}), ("dsgt", {}),
+                                          ("dinno", {"optimizer": "adam", "primal_steps": 2})])
+def test_updates_are_synchronous(name, params):
+    """Relabelling the agents relabels the result: no agent reads a neighbour's already-updated model."""
+    n, d = 6, 3
+    net = Network.from_topology("erdos_renyi", n, p=0.5, seed=2)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(5))
+    P = np.eye(n)[perm.numpy()]
+    net_p = Network.from_matrix(P @ net.W @ P.T)
+    gen = torch.Generator().manual_seed(1)
+    A = torch.randn(n, d, d, generator=gen, dtype=torch.float64)
+    b = torch.randn(n, d, generator=gen, dtype=torch.float64)
+
+    def grad_fn(A, b):
+        return lambda x: torch.einsum("nij,nj->ni", A, x) - b
+
+    x0 = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    alg = make_algorithm(name, **params)
+    s, sp = alg.init(x0), alg.init(x0[perm])
+    for t in range(1, 6):
+        s = alg.step(s, StepContext(t, 0.05, grad_fn(A, b), net.mix, net.neighbour_operator()))
+        sp = alg.step(sp, StepContext(t, 0.05, grad_fn(A[perm], b[perm]), net_p.mix, net_p.neighbour_operator()))
+    assert torch.allclose(alg.params(s)[perm], alg.params(sp), atol=1e-12)
+
+
+@pytest.mark.parametrize("opt,torch_opt", [
+    (Optimizer("sgd", momentum=0.9, weight_decay=1e-2), lambda p: torch.optim.SGD([p], lr=0.1, momentum=0.9,
+                                                                                   weight_decay=1e-2)),
+    (Optimizer("adam"), lambda p: torch.optim.Adam([p], lr=0.1)),
+    (Optimizer("adam", weight_decay=1e-3), lambda p: torch.optim.Adam([p], lr=0.1, weight_decay=1e-3)),
+])
+def test_optimizers_match_torch_optim(opt, torch_opt):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 7, generator=gen, dtype=torch.float64)
+    p = x.clone().requires_grad_(True)
+    ref = torch_opt(p)
+    state = opt.init(x)
+    for _ in range(15):
+        g = torch.randn(4, 7, generator=gen, dtype=torch.float64) + x
+        u, state = opt.update(state, g, 0.1, x)
+        x = x + u
+        p.grad = g.clone()
+        ref.step()
+        assert torch.allclose(x, p.detach(), atol=1e-12)
+
+
+def test_resnet9_groupnorm_forward_and_per_example_gradients_on_random_tensors():
+    from privdl.tasks.models import resnet9
+
+    model = resnet9((3, 32, 32), 100, width=8, groups=4)
+    assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.module.modules())
+    assert any(isinstance(m, torch.nn.GroupNorm) for m in model.module.modules())
+    theta = model.init(torch.Generator().manual_seed(0), torch.float64)
+    X = torch.randn(3, 3, 32, 32, dtype=torch.float64)
+    logits = model.predict(theta, X)
+    assert logits.shape == (3, 100)
+    # one example's logits do not depend on the others (no batch statistics)
+    assert torch.allclose(model.predict(theta, X[:1]), logits[:1], atol=1e-10)
+    from torch.func import grad, vmap
+
+    def loss(blocks, x, y):
+        return torch.nn.functional.cross_entropy(model.predict_blocks(blocks, x[None]), y[None])
+
+    y = torch.tensor([1, 7, 42])
+    pe = vmap(grad(loss), in_dims=(None, 0, 0))(model.split(theta), X, y)
+    for b in range(3):
+        t = theta.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(torch.nn.functional.cross_entropy(model.predict(t, X[b:b + 1]), y[b:b + 1]), t)
+        assert torch.allclose(torch.cat([p[b].reshape(-1) for p in pe]), g, atol=1e-10)
