@@ -220,6 +220,7 @@ class CorrelatedGaussian(Mechanism):
         return list(self.design.components or [])
 
     def start(self, streams: Streams) -> None:
+        super().start(streams)
         self.noise.start(streams)
 
     def privatize(self, g: torch.Tensor, t: int, generator: torch.Generator) -> torch.Tensor:

@@ -28,10 +28,6 @@ ACCOUNTANT = "rdp (dp_accounting, Poisson-subsampled Gaussian)"
 CHUNK_BUDGET = 2**22
 
 
-class AccessBudgetExceeded(ValidationError):
-    """More noisy data accesses than the privacy accounting covers."""
-
-
 @MECHANISMS.register("dp_sgd")
 class DPSGD(Mechanism):
     """Example-level DP-SGD: Poisson lots of expected size ``lot_size``, per-example clipping to ``clip``, noise
@@ -74,7 +70,6 @@ class DPSGD(Mechanism):
         self.sigmas = torch.tensor([sigmas[q] for q in self.rates.tolist()], dtype=torch.float64)
         self._epsilons = {q: rdp_epsilon(s, q, self.steps, delta) for q, s in sigmas.items()}
         self.noise_scale, self.no_clip = float(unsafe_noise_scale), bool(unsafe_no_clip)
-        self.calls = 0
 
     @property
     def broken(self) -> bool:
@@ -85,10 +80,7 @@ class DPSGD(Mechanism):
 
     def noisy_gradient(self, task: Task, x: torch.Tensor, t: int, batch_gen: torch.Generator,
                        noise_gen: torch.Generator, oracle: object = None) -> torch.Tensor:
-        self.calls += 1
-        if self.calls > self.steps:
-            raise AccessBudgetExceeded(
-                f"noisy access {self.calls} exceeds the {self.steps} accesses the privacy accounting covers")
+        self.next_access()
         batch, mask = task.sample_lot(batch_gen, self.rates)
         n, d = x.shape
         chunk = self.chunk or max(1, CHUNK_BUDGET // (n * d))
@@ -96,9 +88,6 @@ class DPSGD(Mechanism):
         noise = torch.randn(x.shape, generator=noise_gen, dtype=x.dtype)
         scale = (self.sigmas * self.clip * self.noise_scale).to(x.dtype)[:, None]
         return (total + scale * noise) / self.lot_size
-
-    def start(self, streams: object) -> None:
-        self.calls = 0
 
     def ledger(self) -> list[LedgerEntry]:
         entries = []
