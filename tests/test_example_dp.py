@@ -94,7 +94,8 @@ def test_zero_gradient_noise_level():
     task = make_task("softmax", 1, dataset="digits", dtype=torch.float64)
     task.block_loss = lambda blocks, *batch: 0.0 * sum(b.sum() for b in blocks)  # zero gradients
     T, eta, L, C, sigma = 50, 0.3, 64, 2.0, 1.7
-    mech = make_mechanism("dp_sgd", steps=T, task=task, clip=C, lot_size=L, noise_multiplier=sigma)
+    mech = make_mechanism("dp_sgd", steps=T, task=task, clip=C, lot_size=L, noise_multiplier=sigma,
+                          per_example="vmap")  # the patched loss goes through torch.func
     res = simulate(task=task, network=Network.from_topology("complete", 1), algorithm=make_algorithm("dsgd"),
                    mechanism=mech, schedule=make_schedule("constant", eta=eta, iterations=T), iterations=T, seed=4,
                    x0=torch.zeros(1, task.dim, dtype=torch.float64))
@@ -298,3 +299,57 @@ def test_tracking_and_admm_compose_with_agent_level_mechanisms(algorithm, mechan
     assert keys == list(range(1, calls + 1))
     if mechanism != "gaussian_ldp":
         assert not torch.allclose(c.mechanism.noise.network(1, 7), c.mechanism.noise.network(2, 7))
+
+
+@pytest.mark.parametrize("name,params", [("cnn", {"dataset": "digits", "kernel": 3, "filters": 2, "width": 8}),
+                                         ("softmax", {"dataset": "digits"}),
+                                         ("logistic", {"dataset": "breast_cancer"}),
+                                         ("mlp", {"dataset": "digits", "hidden": 16})])
+@pytest.mark.parametrize("clip", [0.3, None])
+def test_ghost_clipping_equals_per_example_gradients(name, params, clip):
+    from privdl.simulator.ghost import ghost_clipped_sum, supports_ghost
+
+    task = make_task(name, 4, dtype=torch.float64, **params)
+    assert supports_ghost(task)
+    gen = torch.Generator().manual_seed(7)
+    x = task.init_params(gen).expand(4, -1).clone() + 0.3 * torch.randn(4, task.dim, generator=gen,
+                                                                          dtype=torch.float64)
+    batch, mask = task.sample_lot(gen, torch.full((4,), 0.1, dtype=torch.float64))
+    expected = clipped_example_sum(task, x, batch, mask, clip)
+    assert torch.allclose(ghost_clipped_sum(task, x, batch, mask, clip), expected, atol=1e-10)
+
+
+def test_ghost_clipping_is_chosen_only_where_it_applies():
+    digits = make_task("softmax", 3, dataset="digits")
+    assert make_mechanism("dp_sgd", steps=5, task=digits, lot_size=16, noise_multiplier=1.0).per_example == "ghost"
+    with_l2 = make_task("softmax", 3, dataset="digits", l2=0.1)
+    assert make_mechanism("dp_sgd", steps=5, task=with_l2, lot_size=16, noise_multiplier=1.0).per_example == "vmap"
+    with pytest.raises(ValidationError, match="ghost clipping does not support"):
+        make_mechanism("dp_sgd", steps=5, task=with_l2, lot_size=16, noise_multiplier=1.0, per_example="ghost")
+
+
+def test_fixed_sample_rate_is_checked_and_q_one_is_the_full_batch():
+    task = make_task("softmax", 3, dataset="digits")
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValidationError, match="sample_rate must be in"):
+            make_mechanism("dp_sgd", steps=5, task=task, lot_size=16, sample_rate=bad, epsilon=1.0)
+    (X, y), mask = task.sample_lot(torch.Generator(), torch.ones(3, dtype=torch.float64))
+    assert torch.equal(mask.sum(1).long(), task.counts)
+
+
+def test_audit_command_prints_json(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from privdl.cli import app
+
+    r = CliRunner().invoke(app, ["audit", "--algorithm", "dsgt", "--model", "softmax", "--dataset", "digits",
+                                 "--per-class", "20", "--models", "20", "--iterations", "5", "--one-run", "40",
+                                 "--format", "json", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)
+    res = report["results"]["dsgt"]
+    assert report["unit"] == "example" and report["nominal_epsilon"] == 1.0
+    assert "epsilon_lower" in res["threshold_audit"] and "epsilon_lower" in res["one_run_audit"]
+    assert (tmp_path / "audit.json").is_file() and (tmp_path / "scores_dsgt.npz").is_file()

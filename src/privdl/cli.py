@@ -287,6 +287,91 @@ def reproduce(
     console.print(f"{name}: {len(rows)} rows written to {target}")
 
 
+class AuditAlgorithm(str, Enum):
+    dsgd = "dsgd"
+    dsgt = "dsgt"
+    dinno = "dinno"
+    central = "central"
+
+
+@app.command()
+def audit(
+    algorithm: list[AuditAlgorithm] = typer.Option(
+        [AuditAlgorithm.central, AuditAlgorithm.dsgd, AuditAlgorithm.dsgt, AuditAlgorithm.dinno], "--algorithm",
+        help="algorithms to audit (repeatable; central = DP-SGD on the pooled data)"),
+    models: int = typer.Option(1000, "--models", help="models trained with, and as many without, the canary"),
+    held_out: float = typer.Option(0.2, "--held-out", help="fraction of models used to choose the threshold"),
+    epsilon: float = typer.Option(1.0, "--epsilon", help="nominal ε the training is calibrated to"),
+    delta: float = typer.Option(1e-2, "--delta"),
+    clip: float = typer.Option(10.0, "--clip"),
+    iterations: int = typer.Option(100, "--iterations"),
+    model: str = typer.Option("cnn", "--model", help="cnn (seed 004's) or softmax (fast)"),
+    dataset: str = typer.Option("mnist_t10k", "--dataset", help="image dataset D is drawn from"),
+    per_class: int = typer.Option(100, "--per-class", help="images of each of the three classes in D"),
+    canary: str = typer.Option("blank", "--canary", help="blank (seed 004) or bright (exposes disabled clipping)"),
+    broken: str = typer.Option("none", "--broken", help="none, noise (σ/10) or clip (no clipping): self-test"),
+    one_run: int = typer.Option(0, "--one-run", help="also run Steinke et al.'s one-run audit with this many "
+                                                   "canaries (0: skip)"),
+    batch: int = typer.Option(200, "--batch", help="systems trained at once (memory)"),
+    seed: int = typer.Option(0, "--seed"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write audit.json and the scores here"),
+    fmt: Format = typer.Option(Format.table, "--format"),
+) -> None:
+    """Membership-inference audit (seed 004 App. D): empirical ε lower bounds (Clopper–Pearson 95%) beside the
+    nominal ε for each algorithm, and optionally the one-run bound. A lower bound above the nominal ε means the
+    implementation does not deliver its guarantee."""
+    import json
+
+    import numpy as np
+    from rich.progress import Progress
+
+    from privdl.audit import AuditSetup, membership_audit, one_run_membership_audit
+
+    rows, report = [], {"unit": "example", "mechanism": "dp_sgd", "accountant": "rdp (dp_accounting)",
+                        "delta": delta, "nominal_epsilon": epsilon, "results": {}}
+    try:
+        with Progress(transient=True, disable=fmt is Format.json) as bar:
+            for alg in algorithm:
+                setup = AuditSetup(algorithm=alg.value, epsilon=epsilon, delta=delta, clip=clip,
+                                   iterations=iterations, model=model, dataset=dataset, per_class=per_class,
+                                   canary=canary, broken=broken, data_dir=data_dir)
+                task_id = bar.add_task(f"audit {alg.value}", total=2 * models)
+                res = membership_audit(setup, models, held_out=held_out, batch=batch, seed=seed,
+                                       progress=lambda done, total: bar.update(task_id, completed=done))
+                entry = {"threshold_audit": res.threshold.to_dict(), "violation": res.violation,
+                         "seconds": res.seconds, "ledger": res.ledger}
+                if one_run:
+                    one, _ = one_run_membership_audit(setup, one_run, seed=seed)
+                    entry["one_run_audit"] = one.to_dict()
+                report["results"][alg.value] = entry
+                if out:
+                    out.mkdir(parents=True, exist_ok=True)
+                    np.savez(out / f"scores_{alg.value}.npz", scores_in=res.scores_in, scores_out=res.scores_out)
+                rows.append((alg.value, res))
+    except (PrivdlError, ValueError) as exc:
+        _fail(exc)
+    if out:
+        (out / "audit.json").write_text(json.dumps(report, indent=2, default=str))
+    if fmt is Format.json:
+        typer.echo(json.dumps(report, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"membership audit: nominal (ε, δ) = ({epsilon}, {delta}), example level, "
+                        f"{models} + {models} models, {broken if broken != 'none' else 'correct'} mechanism")
+    for col in ("method", "nominal ε", "ε lower bound (95%)", "point", "TPR", "FPR", "one-run ε lb", "verdict"):
+        table.add_column(col)
+    for name, res in rows:
+        t = res.threshold
+        one = report["results"][name].get("one_run_audit", {}).get("epsilon_lower")
+        table.add_row(name, f"{epsilon:g}", f"{t.epsilon_lower:.3f}", f"{t.epsilon_point:.3f}", f"{t.tpr:.3f}",
+                      f"{t.fpr:.3f}", "—" if one is None else f"{one:.3f}",
+                      "[red]VIOLATION[/red]" if res.violation else "no violation found")
+    Console().print(table)
+
+
 def main() -> None:
     app()
 

@@ -109,6 +109,22 @@ def missing_classes(labels: np.ndarray, n: int, rng: np.random.Generator, *,
     return out
 
 
+@PARTITIONERS.register("explicit")
+def explicit(labels: np.ndarray, n: int, rng: np.random.Generator, *,
+             parts: list[list[int]] | list[np.ndarray] | None = None) -> list[np.ndarray]:
+    """Agent i holds exactly the training indices ``parts[i]`` (they may repeat across agents: independent copies of
+    one system, as audits train them)."""
+    if parts is None or len(parts) != n:
+        raise ValidationError(f"explicit partition needs one index list per agent ({n})")
+    out = [np.asarray(p, dtype=np.int64) for p in parts]
+    for i, p in enumerate(out):
+        if len(p) == 0:
+            raise ValidationError(f"explicit partition leaves agent {i} without data")
+        if p.min() < 0 or p.max() >= len(labels):
+            raise ValidationError(f"explicit partition: agent {i} has an index outside 0..{len(labels) - 1}")
+    return out
+
+
 def partition(name: str, labels: np.ndarray, n: int, rng: np.random.Generator, **params: object) -> list[np.ndarray]:
     """Run the registered partitioner ``name``."""
     return PARTITIONERS.build(name, np.asarray(labels), n, rng, **params)

@@ -8,6 +8,8 @@ clips every per-example gradient to C, sums them, adds N(0, σ_i²C²I) and divi
 σ_i is calibrated per agent to the target (ε, δ) from its own q_i and its true number of noisy accesses (every call,
 inner iterations included), with the RDP accountant of :mod:`privdl.privacy.example_accountant`; the ledger
 re-accounts the σ_i actually used. All agents' lots are drawn at once (padded, masked): no loop over agents.
+Clipped sums come from ghost clipping where the model allows it (:mod:`privdl.simulator.ghost`), else from
+per-example gradients through torch.func (:func:`privdl.simulator.gradients.clipped_example_sum`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from privdl.errors import ValidationError
 from privdl.mechanisms.base import MECHANISMS, Mechanism
 from privdl.privacy.example_accountant import calibrate_noise_multiplier, check_example_params, rdp_epsilon
 from privdl.privacy.ledger import LedgerEntry
+from privdl.simulator.ghost import ghost_clipped_sum, supports_ghost
 from privdl.simulator.gradients import clipped_example_sum
 from privdl.tasks.base import Task
 
@@ -30,8 +33,9 @@ CHUNK_BUDGET = 2**22
 
 @MECHANISMS.register("dp_sgd")
 class DPSGD(Mechanism):
-    """Example-level DP-SGD: Poisson lots of expected size ``lot_size``, per-example clipping to ``clip``, noise
-    calibrated to (``epsilon``, ``delta``) per agent — or a fixed ``noise_multiplier``.
+    """Example-level DP-SGD: Poisson lots of expected size ``lot_size`` (q_i = L/m_i, or ``sample_rate`` for all
+    agents), per-example clipping to ``clip``, noise calibrated to (``epsilon``, ``delta``) per agent — or a fixed
+    ``noise_multiplier``.
 
     ``unsafe_noise_scale`` (< 1) and ``unsafe_no_clip`` deliberately break the mechanism (for audits): the ledger then
     still states the claimed ε but marks the guarantee void."""
@@ -40,7 +44,7 @@ class DPSGD(Mechanism):
 
     def __init__(self, *, steps: int, task: Task, clip: float = 1.0, lot_size: int = 256,
                  epsilon: float | None = None, delta: float = 1e-5, noise_multiplier: float | None = None,
-                 chunk: int | None = None, unsafe_noise_scale: float = 1.0, unsafe_no_clip: bool = False) -> None:
+                 sample_rate: float | None = None, per_example: str = "auto", chunk: int | None = None, unsafe_noise_scale: float = 1.0, unsafe_no_clip: bool = False) -> None:
         if not (clip > 0 and math.isfinite(clip)):
             raise ValidationError(f"clip must be > 0, got {clip}")
         if not (isinstance(lot_size, int) and lot_size >= 1):
@@ -53,13 +57,18 @@ class DPSGD(Mechanism):
             raise ValidationError(f"unsafe_noise_scale must be >= 0, got {unsafe_noise_scale}")
         counts = task.counts.to(torch.float64)
         small = [i for i, m in enumerate(counts.tolist()) if m < lot_size]
-        if small:
+        if sample_rate is not None:
+            if not 0 < sample_rate <= 1:
+                raise ValidationError(f"sample_rate must be in (0, 1], got {sample_rate}")
+        elif small:
             raise ValidationError(
                 f"lot_size {lot_size} is larger than the data of agent(s) {small} "
                 f"({int(counts[small[0]])} examples at agent {small[0]}); lower lot_size")
         self.task, self.steps, self.clip, self.lot_size = task, int(steps), float(clip), int(lot_size)
         self.delta, self.target_epsilon, self.chunk = float(delta), epsilon, chunk
-        self.rates = lot_size / counts  # q_i
+        # q_i = L/m_i, or one public rate for every agent (then L only normalises: audits keep q fixed whether or
+        # not the canary is in the data, as the add/remove neighbouring relation requires)
+        self.rates = lot_size / counts if sample_rate is None else torch.full_like(counts, float(sample_rate))
         sigmas: dict[float, float] = {}
         for q in self.rates.tolist():
             if q not in sigmas:
@@ -70,6 +79,12 @@ class DPSGD(Mechanism):
         self.sigmas = torch.tensor([sigmas[q] for q in self.rates.tolist()], dtype=torch.float64)
         self._epsilons = {q: rdp_epsilon(s, q, self.steps, delta) for q, s in sigmas.items()}
         self.noise_scale, self.no_clip = float(unsafe_noise_scale), bool(unsafe_no_clip)
+        if per_example not in ("auto", "ghost", "vmap"):
+            raise ValidationError(f"per_example must be auto, ghost or vmap, got {per_example!r}")
+        if per_example == "ghost" and not supports_ghost(task):
+            raise ValidationError(f"ghost clipping does not support task {task.name!r} (model or L2 term); use vmap")
+        self.per_example = "ghost" if per_example == "auto" and supports_ghost(task) else \
+            ("vmap" if per_example == "auto" else per_example)
 
     @property
     def broken(self) -> bool:
@@ -83,8 +98,12 @@ class DPSGD(Mechanism):
         self.next_access()
         batch, mask = task.sample_lot(batch_gen, self.rates)
         n, d = x.shape
-        chunk = self.chunk or max(1, CHUNK_BUDGET // (n * d))
-        total = clipped_example_sum(task, x, batch, mask.to(x.dtype), None if self.no_clip else self.clip, chunk)
+        clip = None if self.no_clip else self.clip
+        if self.per_example == "ghost":
+            total = ghost_clipped_sum(task, x, batch, mask.to(x.dtype), clip)
+        else:
+            chunk = self.chunk or max(1, CHUNK_BUDGET // (n * d))
+            total = clipped_example_sum(task, x, batch, mask.to(x.dtype), clip, chunk)
         noise = torch.randn(x.shape, generator=noise_gen, dtype=x.dtype)
         scale = (self.sigmas * self.clip * self.noise_scale).to(x.dtype)[:, None]
         return (total + scale * noise) / self.lot_size

@@ -40,9 +40,10 @@ def checkpoints(iterations: int, eval_every: int) -> list[int]:
 def simulate(
     *, task: Task, network: Network, algorithm: Algorithm, mechanism: Mechanism, schedule: Schedule,
     iterations: int, seed: int, eval_every: int = 0, gradient: str = "auto", sparse: bool | None = None,
-    on_step: Callable[[int], None] | None = None, x0: torch.Tensor | None = None,
+    on_step: Callable[[int], None] | None = None, x0: torch.Tensor | None = None, metrics: bool = True,
 ) -> SimulationResult:
-    """Run ``algorithm`` with ``mechanism`` on ``task`` over ``network`` for ``iterations`` synchronous rounds."""
+    """Run ``algorithm`` with ``mechanism`` on ``task`` over ``network`` for ``iterations`` synchronous rounds
+    (``metrics=False`` skips the task's metrics, e.g. when only the final models matter)."""
     streams = Streams(seed)
     oracle = gradient_oracle(task, gradient)
     n = network.n
@@ -55,6 +56,8 @@ def simulate(
     records: list[tuple[int, str, float]] = []
 
     def record(t: int) -> None:
+        if not metrics:
+            return
         for k, v in task.metrics(algorithm.params(state)).items():
             records.append((t, k, v))
 

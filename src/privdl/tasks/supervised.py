@@ -93,6 +93,9 @@ class SupervisedTask(Task):
         """Poisson sampling (DP-SGD's lots): every example of agent i joins its lot independently with probability
         ``rate[i]``. Drawn exactly as a Binomial(m_i, q_i) lot size followed by a uniform subset of that size; lots
         are padded to the largest one. Returns the batch (n, K, ...) and a 0/1 mask (n, K) of real entries."""
+        if bool((rate >= 1).all()):  # full batches: every agent's whole data, no draw and no gather
+            mask = (torch.arange(self.X.shape[1])[None, :] < self.counts[:, None]).to(self.dtype)
+            return (self.X, self.y), mask
         sizes = torch.binomial(self.counts.to(torch.float64), rate.to(torch.float64), generator=generator).long()
         k = max(int(sizes.max()), 1)
         keys = torch.rand(self.n, self.X.shape[1], generator=generator, dtype=torch.float64)

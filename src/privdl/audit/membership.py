@@ -1,0 +1,206 @@
+"""Membership-inference audit of example-level DP training (seed 004 App. D; SPEC §4, §8).
+
+D: ``per_class`` images of each of three classes, one class per agent (3 agents, complete graph); the canary z is a
+blank image labelled 0, held by agent 0 in the "in" world. Many systems are trained on D and on D ∪ {z}, all as
+independent copies on one agent axis (:mod:`privdl.audit.copies`); the score of a system is minus agent 0's loss
+on z. The threshold is chosen on held-out models and ε is bounded from the rest (:mod:`privdl.audit.estimators`).
+The noise is calibrated with a public, fixed sampling rate, so it is the same in both worlds.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from privdl.algorithms import make_algorithm
+from privdl.audit.copies import Copies
+from privdl.audit.estimators import OneRunAudit, ThresholdAudit, one_run_audit, threshold_audit
+from privdl.data import load_dataset
+from privdl.data.datasets import Dataset
+from privdl.errors import ValidationError
+from privdl.mechanisms import make_mechanism
+from privdl.network import Network
+from privdl.rng import derive_seed
+from privdl.schedules import make_schedule
+from privdl.simulator import simulate
+from privdl.tasks.models import cnn, linear
+from privdl.tasks.supervised import SupervisedTask, _image_shape
+
+#: seed 004's learning rates at ε = 1 (their configs), used as audit defaults: (algorithm params, schedule)
+DEFAULTS: dict[str, tuple[dict, dict]] = {
+    "dsgd": ({"name": "dsgd", "form": "cta"}, {"name": "geometric", "eta_start": 0.0365, "eta_end": 0.005}),
+    "dsgt": ({"name": "dsgt"}, {"name": "geometric", "eta_start": 0.0602, "eta_end": 0.005}),
+    "dinno": ({"name": "dinno", "rho": 0.5, "rho_scale": 1.0003, "optimizer": "adam"},
+              {"name": "geometric", "eta_start": 0.01, "eta_end": 0.0005}),
+    "central": ({"name": "dsgd", "form": "cta", "optimizer": {"name": "sgd", "momentum": 0.9, "weight_decay": 1e-4}},
+                {"name": "constant", "eta": 0.194}),
+}
+#: pixel value of the "bright" canary: its gradient norm exceeds C = 10 many times over, so disabled clipping shows
+BRIGHT = 10.0
+BROKEN = {"none": {}, "noise": {"unsafe_noise_scale": 0.1}, "clip": {"unsafe_no_clip": True}}
+
+
+@dataclass
+class AuditSetup:
+    algorithm: str = "dsgd"  # dsgd | dsgt | dinno | central
+    epsilon: float = 1.0
+    delta: float = 1e-2
+    clip: float = 10.0
+    iterations: int = 100
+    model: str = "cnn"  # cnn | softmax
+    dataset: str = "mnist_t10k"
+    classes: tuple[int, ...] = (0, 1, 2)
+    per_class: int = 100
+    canary: str = "blank"  # blank (seed 004) | bright (every pixel = BRIGHT: a gradient far above any clip)
+    broken: str = "none"  # none | noise (σ/10) | clip (no clipping)
+    data_dir: str | None = None
+    eta_scale: float = 1.0
+
+    def check(self) -> None:
+        if self.algorithm not in DEFAULTS:
+            raise ValidationError(f"unknown audit algorithm {self.algorithm!r}; valid: {', '.join(DEFAULTS)}")
+        if self.broken not in BROKEN:
+            raise ValidationError(f"unknown broken mode {self.broken!r}; valid: {', '.join(BROKEN)}")
+        if self.canary not in ("blank", "bright"):
+            raise ValidationError(f"unknown canary {self.canary!r}; valid: blank, bright")
+        if self.model not in ("cnn", "softmax"):
+            raise ValidationError(f"unknown audit model {self.model!r}; valid: cnn, softmax")
+
+
+def _audit_data(setup: AuditSetup, extra: int = 0, seed: int = 0) -> tuple[Dataset, list[np.ndarray], list[int]]:
+    """D (``per_class`` examples of each class, in dataset order), the canary appended as the last training example,
+    and ``extra`` further candidate canaries (other images with random labels) before it."""
+    ds = load_dataset(setup.dataset, **({"data_dir": setup.data_dir} if setup.data_dir else {}))
+    groups = []
+    for c in setup.classes:
+        idx = np.flatnonzero(ds.y_train == c)[: setup.per_class]
+        if len(idx) < setup.per_class:
+            raise ValidationError(f"{setup.dataset} has only {len(idx)} training images of class {c}")
+        groups.append(idx)
+    used = np.concatenate(groups)
+    rng = np.random.default_rng(seed)
+    others = rng.choice(np.setdiff1d(np.arange(len(ds.y_train)), used), size=extra, replace=False)
+    z = np.zeros_like(ds.X_train[:1]) + (BRIGHT if setup.canary == "bright" else 0.0)
+    X = np.concatenate([ds.X_train[used], ds.X_train[others], z])
+    y = np.concatenate([ds.y_train[used], rng.integers(0, ds.n_classes, size=extra), [setup.classes[0]]])
+    sub = Dataset(f"{setup.dataset}-audit", X, y.astype(np.int64), ds.X_test[:1000], ds.y_test[:1000], ds.n_classes)
+    offsets = np.cumsum([0] + [len(g) for g in groups])
+    parts = [np.arange(offsets[i], offsets[i + 1]) for i in range(len(groups))]
+    canaries = list(range(len(used), len(used) + extra))
+    return sub, parts, canaries
+
+
+def _model(setup: AuditSetup, ds: Dataset):
+    if setup.model == "cnn":
+        return cnn(_image_shape(ds), ds.n_classes)
+    return linear(int(np.prod(ds.feature_shape)), ds.n_classes)
+
+
+def _train(setup: AuditSetup, ds: Dataset, agent_parts: list[list[np.ndarray]], seed: int,
+           init_seed: int) -> tuple[SupervisedTask, torch.Tensor, int]:
+    """Train len(agent_parts) independent systems at once; returns the task, final models (copies·n₀, d), n₀."""
+    central = setup.algorithm == "central"
+    n0 = len(agent_parts[0])
+    copies = len(agent_parts)
+    flat_parts = [p for system in agent_parts for p in system]
+    model = _model(setup, ds)
+    task = SupervisedTask("audit", ds, model, copies * n0, partition_name="explicit",
+                          partition_params={"parts": flat_parts}, batch_size=1, l2=0.0, zero_init=False,
+                          rng=np.random.default_rng(0), dtype=torch.float32, eval_train_samples=1)
+    base = Network.from_topology("complete", n0)
+    alg_params, sched = DEFAULTS[setup.algorithm]
+    algorithm = make_algorithm(alg_params["name"], **{k: v for k, v in alg_params.items() if k != "name"})
+    calls = algorithm.gradient_calls(setup.iterations)
+    lot = setup.per_class * (len(setup.classes) if central else 1)
+    mechanism = make_mechanism("dp_sgd", steps=calls, task=task, clip=setup.clip, lot_size=lot, sample_rate=1.0,
+                               epsilon=setup.epsilon, delta=setup.delta, **BROKEN[setup.broken])
+    sched_params = {k: (v * setup.eta_scale if k.startswith("eta") else v) for k, v in sched.items() if k != "name"}
+    schedule = make_schedule(sched["name"], iterations=setup.iterations, **sched_params)
+    x0 = model.init(torch.Generator().manual_seed(init_seed), torch.float32).expand(copies * n0, -1).clone()
+    res = simulate(task=task, network=Copies(base, copies), algorithm=algorithm, mechanism=mechanism,
+                   schedule=schedule, iterations=setup.iterations, seed=seed, x0=x0, metrics=False)
+    task.audit_mechanism = mechanism  # for the report
+    return task, res.final, n0
+
+
+def _losses(task: SupervisedTask, models: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-model loss on each example: (models, examples)."""
+    with torch.no_grad():
+        logits = torch.vmap(lambda th: task.model.predict(th, X))(models)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 y.repeat(models.shape[0]), reduction="none").reshape(len(models), -1)
+
+
+@dataclass
+class MembershipAuditResult:
+    setup: AuditSetup
+    threshold: ThresholdAudit
+    nominal_epsilon: float
+    scores_in: np.ndarray = field(repr=False)
+    scores_out: np.ndarray = field(repr=False)
+    seconds: float = 0.0
+    ledger: list = field(default_factory=list)
+
+    @property
+    def violation(self) -> bool:
+        return self.threshold.epsilon_lower > self.nominal_epsilon
+
+
+def membership_audit(setup: AuditSetup, models: int = 1000, *, held_out: float = 0.2, batch: int = 200,
+                     seed: int = 0, confidence: float = 0.95,
+                     progress: Callable[[int, int], None] | None = None) -> MembershipAuditResult:
+    """Train ``models`` systems with and ``models`` without the canary (vectorised ``batch`` at a time) and bound
+    ε from agent 0's loss on z."""
+    setup.check()
+    if models < 2:
+        raise ValidationError(f"models must be >= 2, got {models}")
+    start = time.perf_counter()
+    ds, parts, _ = _audit_data(setup, seed=seed)
+    z = len(ds.y_train) - 1
+    if setup.algorithm == "central":
+        parts = [np.concatenate(parts)]
+    with_z = [np.append(parts[0], z)] + parts[1:]
+    scores = {True: [], False: []}
+    ledger: list = []
+    done, total = 0, 2 * models
+    chunk = 0
+    while done < total:
+        k = min(batch, total - done)
+        worlds = [(done + c) % 2 == 0 for c in range(k)]  # alternate in/out inside every batch
+        systems = [with_z if w else parts for w in worlds]
+        task, final, n0 = _train(setup, ds, systems, seed=derive_seed(seed, "audit", chunk), init_seed=seed)
+        ledger = [e.to_dict() for e in task.audit_mechanism.ledger()]
+        agent0 = final.reshape(k, n0, -1)[:, 0]
+        loss = _losses(task, agent0, torch.as_tensor(ds.X_train[z:z + 1]), torch.as_tensor(ds.y_train[z:z + 1]))[:, 0]
+        for w, s in zip(worlds, (-loss).tolist()):
+            scores[w].append(s)
+        done += k
+        chunk += 1
+        if progress:
+            progress(done, total)
+    s_in, s_out = np.array(scores[True]), np.array(scores[False])
+    audit = threshold_audit(s_in, s_out, setup.delta, held_out=held_out, confidence=confidence, seed=seed)
+    return MembershipAuditResult(setup, audit, setup.epsilon, s_in, s_out, time.perf_counter() - start, ledger)
+
+
+def one_run_membership_audit(setup: AuditSetup, canaries: int = 200, *, seed: int = 0,
+                             confidence: float = 0.95) -> tuple[OneRunAudit, list]:
+    """Steinke et al.'s one-run audit: ``canaries`` extra images with random labels, each put in agent 0's data
+    with probability 1/2, one training run, scores = minus agent 0's loss on each canary."""
+    setup.check()
+    ds, parts, cands = _audit_data(setup, extra=canaries, seed=seed)
+    rng = np.random.default_rng(derive_seed(seed, "one-run"))
+    included = rng.random(canaries) < 0.5
+    if setup.algorithm == "central":
+        parts = [np.concatenate(parts)]
+    system = [np.concatenate([parts[0], np.array(cands)[included]])] + parts[1:]
+    task, final, n0 = _train(setup, ds, [system], seed=derive_seed(seed, "one-run", "train"), init_seed=seed)
+    X = torch.as_tensor(ds.X_train[cands])
+    y = torch.as_tensor(ds.y_train[cands])
+    loss = _losses(task, final[:1], X, y)[0]
+    result = one_run_audit((-loss).numpy(), included, setup.delta, confidence=confidence)
+    return result, [e.to_dict() for e in task.audit_mechanism.ledger()]
