@@ -265,18 +265,31 @@ def covariance(
 
 @app.command()
 def reproduce(
-    name: str = typer.Argument(..., help="fig1, fig2, quadratic, quadratic_at_optimum, a9a, fmnist"),
+    name: str = typer.Argument(..., help="fig1, fig2, quadratic, quadratic_at_optimum, a9a, fmnist (seed 001); "
+                                         "table1, table2 (seed 004)"),
     out: Optional[Path] = typer.Option(None, "--out", help="output directory (default results/reproduce/NAME)"),
     seeds: Optional[int] = typer.Option(None, "--seeds", help="seeds per setting (default: the paper's 10)"),
     tune_seeds: Optional[int] = typer.Option(None, "--tune-seeds", help="seeds for the step-size search"),
     clip: Optional[float] = typer.Option(None, "--clip", help="quadratic: clipping norm (SPEC: 0.1)"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="where a9a / Fashion-MNIST files are"),
+    iterations: Optional[int] = typer.Option(None, "--iterations", help="table1/table2: rounds (paper: 2000)"),
+    epsilon: list[float] = typer.Option([], "--epsilon", help="table1/table2: ε values (repeatable; inf = "
+                                                              "non-private)"),
+    fiedler: list[float] = typer.Option([], "--fiedler", help="table1: normalized Fiedler targets (repeatable)"),
+    t: list[float] = typer.Option([], "--t", help="table2: A(t) splits (repeatable)"),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="table1/table2: image dataset "
+                                                                  "(default fashion_mnist; mnist where present)"),
+    tune: bool = typer.Option(False, "--tune", help="table1/table2: try lr × {½, 1, 2} per cell first"),
 ) -> None:
-    """Reproduce a figure of the source papers: writes CSV files and PNG plots (see REPRODUCTION.md)."""
+    """Reproduce a figure or table of the source papers: writes CSV files (and plots) (see REPRODUCTION.md)."""
     from privdl.reproductions import REPRODUCTIONS
 
-    options = {k: v for k, v in {"seeds": seeds, "tune_seeds": tune_seeds, "clip": clip,
-                                 "data_dir": data_dir}.items() if v is not None}
+    options = {k: v for k, v in {"seeds": seeds, "tune_seeds": tune_seeds, "clip": clip, "data_dir": data_dir,
+                                 "iterations": iterations, "epsilons": tuple(epsilon) or None,
+                                 "fiedlers": tuple(fiedler) or None, "ts": tuple(t) or None, "dataset": dataset,
+                                 "tune": tune or None}.items() if v is not None}
+    if name in ("table1", "table2"):
+        options["progress"] = lambda line: console.print(line)
     target = out or Path("results") / "reproduce" / name
     try:
         fn = REPRODUCTIONS.get(name)

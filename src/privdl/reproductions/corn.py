@@ -7,12 +7,10 @@ beside it. Protocol: n = 20, ER(p) with Metropolis–Hastings weights, δ = 1e-5
 
 from __future__ import annotations
 
-import csv
 import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -20,22 +18,13 @@ import torch
 from privdl.covariance import design_covariance
 from privdl.network import Network
 from privdl.privacy.agent_accountant import get_accountant
-from privdl.registry import Registry
+from privdl.reproductions.common import REPRODUCTIONS, write_csv
 
-REPRODUCTIONS: Registry[Callable[..., list[dict]]] = Registry("reproduction")
 
 EPSILONS = [3, 5, 7, 10, 15, 20, 25, 30, 40]
 PS = [0.2, 0.4, 0.6, 0.8, 1.0]
 DESIGNS = ["ldp", "decor", "whisper"]
 DELTA, CLIP, STEPS, N = 1e-5, 0.1, 5000, 20
-
-
-def write_csv(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def er_network(n: int, p: float, seed: int) -> Network:

@@ -1,0 +1,157 @@
+"""Reproductions of seed 004 (DP-DSGD, DP-DSGT, DP-DiNNO versus central DP-SGD; SPEC §4): Table 1 (accuracy versus
+ε and normalized Fiedler value, one class per agent) and Table 2 (accuracy versus the A(t) split on a sparse graph).
+
+Protocol: N = 10 agents, lot L = 256 (Poisson, q_i = L/m_i), δ = 1e-5, C = 10 (1 for central DP-SGD), the small
+CNN, geometric step sizes from the authors' tuned values (their Ray population-based search, their configs), with
+an optional ×{½, 1, 2} search around them (``tune``). MNIST's training images are not available here, so
+Fashion-MNIST stands in by default (``dataset``). Rows are appended to CSV as they finish; a rerun skips them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from privdl.experiment.build import build
+from privdl.reproductions.common import REPRODUCTIONS, read_csv, write_csv
+from privdl.simulator import simulate
+
+INF = math.inf
+#: the authors' tuned learning rates for MNIST (configs/mnist/*/): (start, end) of the geometric schedule per ε;
+#: ε = 100 and 0.5 use their ε = 10 and ε = 1 values (nearest tuned budget we read)
+AUTHORS_LR = {
+    "central": {INF: (0.05, 0.05), 10.0: (0.317, 0.317), 1.0: (0.194, 0.194)},
+    "dsgd": {INF: (0.1, 0.0005), 10.0: (0.113, 0.005), 1.0: (0.0365, 0.005)},
+    "dsgt": {INF: (0.0792, 0.005), 10.0: (0.174, 0.005), 1.0: (0.0602, 0.005)},
+    "dinno": {INF: (0.005, 0.0005), 10.0: (0.0075, 0.0005), 1.0: (0.01, 0.0005)},
+}
+ALGORITHM = {
+    "central": {"name": "dsgd", "form": "cta",
+                "optimizer": {"name": "sgd", "momentum": 0.9, "weight_decay": 1e-4}},
+    "dsgd": {"name": "dsgd", "form": "cta", "optimizer": {"name": "sgd", "weight_decay": 1e-4}},
+    "dsgt": {"name": "dsgt"},
+    "dinno": {"name": "dinno", "rho": 0.5, "rho_scale": 1.0003, "primal_steps": 1, "optimizer": "adam"},
+}
+METHOD_LABEL = {"central": "Central", "dsgd": "DP-DSGD", "dsgt": "DP-DSGT", "dinno": "DP-DiNNO"}
+
+
+def learning_rate(method: str, epsilon: float) -> tuple[float, float]:
+    table = AUTHORS_LR[method]
+    if epsilon in table:
+        return table[epsilon]
+    return table[10.0] if epsilon > 5 else table[1.0]
+
+
+def run_config(method: str, epsilon: float, *, fiedler: float, t: float, seed: int, iterations: int,
+               dataset: str, data_dir: str | None, lr_scale: float = 1.0, lot: int = 256) -> dict:
+    """The effective run config of one table cell."""
+    central = method == "central"
+    start, end = learning_rate(method, epsilon)
+    network = {"topology": "complete", "n": 1} if central else \
+        {"topology": "fiedler", "n": 10, "fiedler": fiedler, "tol": 0.05, "seed": seed}
+    task = {"name": "cnn", "dataset": dataset, "partition": "iid" if central else "a_t", "t": t, "seed": seed,
+            "batch_size": lot, **({"data_dir": data_dir} if data_dir else {})}
+    mechanism = {"name": "none"} if math.isinf(epsilon) else \
+        {"name": "dp_sgd", "epsilon": epsilon, "delta": 1e-5, "clip": 1.0 if central else 10.0, "lot_size": lot}
+    return {"network": network, "task": task, "algorithm": dict(ALGORITHM[method]), "mechanism": mechanism,
+            "schedule": {"name": "geometric", "eta_start": start * lr_scale, "eta_end": end * lr_scale},
+            "iterations": iterations, "dtype": "float32"}
+
+
+def run_cell(cfg: dict, seed: int) -> dict:
+    c = build(cfg)
+    start = time.perf_counter()
+    res = simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
+                   schedule=c.schedule, iterations=cfg["iterations"], seed=seed, metrics=False)
+    seconds = time.perf_counter() - start
+    accs = []
+    with torch.no_grad():
+        for theta in res.final:
+            pred = c.task.model.predict(theta, c.task.X_test).argmax(-1)
+            accs.append(float((pred == c.task.y_test).double().mean()))
+    ledger = c.mechanism.ledger()[0]
+    return {"accuracy": float(np.mean(accs)), "accuracy_std_agents": float(np.std(accs)),
+            "fiedler": c.network.normalized_fiedler_value if c.network.n > 1 else "",  # central: no graph
+            "epsilon_achieved": ledger.epsilon, "unit": ledger.unit, "accountant": ledger.accountant,
+            "noise_multiplier": ledger.noise.get("noise_multiplier", 0.0), "noisy_accesses": ledger.steps,
+            "seconds": seconds}
+
+
+def _grid(out: Path, name: str, cells: list[dict], *, iterations: int, dataset: str, data_dir: str | None,
+          tune: bool, progress, lot: int = 256) -> list[dict]:
+    """Run every cell (method, epsilon, fiedler, t, seed) not yet in ``name``.csv; with ``tune`` each cell first
+    tries lr × {½, 1, 2} on seed 0 and keeps the best for all seeds (documented search)."""
+    path = out / f"{name}.csv"
+    rows = read_csv(path)
+    done = {(r["method"], r["epsilon"], r["fiedler_target"], r["t"], r["seed"]) for r in rows}
+    scales: dict[tuple, float] = {}
+    for cell in cells:
+        key = (cell["method"], str(cell["epsilon"]), str(cell["fiedler"]), str(cell["t"]), str(cell["seed"]))
+        if key in done:
+            continue
+        skey = (cell["method"], cell["epsilon"], cell["fiedler"], cell["t"])
+        if tune and skey not in scales:
+            trials = {}
+            for s in (0.5, 1.0, 2.0):
+                cfg = run_config(cell["method"], cell["epsilon"], fiedler=cell["fiedler"], t=cell["t"], seed=0,
+                                 iterations=iterations, dataset=dataset, data_dir=data_dir, lr_scale=s, lot=lot)
+                trials[s] = run_cell(cfg, seed=10_000)["accuracy"]  # a tuning seed never reported
+            scales[skey] = max(trials, key=trials.get)
+        scale = scales.get(skey, 1.0)
+        cfg = run_config(cell["method"], cell["epsilon"], fiedler=cell["fiedler"], t=cell["t"], seed=cell["seed"],
+                         iterations=iterations, dataset=dataset, data_dir=data_dir, lr_scale=scale, lot=lot)
+        result = run_cell(cfg, seed=cell["seed"])
+        rows.append({"method": cell["method"], "epsilon": cell["epsilon"], "fiedler_target": cell["fiedler"],
+                     "t": cell["t"], "seed": cell["seed"], "lr_scale": scale, "iterations": iterations,
+                     "dataset": dataset, **result})
+        write_csv(path, rows)  # survive interruption: every finished cell is on disk
+        if progress:
+            progress(f"{name}: {cell['method']} ε={cell['epsilon']} λ={cell['fiedler']} t={cell['t']} "
+                     f"seed={cell['seed']}: {result['accuracy']:.4f} ({result['seconds']:.0f} s)")
+    summary = summarise(rows)
+    write_csv(out / f"{name}_summary.csv", summary)
+    return summary
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        groups.setdefault((r["method"], str(r["epsilon"]), str(r["fiedler_target"]), str(r["t"])), []).append(
+            float(r["accuracy"]))
+    return [{"method": m, "epsilon": e, "fiedler_target": f, "t": t, "seeds": len(v),
+             "accuracy_mean": 100 * float(np.mean(v)), "accuracy_std": 100 * float(np.std(v))}
+            for (m, e, f, t), v in sorted(groups.items())]
+
+
+@REPRODUCTIONS.register("table1")
+def table1(out: Path, *, seeds: int = 3, iterations: int = 2000, epsilons: tuple[float, ...] = (INF, 100, 10, 1, 0.5),
+           fiedlers: tuple[float, ...] = (1.0, 0.7, 0.39, 0.06), methods: tuple[str, ...] = ("dsgd", "dsgt", "dinno"),
+           dataset: str = "fashion_mnist", data_dir: str | None = None, tune: bool = False, progress=None,
+           lot: int = 256, **_: object) -> list[dict]:
+    """Seed 004 Table 1: accuracy versus ε and normalized Fiedler value, one class per agent (A(1)); central DP-SGD
+    on the pooled data is the same for every graph and is run once per ε."""
+    out = Path(out)
+    cells = [{"method": "central", "epsilon": e, "fiedler": 1.0, "t": 1.0, "seed": s}
+             for e in epsilons for s in range(seeds)]
+    cells += [{"method": m, "epsilon": e, "fiedler": f, "t": 1.0, "seed": s}
+              for f in fiedlers for e in epsilons for m in methods for s in range(seeds)]
+    return _grid(out, "table1", cells, iterations=iterations, dataset=dataset, data_dir=data_dir, tune=tune,
+                 progress=progress, lot=lot)
+
+
+@REPRODUCTIONS.register("table2")
+def table2(out: Path, *, seeds: int = 3, iterations: int = 2000, epsilons: tuple[float, ...] = (0.5, 10),
+           ts: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0), fiedler: float = 0.06,
+           methods: tuple[str, ...] = ("dsgd", "dsgt", "dinno"), dataset: str = "fashion_mnist",
+           data_dir: str | None = None, tune: bool = False, progress=None, lot: int = 256,
+           **_: object) -> list[dict]:
+    """Seed 004 Table 2: accuracy versus the A(t) split at ε ∈ {0.5, 10} on a graph of normalized Fiedler value
+    0.06."""
+    cells = [{"method": m, "epsilon": e, "fiedler": fiedler, "t": t, "seed": s}
+             for e in epsilons for t in ts for m in methods for s in range(seeds)]
+    return _grid(Path(out), "table2", cells, iterations=iterations, dataset=dataset, data_dir=data_dir, tune=tune,
+                 progress=progress, lot=lot)
