@@ -34,7 +34,7 @@ from privdl.tasks.supervised import SupervisedTask, _image_shape
 DEFAULTS: dict[str, tuple[dict, dict]] = {
     "dsgd": ({"name": "dsgd", "form": "cta"}, {"name": "geometric", "eta_start": 0.0365, "eta_end": 0.005}),
     "dsgt": ({"name": "dsgt"}, {"name": "geometric", "eta_start": 0.0602, "eta_end": 0.005}),
-    "dinno": ({"name": "dinno", "rho": 0.5, "rho_scale": 1.0003, "optimizer": "adam"},
+    "dinno": ({"name": "dinno", "rho": 0.5, "rho_scale": 1.0003, "optimizer": "adam", "reset_optimizer": True},
               {"name": "geometric", "eta_start": 0.01, "eta_end": 0.0005}),
     "central": ({"name": "dsgd", "form": "cta", "optimizer": {"name": "sgd", "momentum": 0.9, "weight_decay": 1e-4}},
                 {"name": "constant", "eta": 0.194}),
