@@ -353,3 +353,31 @@ def test_audit_command_prints_json(tmp_path):
     assert report["unit"] == "example" and report["nominal_epsilon"] == 1.0
     assert "epsilon_lower" in res["threshold_audit"] and "epsilon_lower" in res["one_run_audit"]
     assert (tmp_path / "audit.json").is_file() and (tmp_path / "scores_dsgt.npz").is_file()
+
+
+def _dp_dsgt_run(device):
+    task = _cnn(n=4)
+    net = Network.from_topology("ring", 4)
+    mech = make_mechanism("dp_sgd", steps=6, task=task, clip=1.0, lot_size=16, noise_multiplier=1.0, network=net)
+    return simulate(task=task, network=net, algorithm=make_algorithm("dsgt"), mechanism=mech,
+                    schedule=make_schedule("constant", eta=0.05, iterations=5), iterations=5, seed=3, device=device,
+                    eval_every=5)
+
+
+def test_device_option_keeps_the_draws_and_the_result():
+    """device='cpu' (or 'auto' without CUDA) is the default path bit for bit; on CUDA the lots and noise are the
+    same CPU draws, so a run differs only by floating-point rounding (checked on the GPU machine, see
+    BENCHMARKS.md)."""
+    base = _dp_dsgt_run(None)
+    same = _dp_dsgt_run("cpu")
+    assert torch.equal(base.final, same.final) and base.records == same.records
+    if not torch.cuda.is_available():
+        assert torch.equal(_dp_dsgt_run("auto").final, base.final)
+        with pytest.raises(ValidationError, match="no CUDA"):
+            _dp_dsgt_run("cuda")
+    else:
+        cuda = _dp_dsgt_run("cuda")
+        assert cuda.final.device.type == "cpu"
+        torch.testing.assert_close(cuda.final, base.final, rtol=1e-6, atol=1e-8)
+    with pytest.raises(ValidationError, match="CPU only"):
+        make_task("quadratic", 4).to("cuda")

@@ -2,12 +2,15 @@
 
 import math
 
+import pytest
+
+from privdl.errors import ValidationError
 from privdl.reproductions import REPRODUCTIONS
 from privdl.reproductions.common import read_csv
 
 
 def test_table1_cells_ledgers_and_resume(tmp_path):
-    opts = dict(seeds=1, iterations=3, epsilons=(math.inf, 2.0), fiedlers=(1.0,), methods=("dsgt", "dinno"),
+    opts = dict(seeds=1, iterations=3, epsilons=(math.inf, 2.0), fiedlers=(1.0,), methods=("central", "dsgt", "dinno"),
                 dataset="digits", lot=32)
     summary = REPRODUCTIONS.get("table1")(tmp_path, **opts)
     rows = read_csv(tmp_path / "table1.csv")
@@ -17,6 +20,42 @@ def test_table1_cells_ledgers_and_resume(tmp_path):
     dsgt = next(r for r in private if r["method"] == "dsgt")
     assert int(dsgt["noisy_accesses"]) == 4  # T + 1: DSGT's initial tracking gradient is accounted
     assert {s["method"] for s in summary} == {"central", "dsgt", "dinno"}
+    # side by side with the paper: "ours (paper)" in the right column, "—" where nothing ran
+    md = (tmp_path / "table1_vs_paper.md").read_text().splitlines()
+    central = next(line for line in md if line.startswith("| Central"))
+    ours = next(s for s in summary if s["method"] == "central" and math.isinf(float(s["epsilon"])))
+    assert central.split("|")[2].strip() == f"{ours['accuracy_mean']:.2f} ± 0.00 (98.22)"
+    dsgd = next(line for line in md if line.startswith("| DP-DSGD"))
+    assert dsgd.split("|")[2].strip() == "— (95.38)"
     stamp = (tmp_path / "table1.csv").stat().st_mtime_ns
     REPRODUCTIONS.get("table1")(tmp_path, **opts)  # everything done: nothing reruns
     assert (tmp_path / "table1.csv").stat().st_mtime_ns == stamp
+
+
+def test_table2_shards_cover_the_grid_once(tmp_path):
+    """K processes with --shard I/K run disjoint cells; together they are exactly the unsharded table."""
+    opts = dict(seeds=1, iterations=2, epsilons=(math.inf,), ts=(0.0, 1.0), methods=("dsgd", "dsgt"),
+                dataset="digits", lot=32)
+    for i in range(3):
+        REPRODUCTIONS.get("table2")(tmp_path / "sharded", shard=f"{i}/3", **opts)
+    shards = [read_csv(tmp_path / "sharded" / f"table2.shard{i}of3.csv") for i in range(3)]
+    assert sorted(len(s) for s in shards) == [1, 1, 2]
+    keys = sorted((r["method"], r["t"]) for s in shards for r in s)
+    full = REPRODUCTIONS.get("table2")(tmp_path / "whole", **opts)
+    assert keys == sorted((r["method"], r["t"]) for r in read_csv(tmp_path / "whole" / "table2.csv"))
+    summary = read_csv(tmp_path / "sharded" / "table2_summary.csv")
+    assert [float(r["accuracy_mean"]) for r in summary] == pytest.approx([r["accuracy_mean"] for r in full])
+    # an unsharded resume over the shards' CSVs finds nothing left to run
+    REPRODUCTIONS.get("table2")(tmp_path / "sharded", **opts)
+    assert not (tmp_path / "sharded" / "table2.csv").exists() or not read_csv(tmp_path / "sharded" / "table2.csv")
+
+
+@pytest.mark.parametrize("shard", ["3/3", "1", "a/b", "-1/2"])
+def test_bad_shard_is_refused(tmp_path, shard):
+    with pytest.raises(ValidationError, match="shard"):
+        REPRODUCTIONS.get("table2")(tmp_path, shard=shard, seeds=1, iterations=1, dataset="digits")
+
+
+def test_unknown_method_is_refused(tmp_path):
+    with pytest.raises(ValidationError, match="unknown method"):
+        REPRODUCTIONS.get("table2")(tmp_path, methods=("central",), seeds=1, iterations=1, dataset="digits")

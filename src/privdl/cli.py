@@ -280,6 +280,11 @@ def reproduce(
     dataset: Optional[str] = typer.Option(None, "--dataset", help="table1/table2: image dataset "
                                                                   "(default fashion_mnist; mnist where present)"),
     tune: bool = typer.Option(False, "--tune", help="table1/table2: try lr × {½, 1, 2} per cell first"),
+    method: list[str] = typer.Option([], "--method", help="table1/table2: methods to run (repeatable; central, "
+                                                          "dsgd, dsgt, dinno)"),
+    device: Optional[str] = typer.Option(None, "--device", help="table1/table2: cpu, cuda or auto"),
+    shard: Optional[str] = typer.Option(None, "--shard", help="table1/table2: I/K runs every K-th cell from I "
+                                                              "(K processes share one table)"),
 ) -> None:
     """Reproduce a figure or table of the source papers: writes CSV files (and plots) (see REPRODUCTION.md)."""
     from privdl.reproductions import REPRODUCTIONS
@@ -287,7 +292,8 @@ def reproduce(
     options = {k: v for k, v in {"seeds": seeds, "tune_seeds": tune_seeds, "clip": clip, "data_dir": data_dir,
                                  "iterations": iterations, "epsilons": tuple(epsilon) or None,
                                  "fiedlers": tuple(fiedler) or None, "ts": tuple(t) or None, "dataset": dataset,
-                                 "tune": tune or None}.items() if v is not None}
+                                 "tune": tune or None, "methods": tuple(method) or None, "device": device,
+                                 "shard": shard}.items() if v is not None}
     if name in ("table1", "table2"):
         options["progress"] = lambda line: console.print(line)
     target = out or Path("results") / "reproduce" / name
@@ -326,6 +332,7 @@ def audit(
     one_run: int = typer.Option(0, "--one-run", help="also run Steinke et al.'s one-run audit with this many "
                                                    "canaries (0: skip)"),
     batch: int = typer.Option(200, "--batch", help="systems trained at once (memory)"),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or auto: where the systems train"),
     seed: int = typer.Option(0, "--seed"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir"),
     out: Optional[Path] = typer.Option(None, "--out", help="write audit.json and the scores here"),
@@ -350,12 +357,12 @@ def audit(
                                    iterations=iterations, model=model, dataset=dataset, per_class=per_class,
                                    canary=canary, broken=broken, data_dir=data_dir)
                 task_id = bar.add_task(f"audit {alg.value}", total=2 * models)
-                res = membership_audit(setup, models, held_out=held_out, batch=batch, seed=seed,
+                res = membership_audit(setup, models, held_out=held_out, batch=batch, seed=seed, device=device,
                                        progress=lambda done, total: bar.update(task_id, completed=done))
                 entry = {"threshold_audit": res.threshold.to_dict(), "violation": res.violation,
                          "seconds": res.seconds, "ledger": res.ledger}
                 if one_run:
-                    one, _ = one_run_membership_audit(setup, one_run, seed=seed)
+                    one, _ = one_run_membership_audit(setup, one_run, seed=seed, device=device)
                     entry["one_run_audit"] = one.to_dict()
                 report["results"][alg.value] = entry
                 if out:

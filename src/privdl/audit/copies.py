@@ -38,9 +38,10 @@ class Copies:
         self.description = f"{self.copies} independent copies of {base.description}"
 
     def mix(self, x: torch.Tensor, *, sparse: bool | None = None) -> torch.Tensor:
-        w = torch.as_tensor(self.base.W, dtype=x.dtype)
+        w = torch.as_tensor(self.base.W, dtype=x.dtype, device=x.device)
         return torch.einsum("ij,cjd->cid", w, x.reshape(self.copies, self.base.n, -1)).reshape(x.shape)
 
-    def neighbour_operator(self, dtype: torch.dtype = torch.float64) -> CopiesNeighbours:
-        nb = self.base.neighbour_operator(dtype)
+    def neighbour_operator(self, dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu"
+                           ) -> CopiesNeighbours:
+        nb = self.base.neighbour_operator(dtype, device)
         return CopiesNeighbours(nb.adjacency, nb.degree, self.copies)

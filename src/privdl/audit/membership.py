@@ -101,7 +101,7 @@ def _model(setup: AuditSetup, ds: Dataset):
 
 
 def _train(setup: AuditSetup, ds: Dataset, agent_parts: list[list[np.ndarray]], seed: int,
-           init_seed: int) -> tuple[SupervisedTask, torch.Tensor, int]:
+           init_seed: int, device: str = "cpu") -> tuple[SupervisedTask, torch.Tensor, int]:
     """Train len(agent_parts) independent systems at once; returns the task, final models (copies·n₀, d), n₀."""
     central = setup.algorithm == "central"
     n0 = len(agent_parts[0])
@@ -122,7 +122,7 @@ def _train(setup: AuditSetup, ds: Dataset, agent_parts: list[list[np.ndarray]], 
     schedule = make_schedule(sched["name"], iterations=setup.iterations, **sched_params)
     x0 = model.init(torch.Generator().manual_seed(init_seed), torch.float32).expand(copies * n0, -1).clone()
     res = simulate(task=task, network=Copies(base, copies), algorithm=algorithm, mechanism=mechanism,
-                   schedule=schedule, iterations=setup.iterations, seed=seed, x0=x0, metrics=False)
+                   schedule=schedule, iterations=setup.iterations, seed=seed, x0=x0, metrics=False, device=device)
     task.audit_mechanism = mechanism  # for the report
     return task, res.final, n0
 
@@ -152,9 +152,9 @@ class MembershipAuditResult:
 
 def membership_audit(setup: AuditSetup, models: int = 1000, *, held_out: float = 0.2, batch: int = 200,
                      seed: int = 0, confidence: float = 0.95,
-                     progress: Callable[[int, int], None] | None = None) -> MembershipAuditResult:
-    """Train ``models`` systems with and ``models`` without the canary (vectorised ``batch`` at a time) and bound
-    ε from agent 0's loss on z."""
+                     progress: Callable[[int, int], None] | None = None, device: str = "cpu") -> MembershipAuditResult:
+    """Train ``models`` systems with and ``models`` without the canary (vectorised ``batch`` at a time, on
+    ``device``) and bound ε from agent 0's loss on z."""
     setup.check()
     if models < 2:
         raise ValidationError(f"models must be >= 2, got {models}")
@@ -172,7 +172,8 @@ def membership_audit(setup: AuditSetup, models: int = 1000, *, held_out: float =
         k = min(batch, total - done)
         worlds = [(done + c) % 2 == 0 for c in range(k)]  # alternate in/out inside every batch
         systems = [with_z if w else parts for w in worlds]
-        task, final, n0 = _train(setup, ds, systems, seed=derive_seed(seed, "audit", chunk), init_seed=seed)
+        task, final, n0 = _train(setup, ds, systems, seed=derive_seed(seed, "audit", chunk), init_seed=seed,
+                                 device=device)
         ledger = [e.to_dict() for e in task.audit_mechanism.ledger()]
         agent0 = final.reshape(k, n0, -1)[:, 0]
         loss = _losses(task, agent0, torch.as_tensor(ds.X_train[z:z + 1]), torch.as_tensor(ds.y_train[z:z + 1]))[:, 0]
@@ -188,7 +189,7 @@ def membership_audit(setup: AuditSetup, models: int = 1000, *, held_out: float =
 
 
 def one_run_membership_audit(setup: AuditSetup, canaries: int = 200, *, seed: int = 0,
-                             confidence: float = 0.95) -> tuple[OneRunAudit, list]:
+                             confidence: float = 0.95, device: str = "cpu") -> tuple[OneRunAudit, list]:
     """Steinke et al.'s one-run audit: ``canaries`` extra images with random labels, each put in agent 0's data
     with probability 1/2, one training run, scores = minus agent 0's loss on each canary."""
     setup.check()
@@ -198,7 +199,8 @@ def one_run_membership_audit(setup: AuditSetup, canaries: int = 200, *, seed: in
     if setup.algorithm == "central":
         parts = [np.concatenate(parts)]
     system = [np.concatenate([parts[0], np.array(cands)[included]])] + parts[1:]
-    task, final, n0 = _train(setup, ds, [system], seed=derive_seed(seed, "one-run", "train"), init_seed=seed)
+    task, final, n0 = _train(setup, ds, [system], seed=derive_seed(seed, "one-run", "train"), init_seed=seed,
+                             device=device)
     X = torch.as_tensor(ds.X_train[cands])
     y = torch.as_tensor(ds.y_train[cands])
     loss = _losses(task, final[:1], X, y)[0]

@@ -48,6 +48,7 @@ TOP_LEVEL: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "dtype": (str, "float64"),
     "gradient": (str, "auto"),
     "threads": (int, 0),
+    "device": (str, "cpu"),
 }
 NETWORK_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "topology": (str, "erdos_renyi"),
@@ -302,7 +303,7 @@ def _keys_accepted_anywhere(points: list[tuple[dict, dict, set[str]]]) -> dict[s
 
 
 def run_id(effective: dict) -> str:
-    payload = {k: v for k, v in effective.items() if k not in ("name", "description", "threads")}
+    payload = {k: v for k, v in effective.items() if k not in ("name", "description", "threads", "device")}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 

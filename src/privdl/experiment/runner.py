@@ -35,7 +35,8 @@ def run_one(spec: RunSpec, on_step=None) -> tuple[list[tuple[int, str, float]], 
     c = build(cfg)
     result = simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
                       schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
-                      eval_every=cfg["eval_every"], gradient=cfg["gradient"], sparse=c.sparse, on_step=on_step)
+                      eval_every=cfg["eval_every"], gradient=cfg["gradient"], sparse=c.sparse, on_step=on_step,
+                      device=cfg.get("device", "cpu"))
     final = {m: v for t, m, v in result.records if t == cfg["iterations"]}
     manifest = {
         "run_id": spec.run_id,

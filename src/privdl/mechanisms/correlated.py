@@ -224,7 +224,7 @@ class CorrelatedGaussian(Mechanism):
         self.noise.start(streams)
 
     def privatize(self, g: torch.Tensor, t: int, generator: torch.Generator) -> torch.Tensor:
-        return clip_rows(g, self.clip) + self.noise.network(t, g.shape[1], g.dtype)
+        return clip_rows(g, self.clip) + self.noise.network(t, g.shape[1], g.dtype).to(g.device)
 
     def ledger(self) -> list[LedgerEntry]:
         facts = {k: v for k, v in self.design.summary().items() if k not in ("design", "seconds")}

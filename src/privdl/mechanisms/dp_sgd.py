@@ -104,8 +104,8 @@ class DPSGD(Mechanism):
         else:
             chunk = self.chunk or max(1, CHUNK_BUDGET // (n * d))
             total = clipped_example_sum(task, x, batch, mask.to(x.dtype), clip, chunk)
-        noise = torch.randn(x.shape, generator=noise_gen, dtype=x.dtype)
-        scale = (self.sigmas * self.clip * self.noise_scale).to(x.dtype)[:, None]
+        noise = torch.randn(x.shape, generator=noise_gen, dtype=x.dtype).to(x.device)  # drawn on the CPU stream
+        scale = (self.sigmas * self.clip * self.noise_scale).to(x.dtype).to(x.device)[:, None]
         return (total + scale * noise) / self.lot_size
 
     def ledger(self) -> list[LedgerEntry]:

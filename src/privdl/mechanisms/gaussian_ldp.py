@@ -39,7 +39,7 @@ class GaussianLDP(Mechanism):
         self.achieved_epsilon = self.accountant.epsilon(self.bound, delta, clip, steps)
 
     def privatize(self, g: torch.Tensor, t: int, generator: torch.Generator) -> torch.Tensor:
-        noise = torch.randn(g.shape, generator=generator, dtype=g.dtype)
+        noise = torch.randn(g.shape, generator=generator, dtype=g.dtype).to(g.device)
         return clip_rows(g, self.clip) + self.sigma * noise
 
     def ledger(self) -> list[LedgerEntry]:

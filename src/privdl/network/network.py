@@ -117,27 +117,28 @@ class Network:
         }
 
     # ---- the mixing operator ------------------------------------------------------------------------------
-    def mixer(self, *, dtype: torch.dtype = torch.float64, sparse: bool | None = None) -> torch.Tensor:
+    def mixer(self, *, dtype: torch.dtype = torch.float64, sparse: bool | None = None,
+              device: torch.device | str = "cpu") -> torch.Tensor:
         """W as a torch tensor (dense, or CSR when ``sparse``; by default sparse for n ≥ 200 and density < 10%)."""
         density = (self.graph.number_of_edges() * 2 + self.n) / self.n**2
         if sparse is None:
             sparse = self.n >= 200 and density < 0.1
-        key = (dtype, bool(sparse))
+        key = (dtype, bool(sparse), str(device))
         if key not in self._mixers:
-            w = torch.as_tensor(self.W, dtype=dtype)
+            w = torch.as_tensor(self.W, dtype=dtype, device=device)
             with warnings.catch_warnings():  # torch flags CSR as beta; W @ x on CSR is what we use and test
                 warnings.simplefilter("ignore", UserWarning)
                 self._mixers[key] = w.to_sparse_csr() if sparse else w
         return self._mixers[key]
 
-    def neighbour_operator(self, dtype: torch.dtype = torch.float64) -> Neighbours:
-        a = torch.as_tensor(self.laplacian, dtype=dtype)
+    def neighbour_operator(self, dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu") -> Neighbours:
+        a = torch.as_tensor(self.laplacian, dtype=dtype, device=device)
         degree = torch.diagonal(a).clone()
         return Neighbours(torch.diag(degree) - a, degree[:, None])
 
     def mix(self, x: torch.Tensor, *, sparse: bool | None = None) -> torch.Tensor:
         """One synchronous gossip round: (W x)_i = Σ_j W_ij x_j over the leading (agent) axis."""
-        w = self.mixer(dtype=x.dtype, sparse=sparse)
+        w = self.mixer(dtype=x.dtype, sparse=sparse, device=x.device)
         if x.ndim == 1:
             return w @ x
         return (w @ x.reshape(self.n, -1)).reshape(x.shape)

@@ -8,6 +8,7 @@ Count every noisy access to the data as a step (inner iterations, accumulated su
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 
@@ -47,6 +48,7 @@ def _event(noise_multiplier: float, sample_rate: float, steps: int) -> dp_accoun
     return dp_accounting.SelfComposedDpEvent(step, steps)
 
 
+@functools.lru_cache(maxsize=4096)  # pure in its arguments; sweeps and seeds repeat the same (σ, q, T, δ)
 def rdp_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
                 orders: tuple[float, ...] = DEFAULT_ORDERS) -> tuple[float, float]:
     """(ε, best order) of ``steps`` Poisson-subsampled Gaussian steps (noise σ·C on a sum of C-clipped terms)."""
@@ -57,6 +59,7 @@ def rdp_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: 
     return float(eps), float(order)
 
 
+@functools.lru_cache(maxsize=1024)
 def calibrate_noise_multiplier(epsilon: float, sample_rate: float, steps: int, delta: float,
                                orders: tuple[float, ...] = DEFAULT_ORDERS) -> float:
     """The smallest noise multiplier (to 1e-6 relative) whose re-accounted ε is ≤ ``epsilon``; never overshoots."""

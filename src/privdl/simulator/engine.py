@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 
 from privdl.algorithms.base import Algorithm, StepContext
+from privdl.errors import ValidationError
 from privdl.mechanisms.base import Mechanism
 from privdl.network.network import Network
 from privdl.rng import Streams
@@ -41,17 +42,22 @@ def simulate(
     *, task: Task, network: Network, algorithm: Algorithm, mechanism: Mechanism, schedule: Schedule,
     iterations: int, seed: int, eval_every: int = 0, gradient: str = "auto", sparse: bool | None = None,
     on_step: Callable[[int], None] | None = None, x0: torch.Tensor | None = None, metrics: bool = True,
+    device: str | torch.device | None = None,
 ) -> SimulationResult:
     """Run ``algorithm`` with ``mechanism`` on ``task`` over ``network`` for ``iterations`` synchronous rounds
-    (``metrics=False`` skips the task's metrics, e.g. when only the final models matter)."""
+    (``metrics=False`` skips the task's metrics, e.g. when only the final models matter). ``device`` ("cuda",
+    "auto" = cuda when available) moves the task's data and the agents' state there; every random draw still comes
+    from the CPU's keyed streams, so the lots and the noise are the same numbers on every device."""
     streams = Streams(seed)
+    if device is not None:
+        task.to(resolve_device(device))
     oracle = gradient_oracle(task, gradient)
     n = network.n
     if x0 is None:
         x0 = task.init_params(streams.torch("init")).expand(n, -1).clone()
-    state = algorithm.init(x0.to(task.dtype))
+    state = algorithm.init(x0.to(task.dtype).to(task.device))
     mix = lambda x: network.mix(x, sparse=sparse)  # noqa: E731
-    neighbours = network.neighbour_operator(task.dtype)
+    neighbours = network.neighbour_operator(task.dtype, task.device)
     marks = set(checkpoints(iterations, eval_every or iterations))
     records: list[tuple[int, str, float]] = []
 
@@ -76,5 +82,18 @@ def simulate(
                 record(t)
             if on_step is not None:
                 on_step(t)
+    if task.device.type == "cuda":
+        torch.cuda.synchronize(task.device)
     seconds = time.perf_counter() - start
-    return SimulationResult(records, algorithm.params(state).clone(), seconds, iterations)
+    return SimulationResult(records, algorithm.params(state).cpu().clone(), seconds, iterations)
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"auto"`` → cuda when torch sees one, else cpu; anything else as given, checked to exist."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValidationError(f"device {str(device)!r} asked for, but this torch ({torch.__version__}) sees no CUDA "
+                              "device; use device 'cpu' or 'auto'")
+    return dev

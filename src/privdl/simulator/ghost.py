@@ -92,7 +92,7 @@ def _group(task, blocks, X, y, mask, clip):
             conv_b = d0.sum(dim=(-2, -1))  # (n, B, F)
             conv = (conv_w, conv_b)
     ins = [h.detach() for h in ins]
-    sq = torch.zeros(n, B, dtype=X.dtype)
+    sq = torch.zeros(n, B, dtype=X.dtype, device=X.device)
     for h, d in zip(ins, deltas):
         dd = (d * d).sum(-1)
         sq = sq + dd * (h * h).sum(-1) + dd

@@ -71,7 +71,8 @@ def gradient_oracle(task: Task, method: str = "auto") -> Callable[[torch.Tensor,
         from privdl.errors import ValidationError
 
         raise ValidationError(f"unknown gradient method {method!r}; valid: auto, closed_form, torch_func")
-    probe = task.batched_grad(torch.zeros(task.n, task.dim, dtype=task.dtype), task.sample(torch.Generator()))
+    probe = task.batched_grad(torch.zeros(task.n, task.dim, dtype=task.dtype, device=task.device),
+                              task.sample(torch.Generator()))
     if method == "torch_func" or (method == "auto" and probe is None):
         return lambda x, batch: per_agent_gradients(task, x, batch)
     if probe is None:

@@ -12,6 +12,7 @@ from typing import Callable
 
 import torch
 
+from privdl.errors import ValidationError
 from privdl.registry import Registry
 
 Batch = tuple[torch.Tensor, ...]
@@ -24,6 +25,7 @@ class Task(ABC):
     n: int
     dim: int
     dtype: torch.dtype = torch.float64
+    device: torch.device = torch.device("cpu")
 
     @abstractmethod
     def init_params(self, generator: torch.Generator) -> torch.Tensor:
@@ -58,6 +60,12 @@ class Task(ABC):
     def batched_grad(self, x: torch.Tensor, batch: Batch) -> torch.Tensor | None:
         """Optional closed-form per-agent mini-batch gradients (n, d); None means use torch.func."""
         return None
+
+    def to(self, device: str | torch.device) -> "Task":
+        """Move the task's tensors to ``device`` (an accelerator); returns self. Random draws stay on the CPU."""
+        if torch.device(device).type != "cpu":
+            raise ValidationError(f"task {self.name!r} runs on the CPU only (asked for device {device!r})")
+        return self
 
     def describe(self) -> dict[str, object]:
         """Facts for the manifest (sizes per agent, dimension...)."""

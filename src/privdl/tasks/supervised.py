@@ -2,6 +2,8 @@
 
 Agent data lives in padded tensors X (n, m_max, ...), y (n, m_max) with true sizes ``counts``; a mini-batch is B
 indices per agent drawn uniformly (with replacement) from that agent's own samples, all agents in one gather.
+:meth:`SupervisedTask.to` moves the data to an accelerator; indices are still drawn on the CPU from the keyed
+streams (``counts`` and the offsets stay there), so a run draws the same lots on every device.
 """
 
 from __future__ import annotations
@@ -78,6 +80,14 @@ class SupervisedTask(Task):
             out = out + 0.5 * self.l2 * sum((b * b).sum() for b in blocks)
         return out
 
+    def to(self, device: str | torch.device) -> "SupervisedTask":
+        """Move the data (training, test and evaluation tensors) to ``device``; returns self."""
+        device = torch.device(device)
+        for name in ("X", "y", "_X_flat", "_y_flat", "X_test", "y_test", "X_train_eval", "y_train_eval"):
+            setattr(self, name, getattr(self, name).to(device))
+        self.device = device
+        return self
+
     def sample(self, generator: torch.Generator) -> Batch:
         u = torch.rand(self.n, self.batch_size, generator=generator, dtype=torch.float64)
         flat = ((u * self.counts[:, None]).long() + self._offsets).reshape(-1)
@@ -95,7 +105,7 @@ class SupervisedTask(Task):
         are padded to the largest one. Returns the batch (n, K, ...) and a 0/1 mask (n, K) of real entries."""
         if bool((rate >= 1).all()):  # full batches: every agent's whole data, no draw and no gather
             mask = (torch.arange(self.X.shape[1])[None, :] < self.counts[:, None]).to(self.dtype)
-            return (self.X, self.y), mask
+            return (self.X, self.y), mask.to(self.device)
         sizes = torch.binomial(self.counts.to(torch.float64), rate.to(torch.float64), generator=generator).long()
         k = max(int(sizes.max()), 1)
         keys = torch.rand(self.n, self.X.shape[1], generator=generator, dtype=torch.float64)
@@ -103,10 +113,11 @@ class SupervisedTask(Task):
         idx = keys.topk(k, dim=1, largest=False).indices  # a uniform random k-subset (in random order) per agent
         mask = (torch.arange(k)[None, :] < sizes[:, None]).to(self.dtype)
         flat = (idx + self._offsets).reshape(-1)
-        return self._gather(flat, self.n, k), mask
+        return self._gather(flat, self.n, k), mask.to(self.device)
 
     def _gather(self, flat: torch.Tensor, rows: int, per_row: int | None = None) -> Batch:
         shape = (rows, per_row or self.batch_size, *self.X.shape[2:])
+        flat = flat.to(self.device)
         X = self._X_flat.index_select(0, flat).to(self.dtype).reshape(shape)
         return X, self._y_flat.index_select(0, flat).reshape(shape[:2])
 
