@@ -381,14 +381,15 @@ def audit(
 
     table = Table(title=f"membership audit: nominal (ε, δ) = ({epsilon}, {delta}), example level, "
                         f"{models} + {models} models, {broken if broken != 'none' else 'correct'} mechanism")
-    for col in ("method", "nominal ε", "ε lower bound (95%)", "point", "TPR", "FPR", "one-run ε lb", "verdict"):
+    for col in ("method", "nominal ε", "ε lower bound (95%)", "point", "TPR", "FPR", "one-run ε lb"):
         table.add_column(col)
+    table.add_column("verdict", no_wrap=True)
     for name, res in rows:
         t = res.threshold
         one = report["results"][name].get("one_run_audit", {}).get("epsilon_lower")
         table.add_row(name, f"{epsilon:g}", f"{t.epsilon_lower:.3f}", f"{t.epsilon_point:.3f}", f"{t.tpr:.3f}",
                       f"{t.fpr:.3f}", "—" if one is None else f"{one:.3f}",
-                      "[red]VIOLATION[/red]" if res.violation else "no violation found")
+                      "[red]VIOLATION[/red]" if res.violation else "none found")
     Console().print(table)
 
 
