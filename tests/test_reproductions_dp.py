@@ -59,3 +59,12 @@ def test_bad_shard_is_refused(tmp_path, shard):
 def test_unknown_method_is_refused(tmp_path):
     with pytest.raises(ValidationError, match="unknown method"):
         REPRODUCTIONS.get("table2")(tmp_path, methods=("central",), seeds=1, iterations=1, dataset="digits")
+
+
+def test_cli_refuses_table_options_for_other_reproductions(tmp_path):
+    from typer.testing import CliRunner
+
+    from privdl.cli import app
+
+    res = CliRunner().invoke(app, ["reproduce", "fig1", "--device", "cuda", "--out", str(tmp_path)])
+    assert res.exit_code != 0 and "table1 and table2 only" in res.output

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from privdl.errors import PrivdlError
+from privdl.errors import PrivdlError, ValidationError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="privdl: privacy-preserving decentralized learning (simulator, accountants, experiments).")
@@ -296,6 +296,8 @@ def reproduce(
                                  "shard": shard}.items() if v is not None}
     if name in ("table1", "table2"):
         options["progress"] = lambda line: console.print(line)
+    elif method or device or shard:
+        _fail(ValidationError("--method, --device and --shard apply to table1 and table2 only"))
     target = out or Path("results") / "reproduce" / name
     try:
         fn = REPRODUCTIONS.get(name)
