@@ -44,7 +44,8 @@ class DPSGD(Mechanism):
 
     def __init__(self, *, steps: int, task: Task, clip: float = 1.0, lot_size: int = 256,
                  epsilon: float | None = None, delta: float = 1e-5, noise_multiplier: float | None = None,
-                 sample_rate: float | None = None, per_example: str = "auto", chunk: int | None = None, unsafe_noise_scale: float = 1.0, unsafe_no_clip: bool = False) -> None:
+                 sample_rate: float | None = None, per_example: str = "auto", chunk: int | None = None,
+                 unsafe_noise_scale: float = 1.0, unsafe_no_clip: bool = False) -> None:
         if not (clip > 0 and math.isfinite(clip)):
             raise ValidationError(f"clip must be > 0, got {clip}")
         if not (isinstance(lot_size, int) and lot_size >= 1):
@@ -83,8 +84,10 @@ class DPSGD(Mechanism):
             raise ValidationError(f"per_example must be auto, ghost or vmap, got {per_example!r}")
         if per_example == "ghost" and not supports_ghost(task):
             raise ValidationError(f"ghost clipping does not support task {task.name!r} (model or L2 term); use vmap")
-        self.per_example = "ghost" if per_example == "auto" and supports_ghost(task) else \
-            ("vmap" if per_example == "auto" else per_example)
+        if per_example == "auto":
+            per_example = "ghost" if supports_ghost(task) else "vmap"
+        self.per_example = per_example
+        self._scales: dict[tuple, torch.Tensor] = {}  # σ_i·C per (dtype, device), built once
 
     @property
     def broken(self) -> bool:
@@ -98,15 +101,17 @@ class DPSGD(Mechanism):
         self.next_access()
         batch, mask = task.sample_lot(batch_gen, self.rates)
         n, d = x.shape
-        clip = None if self.no_clip else self.clip
+        clip, mask = None if self.no_clip else self.clip, mask.to(x.dtype)
         if self.per_example == "ghost":
-            total = ghost_clipped_sum(task, x, batch, mask.to(x.dtype), clip)
+            total = ghost_clipped_sum(task, x, batch, mask, clip)
         else:
             chunk = self.chunk or max(1, CHUNK_BUDGET // (n * d))
-            total = clipped_example_sum(task, x, batch, mask.to(x.dtype), clip, chunk)
+            total = clipped_example_sum(task, x, batch, mask, clip, chunk)
+        key = (x.dtype, x.device)
+        if key not in self._scales:
+            self._scales[key] = (self.sigmas * self.clip * self.noise_scale).to(dtype=x.dtype, device=x.device)[:, None]
         noise = torch.randn(x.shape, generator=noise_gen, dtype=x.dtype).to(x.device)  # drawn on the CPU stream
-        scale = (self.sigmas * self.clip * self.noise_scale).to(x.dtype).to(x.device)[:, None]
-        return (total + scale * noise) / self.lot_size
+        return (total + self._scales[key] * noise) / self.lot_size
 
     def ledger(self) -> list[LedgerEntry]:
         entries = []

@@ -55,7 +55,7 @@ def simulate(
     n = network.n
     if x0 is None:
         x0 = task.init_params(streams.torch("init")).expand(n, -1).clone()
-    state = algorithm.init(x0.to(task.dtype).to(task.device))
+    state = algorithm.init(x0.to(dtype=task.dtype, device=task.device))
     mix = lambda x: network.mix(x, sparse=sparse)  # noqa: E731
     neighbours = network.neighbour_operator(task.dtype, task.device)
     marks = set(checkpoints(iterations, eval_every or iterations))
