@@ -16,36 +16,36 @@ budgets = st.tuples(st.floats(0.05, 60), st.floats(1e-9, 0.1), st.floats(0.01, 1
 def test_calibration_never_overshoots_epsilon(budget, name):
     eps, delta, clip, steps = budget
     acc = get_accountant(name)
-    b = acc.bound(eps, delta, clip, steps)
+    b = acc.bound(epsilon=eps, delta=delta, clip=clip, steps=steps)
     assert b > 0
-    assert acc.epsilon(b, delta, clip, steps) <= eps
-    assert acc.epsilon(b * 1.001, delta, clip, steps) > eps * (1 - 1e-9)  # and it is not needlessly loose
+    assert acc.epsilon(bound=b, delta=delta, clip=clip, steps=steps) <= eps
+    assert acc.epsilon(bound=b * 1.001, delta=delta, clip=clip, steps=steps) > eps * (1 - 1e-9)  # and it is not needlessly loose
 
 
 @settings(max_examples=60, deadline=None)
 @given(budget=budgets)
 def test_tight_bound_is_at_least_the_paper_bound(budget):
     eps, delta, clip, steps = budget
-    assert get_accountant("tight").bound(eps, delta, clip, steps) >= get_accountant("paper").bound(
-        eps, delta, clip, steps) * (1 - 1e-9)
+    assert get_accountant("tight").bound(epsilon=eps, delta=delta, clip=clip, steps=steps) >= get_accountant("paper").bound(
+        epsilon=eps, delta=delta, clip=clip, steps=steps) * (1 - 1e-9)
 
 
 def test_paper_bound_is_the_exact_inverse_of_theorem_2():
     eps, delta, clip, steps = 10.0, 1e-5, 0.1, 5000
     L = math.log(1 / delta)
-    b = paper_bound(eps, delta, clip, steps)
+    b = paper_bound(epsilon=eps, delta=delta, clip=clip, steps=steps)
     assert b == pytest.approx((math.sqrt(L + eps) - math.sqrt(L)) ** 2 / (2 * steps * clip**2), rel=1e-12)
-    assert paper_epsilon(b, delta, clip, steps) == pytest.approx(eps, rel=1e-12)
+    assert paper_epsilon(bound=b, delta=delta, clip=clip, steps=steps) == pytest.approx(eps, rel=1e-12)
 
 
 def test_simplified_paper_bound_is_invalid_for_large_epsilon():
     # SPEC §2: eps^2/(16 C^2 T L) is stricter than the exact bound for small eps, but not valid above ~2.34 L
-    assert paper_simplified_bound(5, 1e-5, 0.1, 5000) < paper_bound(5, 1e-5, 0.1, 5000)
-    assert paper_epsilon(paper_simplified_bound(40, 1e-5, 0.1, 5000), 1e-5, 0.1, 5000) > 40
+    assert paper_simplified_bound(epsilon=5, delta=1e-5, clip=0.1, steps=5000) < paper_bound(epsilon=5, delta=1e-5, clip=0.1, steps=5000)
+    assert paper_epsilon(bound=paper_simplified_bound(epsilon=40, delta=1e-5, clip=0.1, steps=5000), delta=1e-5, clip=0.1, steps=5000) > 40
 
 
 def test_tight_gain_range_matches_spec():
-    ratios = [get_accountant("tight").bound(e, 1e-5, 0.1, 5000) / get_accountant("paper").bound(e, 1e-5, 0.1, 5000)
+    ratios = [get_accountant("tight").bound(epsilon=e, delta=1e-5, clip=0.1, steps=5000) / get_accountant("paper").bound(epsilon=e, delta=1e-5, clip=0.1, steps=5000)
               for e in (40, 1)]
     assert ratios[0] == pytest.approx(1.14, abs=0.01) and ratios[1] == pytest.approx(1.73, abs=0.01)
 
@@ -53,7 +53,7 @@ def test_tight_gain_range_matches_spec():
 @pytest.mark.parametrize("eps,delta", [(0.5, 1e-5), (1.0, 1e-5), (3.0, 1e-6), (8.0, 1e-3)])
 def test_tight_accountant_at_one_step_matches_the_analytic_gaussian_mechanism(eps, delta):
     clip = 0.7
-    b = get_accountant("tight").bound(eps, delta, clip, 1)
+    b = get_accountant("tight").bound(epsilon=eps, delta=delta, clip=clip, steps=1)
     sigma = 1 / math.sqrt(b)
     # dp_accounting's analytic Gaussian (Balle & Wang 2018) with sensitivity 2C: noise sigma / (2C) per unit
     assert dp_accounting.get_epsilon_gaussian(sigma / (2 * clip), delta) == pytest.approx(eps, rel=1e-6)
@@ -61,7 +61,7 @@ def test_tight_accountant_at_one_step_matches_the_analytic_gaussian_mechanism(ep
 
 def test_tight_accountant_over_many_steps_matches_pld_accounting():
     clip, steps, delta = 0.1, 500, 1e-5
-    b = get_accountant("tight").bound(5.0, delta, clip, steps)
+    b = get_accountant("tight").bound(epsilon=5.0, delta=delta, clip=clip, steps=steps)
     z = 1 / (math.sqrt(b) * 2 * clip)  # noise multiplier relative to sensitivity 2C
     pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
     pld.compose(dp_accounting.GaussianDpEvent(z), steps)
@@ -69,8 +69,8 @@ def test_tight_accountant_over_many_steps_matches_pld_accounting():
 
 
 def test_gdp_delta_is_monotone():
-    assert gdp_delta(1.0, 0.5) < gdp_delta(1.0, 1.0) < gdp_delta(1.0, 2.0)
-    assert gdp_delta(2.0, 1.0) < gdp_delta(1.0, 1.0)
+    assert gdp_delta(epsilon=1.0, mu=0.5) < gdp_delta(epsilon=1.0, mu=1.0) < gdp_delta(epsilon=1.0, mu=2.0)
+    assert gdp_delta(epsilon=2.0, mu=1.0) < gdp_delta(epsilon=1.0, mu=1.0)
 
 
 @pytest.mark.parametrize("kwargs,match", [

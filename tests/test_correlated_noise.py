@@ -14,8 +14,8 @@ from privdl.covariance import design_covariance
 from privdl.errors import ValidationError
 from privdl.mechanisms import make_mechanism
 from privdl.network import Network
+from privdl.keys import Keys, fold, normal
 from privdl.privacy.agent_accountant import get_accountant
-from privdl.rng import Streams
 
 NET = Network.from_topology("erdos_renyi", 7, p=0.5, seed=2)
 FALSE_ALARM = 1e-3  # total false-alarm rate of each statistical test (Bonferroni over the covariance entries)
@@ -25,14 +25,14 @@ def mech(name: str, **kw):
     params = dict(clip=0.5, precision_bound=0.8, delta=1e-5)
     params.update(kw)
     m = make_mechanism(name, steps=100, network=NET, **params)
-    m.start(Streams(123))
+    m.noise.bind(Keys(123, NET.n))
     return m
 
 
 @pytest.mark.parametrize("name", ["ldp", "decor", "whisper"])
 def test_noise_has_the_designed_covariance(name):
     m = mech(name)
-    target = design_covariance(name, NET.W, 0.8).R
+    target = design_covariance(name, NET.W, bound=0.8).R
     d, steps = 4000, 10
     samples = torch.cat([m.noise.network(t, d) for t in range(1, steps + 1)], dim=1).numpy()  # (n, N)
     count = samples.shape[1]
@@ -48,7 +48,7 @@ def test_decor_terms_cancel_exactly():
     m = mech("decor")
     n, d, t = NET.n, 50, 3
     v = m.noise.network(t, d)
-    own = m.noise.sigma_mix * torch.stack([m.noise._draw(b, t, d, torch.float64) for b in m.noise.own_bases])
+    own = m.noise.sigma_mix * normal(fold(m.noise.own_keys, t), d)
     assert torch.allclose(v.sum(0), own.sum(0), rtol=0, atol=1e-12)
     assert not torch.allclose(v, own)  # the pairwise terms are there, they just sum to zero
     assert len(m.noise.draw_keys) == NET.graph.number_of_edges()
@@ -75,9 +75,9 @@ def test_each_agent_only_uses_keys_it_holds():
     held = {i: {k for k in m.noise.agent_terms[i]} for i in range(NET.n)}
     for i in range(NET.n):
         for k in held[i]:
-            label, _ = m.noise.draw_keys[int(m.noise.term_draws[k])]
+            label, _, members = m.noise.draw_keys[int(m.noise.term_draws[k])]
             a, b = map(int, label.split(":")[1].split("-"))
-            assert i in (a, b)  # an edge seed is used only by its two endpoints
+            assert i in (a, b) and set(members) == {a, b}  # an edge seed is held by its two endpoints only
 
 
 def test_whisper_ledger_states_the_achieved_budget():
@@ -85,14 +85,48 @@ def test_whisper_ledger_states_the_achieved_budget():
     for accountant in ("paper", "tight"):
         m = make_mechanism("whisper", steps=steps, network=NET, clip=clip, epsilon=eps, delta=delta,
                            accountant=accountant)
-        (entry,) = m.ledger()
+        entry = m.ledger()
         assert entry.unit == "agent" and entry.mechanism == "whisper" and entry.accountant == accountant
         assert entry.epsilon <= eps * (1 + 1e-9)
-        # re-account from the covariance actually generated
-        prec = np.max(np.diag(np.linalg.inv(m.noise.covariance())))
-        assert get_accountant(accountant).epsilon(prec, delta, clip, steps) == pytest.approx(entry.epsilon, rel=1e-6)
+        # re-account every agent from the covariance actually generated (its inverse computed here)
+        precisions = np.diag(np.linalg.inv(m.noise.covariance()))
+        for i, e in enumerate(entry.epsilons):
+            again = get_accountant(accountant).epsilon(bound=precisions[i], delta=delta, clip=clip, steps=steps)
+            assert again == pytest.approx(e, rel=1e-6)
+        assert entry.epsilon == pytest.approx(max(entry.epsilons))
         assert entry.noise["trace"] < entry.noise["trace_ldp"]
         json.dumps(entry.to_dict())
+
+
+def test_gaussian_ldp_and_ldp_are_one_design_with_the_same_draws():
+    eps = dict(clip=0.5, epsilon=3.0, delta=1e-5)
+    a = make_mechanism("gaussian_ldp", steps=50, network=NET, **eps)
+    b = make_mechanism("ldp", steps=50, network=NET, **eps)
+    for m in (a, b):
+        m.noise.bind(Keys(9, NET.n))
+    assert torch.equal(a.noise.network(4, 77), b.noise.network(4, 77))
+    assert a.ledger().epsilon == b.ledger().epsilon and a.sigma == b.sigma
+    # σ given directly: the variance is σ², and the ledger accounts exactly that σ
+    c = make_mechanism("gaussian_ldp", steps=50, network=NET, clip=0.5, sigma=2.0)
+    assert c.noise.sigma_mix == pytest.approx(2.0, rel=1e-15)
+    assert c.ledger().epsilon == pytest.approx(
+        get_accountant("tight").epsilon(bound=0.25, delta=1e-5, clip=0.5, steps=50), rel=1e-9)
+
+
+def test_ldp_noise_variance_matches_an_independent_calibration():
+    """The noise added has variance 1/b with b from the paper accountant's closed form computed here, not from the
+    mechanism's own attributes (a halved σ would fail)."""
+    import math
+
+    eps, delta, clip, steps = 8.0, 1e-5, 0.3, 40
+    L = math.log(1 / delta)
+    b = (math.sqrt(L + eps) - math.sqrt(L)) ** 2 / (2 * steps * clip**2)
+    m = make_mechanism("ldp", steps=steps, network=NET, clip=clip, epsilon=eps, delta=delta, accountant="paper")
+    m.noise.bind(Keys(5, NET.n))
+    v = torch.cat([m.noise.network(t, 20_000) for t in (1, 2, 3)], dim=1)
+    rel = 5 * math.sqrt(2 / v.numel())  # 5 standard errors of a sample variance
+    assert float(v.var()) == pytest.approx(1 / b, rel=rel)
+    assert m.bound == pytest.approx(b, rel=1e-9) and m.bound <= b
 
 
 def test_decor_refused_against_curious_agents():
@@ -101,7 +135,7 @@ def test_decor_refused_against_curious_agents():
 
 
 def test_covariance_file(tmp_path):
-    good = design_covariance("whisper", NET.W, 0.8).R
+    good = design_covariance("whisper", NET.W, bound=0.8).R
     np.save(tmp_path / "good.npy", good)
     m = mech("covariance", file=str(tmp_path / "good.npy"))
     assert m.precision_ratio <= 1 + 1e-9
@@ -134,7 +168,7 @@ def test_covariance_cli_json_and_saved_matrix(tmp_path):
     for key in ("design", "n", "trace", "trace_ldp", "cdp_lower_bound", "bound", "max_precision_ratio",
                 "sigma_mix2", "duality_gap", "seconds"):
         assert key in facts
-    b = get_accountant("paper").bound(10, 1e-5, 0.1, 5000)
+    b = get_accountant("paper").bound(epsilon=10, delta=1e-5, clip=0.1, steps=5000)
     assert facts["bound"] == pytest.approx(b)
     assert facts["trace_ldp"] == pytest.approx(np.sum(NET.W**2) / b)
     assert facts["cdp_lower_bound"] <= facts["trace"] <= facts["trace_ldp"]
@@ -169,11 +203,11 @@ def test_large_components_match_per_agent_bit_for_bit():
     from privdl.mechanisms.correlated import CorrelatedNoise
 
     net = Network.from_topology("erdos_renyi", 16, p=0.5, seed=1)
-    designs = [design_covariance("whisper", net.W, 1.0),  # one global component of 16 agents
-               solve_hbc(net.W, 1.0, seed_groups("groups:2", net.W), 0)]  # two disjoint 8-agent groups
+    designs = [design_covariance("whisper", net.W, bound=1.0),  # one global component of 16 agents
+               solve_hbc(net.W, bound=1.0, groups=seed_groups("groups:2", net.W), coalition_size=0)]  # 2 groups of 8
     for design in designs:
         noise = CorrelatedNoise(design.sigma_mix2, design.components, 16)
-        noise.start(Streams(9))
+        noise.bind(Keys(9, 16))
         assert any(step[0] == "dense" for step in noise.plan)
         for dtype in (torch.float64, torch.float32):
             central = noise.network(4, 257, dtype)

@@ -37,7 +37,7 @@ def closed_form_epsilon(sigma: float, q: float, steps: int, delta: float, orders
 
 
 def test_published_vector():
-    eps, order = rdp_epsilon(1.5, 0.04, 2250, 1e-5)
+    eps, order = rdp_epsilon(noise_multiplier=1.5, sample_rate=0.04, steps=2250, delta=1e-5)
     assert eps == pytest.approx(7.3291, abs=1e-3)
     assert 1 < order < 64
 
@@ -46,27 +46,27 @@ def test_published_vector():
 @given(sigma=st.floats(0.6, 8.0), q=st.floats(1e-3, 0.3), steps=st.integers(1, 5000),
        delta=st.sampled_from([1e-3, 1e-5, 1e-7]))
 def test_matches_independent_closed_form_at_integer_orders(sigma, q, steps, delta):
-    ours, _ = rdp_epsilon(sigma, q, steps, delta, orders=tuple(range(2, 64)))
+    ours, _ = rdp_epsilon(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta, orders=tuple(range(2, 64)))
     assert ours == pytest.approx(closed_form_epsilon(sigma, q, steps, delta), rel=1e-6, abs=1e-9)
 
 
 @settings(max_examples=8, deadline=None)
 @given(eps=st.floats(0.2, 30.0), q=st.floats(1e-3, 0.5), steps=st.integers(1, 3000))
 def test_calibration_never_overshoots(eps, q, steps):
-    sigma = calibrate_noise_multiplier(eps, q, steps, 1e-5)
-    achieved, _ = rdp_epsilon(sigma, q, steps, 1e-5)
+    sigma = calibrate_noise_multiplier(epsilon=eps, sample_rate=q, steps=steps, delta=1e-5)
+    achieved, _ = rdp_epsilon(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=1e-5)
     assert achieved <= eps
     if sigma > 1e-2 * 1.01:  # and is tight: 0.1% less noise would break the target
-        assert rdp_epsilon(sigma * 0.999, q, steps, 1e-5)[0] > eps * (1 - 1e-3)
+        assert rdp_epsilon(noise_multiplier=sigma * 0.999, sample_rate=q, steps=steps, delta=1e-5)[0] > eps * (1 - 1e-3)
 
 
 def test_bad_input():
     with pytest.raises(ValidationError, match=r"sample rate q must be in \(0, 1\]"):
-        rdp_epsilon(1.0, 0.0, 10, 1e-5)
+        rdp_epsilon(noise_multiplier=1.0, sample_rate=0.0, steps=10, delta=1e-5)
     with pytest.raises(ValidationError, match=r"sample rate q must be in \(0, 1\]"):
-        rdp_epsilon(1.0, 1.2, 10, 1e-5)
+        rdp_epsilon(noise_multiplier=1.0, sample_rate=1.2, steps=10, delta=1e-5)
     with pytest.raises(ValidationError, match="no noise multiplier up to"):
-        calibrate_noise_multiplier(1e-6, 1.0, 1000, 1e-5)
+        calibrate_noise_multiplier(epsilon=1e-6, sample_rate=1.0, steps=1000, delta=1e-5)
 
 
 def test_account_cli_example_unit():

@@ -9,7 +9,6 @@ from typer.testing import CliRunner
 from privdl.cli import app
 from privdl.errors import ConfigError, UnknownNameError
 from privdl.experiment import expand, load_config, run_experiment
-from privdl.experiment import runner as runner_mod
 from privdl.privacy import get_accountant
 
 SMALL = """
@@ -50,11 +49,12 @@ def test_sweep_expands_to_a_grid_and_runs_nonprivate_once_per_seed(tmp_path):
     assert all(r.sweep["mechanism.epsilon"] is None for r in none) and len(none) == 2
 
 
-def test_unknown_config_key_is_named(tmp_path):
-    cfg = load_config(_write(tmp_path, SMALL.replace("batch_size = 4", "batch_size = 4\nbatchsize = 3")))
+def test_unknown_config_key_is_named_when_the_config_is_loaded(tmp_path):
     with pytest.raises(ConfigError, match=r"task\.batchsize.*valid keys: .*batch_size"):
-        expand(cfg)
-    cfg = load_config(_write(tmp_path, "foo = 1\n" + SMALL))
+        load_config(_write(tmp_path, SMALL.replace("batch_size = 4", "batch_size = 4\nbatchsize = 3")))
+    with pytest.raises(ConfigError, match="unknown key 'foo'"):
+        load_config(_write(tmp_path, "foo = 1\n" + SMALL))
+    cfg = load_config(_write(tmp_path, "foo = 1\n" + SMALL), validate=False)  # raw reading stays possible
     with pytest.raises(ConfigError, match="unknown key 'foo'"):
         expand(cfg)
 
@@ -82,32 +82,38 @@ def test_results_csv_manifest_and_ledger(tmp_path):
     assert entry["unit"] == "agent" and entry["accountant"] == "tight" and entry["epsilon"] <= 1.0
     # the ledger's epsilon is re-accounted from the noise actually used
     b = entry["noise"]["precision_bound"]
-    assert get_accountant("tight").epsilon(b, 1e-5, 1.0, 20) == pytest.approx(entry["epsilon"])
+    assert get_accountant("tight").epsilon(bound=b, delta=1e-5, clip=1.0, steps=20) == pytest.approx(entry["epsilon"])
     assert man["W_fingerprint"] and man["seeds"]["run"] in (0, 1) and man["config"]["iterations"] == 20
     none = next(r for r in rows if r["mechanism.name"] == "none")
     assert json.loads((out / "runs" / none["run_id"] / "manifest.json").read_text())["privacy_ledger"][0][
         "epsilon"] == "inf"
 
 
-def test_interrupted_sweep_resumes_without_redoing_finished_runs(tmp_path, monkeypatch):
+@pytest.mark.parametrize("stack", [0, 1])
+def test_interrupted_sweep_resumes_without_redoing_finished_runs(tmp_path, monkeypatch, stack):
+    """Interrupted after the 3rd of 6 runs was saved (stacked on the replica axis, or one by one), a second
+    invocation runs exactly the other 3."""
+    from privdl.experiment.store import ResultStore
+
     out = tmp_path / "out"
-    cfg = load_config(_write(tmp_path))
-    real = runner_mod.run_one
-    calls = {"n": 0}
+    cfg = load_config(_write(tmp_path), [f"batch_replicas={stack}"])
+    real = ResultStore.save_runs
+    saved = {"n": 0}
 
-    def flaky(spec, on_step=None):
-        calls["n"] += 1
-        if calls["n"] == 4:
+    def flaky(self, runs):  # the process dies while saving the 4th run
+        keep = runs[:max(0, 3 - saved["n"])]
+        real(self, keep)
+        saved["n"] += len(keep)
+        if len(keep) < len(runs):
             raise KeyboardInterrupt
-        return real(spec, on_step)
 
-    monkeypatch.setattr(runner_mod, "run_one", flaky)
+    monkeypatch.setattr(ResultStore, "save_runs", flaky)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(cfg, out, progress=False)
     done = list((out / "runs").glob("*/manifest.json"))
     assert len(done) == 3
     before = {p: p.stat().st_mtime_ns for p in done}
-    monkeypatch.setattr(runner_mod, "run_one", real)
+    monkeypatch.setattr(ResultStore, "save_runs", real)
     s = run_experiment(cfg, out, progress=False)
     assert s.executed == 3 and s.skipped == 3
     assert all(p.stat().st_mtime_ns == t for p, t in before.items())
@@ -151,7 +157,7 @@ def test_cli_account_json_round_trip(acc):
                                    "--delta", "1e-5", "--clip", "0.1", "--steps", "5000", "--format", "json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    assert out["bound"] == pytest.approx(get_accountant(acc).bound(10, 1e-5, 0.1, 5000))
+    assert out["bound"] == pytest.approx(get_accountant(acc).bound(epsilon=10, delta=1e-5, clip=0.1, steps=5000))
     assert out["ldp_variance"] == pytest.approx(1 / out["bound"]) and out["epsilon"] <= 10
     back = CliRunner().invoke(app, ["account", "--accountant", acc, "--precision-bound", str(out["bound"]),
                                     "--delta", "1e-5", "--clip", "0.1", "--steps", "5000", "--format", "json"])
@@ -189,3 +195,46 @@ def test_correlated_designs_run_from_a_config(tmp_path):
     (entry,) = manifest["privacy_ledger"]
     assert entry["unit"] == "agent" and entry["epsilon"] <= 10.0 * (1 + 1e-9)
     assert {"trace", "trace_ldp", "precision_bound"} <= set(entry["noise"])
+
+
+@pytest.mark.parametrize("override,key,valid", [
+    ('task.partition="dirichlett"', "task.partition", "dirichlet"),
+    ('task.dataset="breast_cancr"', "task.dataset", "breast_cancer"),
+    ('network.mixing="metropolis"', "network.mixing", "metropolis_hastings"),
+    ('mechanism.accountant="tigt"', "mechanism.accountant", "tight"),
+    ('algorithm.optimizer="adamw"', "algorithm.optimizer", "adam"),
+    ('algorithm.optimizer={name="sdg"}', "algorithm.optimizer", "sgd"),
+    ('dtype="float16"', "dtype", "float32"),
+    ('schedule.name="cosine"', "schedule.name", "inv_sqrt"),
+])
+def test_a_misspelled_registry_name_fails_at_load_with_the_valid_names(tmp_path, override, key, valid):
+    text = SMALL.replace('"mechanism.name" = ["none", "gaussian_ldp"]', '"mechanism.name" = ["gaussian_ldp"]')
+    text = text.replace('name = "logistic"', 'name = "logistic"\npartition = "iid"')
+    if "optimizer" in override:
+        text = text.replace("[schedule]", '[algorithm]\nform = "cta"\n[schedule]')
+    with pytest.raises(ConfigError, match=rf"{key.split('.')[-1]}.*{valid}"):
+        load_config(_write(tmp_path, text), [override])
+
+
+def test_seed_groups_and_run_seeds_are_checked_too(tmp_path):
+    text = SMALL.replace('"mechanism.name" = ["none", "gaussian_ldp"]', '"mechanism.name" = ["whisper"]')
+    with pytest.raises(ConfigError, match="groups:M"):
+        load_config(_write(tmp_path, text), ['mechanism.seeds="grups:3"'])
+    cfg = load_config(_write(tmp_path, text), ['mechanism.seeds="groups:3"', 'network.seed="run"'])
+    assert expand(cfg)[0][0].config["network"]["seed"] == "run"
+    with pytest.raises(ConfigError, match="network.seed"):
+        load_config(_write(tmp_path, text), ['network.seed="later"'])
+
+
+def test_stacked_runs_equal_runs_alone(tmp_path):
+    """The runner stacks runs that share task and algorithm; each run's results equal what it gives alone."""
+    stacked = run_experiment(load_config(_write(tmp_path)), tmp_path / "stacked", progress=False)
+    alone = run_experiment(load_config(_write(tmp_path), ["batch_replicas=1"]), tmp_path / "alone", progress=False)
+    assert stacked.executed == alone.executed == 6
+    a = {(r["run_id"], r["iteration"], r["metric"]): float(r["value"])
+         for r in csv.DictReader((tmp_path / "stacked" / "results.csv").open())}
+    b = {(r["run_id"], r["iteration"], r["metric"]): float(r["value"])
+         for r in csv.DictReader((tmp_path / "alone" / "results.csv").open())}
+    assert a.keys() == b.keys() and all(a[k] == pytest.approx(b[k], rel=1e-9, abs=1e-12) for k in a)
+    man = json.loads(next((tmp_path / "stacked" / "runs").glob("*/manifest.json")).read_text())
+    assert man["batch"]["replicas"] == 6

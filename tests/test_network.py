@@ -71,13 +71,6 @@ def test_normalized_fiedler_targeting_lands_within_tolerance(target):
     assert abs(net.normalized_fiedler_value - target) <= 0.03
 
 
-def test_mix_equals_matrix_product_dense_and_sparse():
-    net = Network.from_topology("erdos_renyi", 30, p=0.2, seed=2)
-    x = torch.randn(30, 7, dtype=torch.float64)
-    ref = torch.as_tensor(net.W) @ x
-    assert torch.allclose(net.mix(x, sparse=False), ref) and torch.allclose(net.mix(x, sparse=True), ref)
-
-
 def test_w_not_doubly_stochastic_is_rejected_with_the_row():
     w = np.full((3, 3), 1 / 3)
     w[0, 0] += 0.1

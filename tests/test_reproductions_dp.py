@@ -27,27 +27,48 @@ def test_table1_cells_ledgers_and_resume(tmp_path):
     assert central.split("|")[2].strip() == f"{ours['accuracy_mean']:.2f} ± 0.00 (98.22)"
     dsgd = next(line for line in md if line.startswith("| DP-DSGD"))
     assert dsgd.split("|")[2].strip() == "— (95.38)"
-    stamp = (tmp_path / "table1.csv").stat().st_mtime_ns
-    REPRODUCTIONS.get("table1")(tmp_path, **opts)  # everything done: nothing reruns
-    assert (tmp_path / "table1.csv").stat().st_mtime_ns == stamp
+    manifests = sorted((tmp_path / "runs" / "runs").glob("*/manifest.json"))
+    assert len(manifests) == 6
+    stamps = [m.stat().st_mtime_ns for m in manifests]
+    before = (tmp_path / "table1.csv").read_text()
+    REPRODUCTIONS.get("table1")(tmp_path, **opts)  # everything done: nothing reruns, the same table
+    assert [m.stat().st_mtime_ns for m in manifests] == stamps
+    assert (tmp_path / "table1.csv").read_text() == before
+    # every cell is an ordinary run: a manifest whose ledger re-accounts to the ε it states
+    from privdl.privacy.ledger import Ledger
+    import json
+
+    for m in manifests:
+        stated = json.loads(m.read_text())["privacy_ledger"][0]
+        again = Ledger.from_dict(stated).reaccount()
+        assert again.to_dict()["epsilon"] == stated["epsilon"]
 
 
 def test_table2_shards_cover_the_grid_once(tmp_path):
-    """K processes with --shard I/K run disjoint cells; together they are exactly the unsharded table."""
+    """K processes with --shard I/K run disjoint runs into one folder; together they are exactly the unsharded
+    table, and an unsharded resume over them runs nothing."""
     opts = dict(seeds=1, iterations=2, epsilons=(math.inf,), ts=(0.0, 1.0), methods=("dsgd", "dsgt"),
                 dataset="digits", lot=32)
+    runs = tmp_path / "sharded" / "runs" / "runs"
+    seen: set[str] = set()
+    sizes = []
     for i in range(3):
         REPRODUCTIONS.get("table2")(tmp_path / "sharded", shard=f"{i}/3", **opts)
-    shards = [read_csv(tmp_path / "sharded" / f"table2.shard{i}of3.csv") for i in range(3)]
-    assert sorted(len(s) for s in shards) == [1, 1, 2]
-    keys = sorted((r["method"], r["t"]) for s in shards for r in s)
+        now = {p.parent.name for p in runs.glob("*/manifest.json")}
+        sizes.append(len(now - seen))
+        seen = now
+    assert sorted(sizes) == [1, 1, 2] and len(seen) == 4  # disjoint shares of the 4 runs
     full = REPRODUCTIONS.get("table2")(tmp_path / "whole", **opts)
-    assert keys == sorted((r["method"], r["t"]) for r in read_csv(tmp_path / "whole" / "table2.csv"))
+    key = lambda r: (r["method"], r["t"])  # noqa: E731
+    sharded_rows = sorted(read_csv(tmp_path / "sharded" / "table2.csv"), key=key)
+    whole_rows = sorted(read_csv(tmp_path / "whole" / "table2.csv"), key=key)
+    assert [key(r) for r in sharded_rows] == [key(r) for r in whole_rows]
+    assert [r["accuracy"] for r in sharded_rows] == [r["accuracy"] for r in whole_rows]  # the same runs
     summary = read_csv(tmp_path / "sharded" / "table2_summary.csv")
     assert [float(r["accuracy_mean"]) for r in summary] == pytest.approx([r["accuracy_mean"] for r in full])
-    # an unsharded resume over the shards' CSVs finds nothing left to run
+    stamps = {p: p.stat().st_mtime_ns for p in runs.glob("*/manifest.json")}
     REPRODUCTIONS.get("table2")(tmp_path / "sharded", **opts)
-    assert not (tmp_path / "sharded" / "table2.csv").exists() or not read_csv(tmp_path / "sharded" / "table2.csv")
+    assert {p: p.stat().st_mtime_ns for p in runs.glob("*/manifest.json")} == stamps
 
 
 @pytest.mark.parametrize("shard", ["3/3", "1", "a/b", "-1/2"])

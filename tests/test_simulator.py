@@ -7,9 +7,11 @@ from privdl.algorithms import make_algorithm
 from privdl.mechanisms import clip_rows, make_mechanism
 from privdl.network import Network
 from privdl.schedules import make_schedule
-from privdl.simulator import per_agent_gradients, per_example_gradients, simulate
+from privdl.gradients import per_agent_gradients, per_example_gradients
+from privdl.simulator import simulate
 from privdl.simulator.reference import loop_private_dsgd
 from privdl.tasks import make_task, quadratic_optimum, quadratic_problem
+from tests.conftest import draw_batch
 
 
 def test_quadratic_optimum_matches_a_numerical_minimiser():
@@ -41,7 +43,7 @@ def test_per_example_gradients_equal_a_per_sample_loop(task_name, params):
     gen = torch.Generator().manual_seed(0)
     x = task.init_params(gen).expand(3, -1).clone() + 0.01 * torch.randn(3, task.dim, generator=gen,
                                                                              dtype=torch.float64)
-    batch = task.sample(gen)
+    batch = draw_batch(task)
     pe = per_example_gradients(task, x, batch)
     for i in range(3):
         for b in range(batch[0].shape[1]):
@@ -62,7 +64,7 @@ def test_closed_form_gradients_equal_torch_func(task_name, params):
     task = make_task(task_name, 4, dtype=torch.float64, **params)
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(4, task.dim, generator=gen, dtype=torch.float64) * 0.1
-    batch = task.sample(gen)
+    batch = draw_batch(task, seed=1)
     assert torch.allclose(task.batched_grad(x, batch), per_agent_gradients(task, x, batch), atol=1e-12)
 
 
@@ -76,17 +78,24 @@ def test_clipping_caps_norms_and_leaves_small_rows():
 def _setup(T=60, eps=5.0):
     net = Network.from_topology("erdos_renyi", 6, p=0.5, seed=1)
     task = make_task("logistic", 6, dataset="breast_cancer", partition="dirichlet", alpha=1.0, batch_size=8)
-    mech = make_mechanism("gaussian_ldp", steps=T, clip=0.5, epsilon=eps, delta=1e-5)
+    mech = make_mechanism("gaussian_ldp", steps=T, network=net, clip=0.5, epsilon=eps, delta=1e-5)
     return net, task, mech, make_schedule("constant", eta=0.1, iterations=T)
 
 
-def test_simulator_equals_the_per_agent_loop():
+@pytest.mark.parametrize("gradient", ["closed_form", "torch_func"])
+def test_simulator_equals_the_per_agent_loop_bit_for_bit(gradient):
+    """Each agent alone (its own keyed batch and noise, its own gradient, the canonical combination order) gives
+    exactly the simulator's numbers; the dense BLAS backend agrees to rounding."""
     T = 60
     net, task, mech, sch = _setup(T)
+    loop_x, _ = loop_private_dsgd(task, net, sch, iterations=T, seed=7, clip=0.5, sigma=mech.sigma,
+                                  gradient=gradient)
     res = simulate(task=task, network=net, algorithm=make_algorithm("dsgd"), mechanism=mech, schedule=sch,
-                   iterations=T, seed=7)
-    loop_x, _ = loop_private_dsgd(task, net, sch, iterations=T, seed=7, clip=0.5, sigma=mech.sigma)
-    assert torch.allclose(res.final, loop_x, atol=1e-10)
+                   iterations=T, seed=7, sparse=True, gradient=gradient)
+    assert torch.equal(res.final, loop_x)
+    dense = simulate(task=task, network=net, algorithm=make_algorithm("dsgd"), mechanism=mech, schedule=sch,
+                     iterations=T, seed=7, sparse=False, gradient=gradient)
+    assert torch.allclose(dense.final, loop_x, atol=1e-10)
 
 
 def test_run_is_bit_reproducible_and_seed_dependent():
@@ -97,11 +106,27 @@ def test_run_is_bit_reproducible_and_seed_dependent():
 
 
 def test_ldp_noise_has_the_calibrated_variance():
-    mech = make_mechanism("gaussian_ldp", steps=100, clip=1.0, epsilon=2.0, delta=1e-5)
-    g = torch.zeros(50, 4000, dtype=torch.float64)
-    v = mech.privatize(g, 1, torch.Generator().manual_seed(0))
+    """The privatised zero gradient is the noise alone; its variance is 1/b with b computed here from the tight
+    accountant's GDP closed form (μ = 2C√(Tb)), not read from the mechanism."""
+    import math
+
+    from privdl.keys import Keys
+    from privdl.mechanisms import Access, MechanismEnv
+    from privdl.privacy.agent_accountant import gdp_delta
+
+    net = Network.from_topology("complete", 50)
+    mech = make_mechanism("gaussian_ldp", steps=100, network=net, clip=1.0, epsilon=2.0, delta=1e-5)
+    mech.bind(MechanismEnv(Keys(0, 50)))
+    rows = torch.arange(50)
+    v = mech.privatize(torch.zeros(50, 4000, dtype=torch.float64), Access(rows, rows, 1))
+    lo, hi = 1e-3, 10.0  # μ with δ(2; μ) = 1e-5, by bisection
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if gdp_delta(epsilon=2.0, mu=mid) < 1e-5 else (lo, mid)
+    b = lo**2 / (4 * 1.0**2 * 100)
     # sample variance of 200k N(0, s^2) draws: relative std sqrt(2/200k) ~ 0.3%; 5 sigma band -> false alarm ~6e-7
-    assert float(v.var()) == pytest.approx(mech.sigma**2, rel=5 * (2 / v.numel()) ** 0.5)
+    assert float(v.var()) == pytest.approx(1 / b, rel=5 * (2 / v.numel()) ** 0.5)
+    assert math.isclose(mech.bound, b, rel_tol=1e-9)
 
 
 def test_nonprivate_dsgd_on_the_quadratic_has_a_bias_that_shrinks_with_the_step_size():

@@ -68,10 +68,9 @@ def _print_final(out: Path) -> None:
     """A table of final metrics, mean ± std over seeds, per combination of the other sweep axes."""
     from collections import defaultdict
 
-    import numpy as np
-
     from privdl.experiment.plot import axis_title
     from privdl.experiment.store import read_results
+    from privdl.experiment.summary import mean_std, sort_key
 
     fields, rows = read_results(out / "results.csv")
     axes = [f for f in fields if f not in ("run_id", "iteration", "metric", "value", "seed")]
@@ -86,15 +85,12 @@ def _print_final(out: Path) -> None:
         table.add_column(axis_title(a), no_wrap=True)
     for m in metrics:
         table.add_column(m, justify="right", no_wrap=True)
-    def sort_key(key: tuple) -> tuple:
-        return tuple((0, float(k), "") if k.replace(".", "", 1).replace("e", "", 1).replace("-", "").isdigit()
-                     else (1, 0.0, k) for k in key)
-
     for key in sorted(cells, key=sort_key):
         vals = []
         for m in metrics:
             v = cells[key].get(m)
-            vals.append("" if not v else f"{np.mean(v):.4g} ± {np.std(v):.1g}")
+            mean, std = mean_std(v) if v else (0.0, 0.0)
+            vals.append("" if not v else f"{mean:.4g} ± {std:.1g}")
         table.add_row(*[k if k != "" else "n/a" for k in key], *vals)
     console.print(table)
 
@@ -129,6 +125,8 @@ class Format(str, Enum):
 
 @app.command()
 def account(
+    manifest: Optional[Path] = typer.Option(None, "--manifest", help="re-account a finished run from the events in "
+                                                                     "its manifest.json (nothing else is needed)"),
     unit: Unit = typer.Option(Unit.agent, "--unit", help="privacy unit"),
     accountant: AccountantName = typer.Option(AccountantName.tight, "--accountant", help="agent level only"),
     epsilon: Optional[float] = typer.Option(None, "--epsilon", help="target ε (calibrate the noise)"),
@@ -139,12 +137,18 @@ def account(
     sample_rate: Optional[float] = typer.Option(None, "--sample-rate", help="example level: Poisson rate q"),
     delta: float = typer.Option(1e-5, "--delta"),
     clip: Optional[float] = typer.Option(None, "--clip", help="agent level: clipping norm C (sensitivity 2C)"),
-    steps: int = typer.Option(..., "--steps", help="number of noisy steps T (every noisy data access)"),
+    steps: Optional[int] = typer.Option(None, "--steps", help="number of noisy steps T (every noisy data access)"),
     fmt: Format = typer.Option(Format.table, "--format"),
 ) -> None:
     """Accounting. Agent level: (ε, δ) → per-agent precision bound b, or b → ε. Example level (DP-SGD, RDP of the
-    Poisson-subsampled Gaussian): σ → (ε, order), or ε → the smallest σ that meets it."""
+    Poisson-subsampled Gaussian): σ → (ε, order), or ε → the smallest σ that meets it. ``--manifest PATH``
+    re-accounts a finished run from its privacy ledger's events alone: ε per agent and the worst."""
+    if manifest is not None:
+        _account_manifest(manifest, fmt)
+        return
     try:
+        if steps is None:
+            raise PrivdlError("give --steps (or --manifest PATH to re-account a finished run)")
         if unit is Unit.example:
             result = _account_example(epsilon, noise_multiplier, sample_rate, delta, steps)
             title = "example-level accounting (RDP, Poisson-subsampled Gaussian)"
@@ -165,12 +169,12 @@ def _account_agent(accountant: "AccountantName", epsilon: float | None, precisio
     if clip is None:
         raise PrivdlError("agent-level accounting needs --clip")
     acc = get_accountant(accountant.value)
-    b = acc.bound(epsilon, delta, clip, steps) if epsilon is not None else precision_bound
+    b = acc.bound(epsilon=epsilon, delta=delta, clip=clip, steps=steps) if epsilon is not None else precision_bound
     return {
         "unit": "agent", "accountant": acc.name, "mechanism": "Gaussian, sensitivity 2C, precision b per step",
         "target_epsilon": epsilon, "delta": delta, "clip": clip, "steps": steps,
         "bound": b, "ldp_variance": 1.0 / b, "ldp_sigma": 1.0 / math.sqrt(b),
-        "epsilon": acc.epsilon(b, delta, clip, steps), "reference": acc.reference,
+        "epsilon": acc.epsilon(bound=b, delta=delta, clip=clip, steps=steps), "reference": acc.reference,
     }
 
 
@@ -183,13 +187,54 @@ def _account_example(epsilon: float | None, noise_multiplier: float | None, samp
     if sample_rate is None:
         raise PrivdlError("example-level accounting needs --sample-rate")
     sigma = noise_multiplier if noise_multiplier is not None else \
-        calibrate_noise_multiplier(epsilon, sample_rate, steps, delta)
-    eps, order = rdp_epsilon(sigma, sample_rate, steps, delta)
+        calibrate_noise_multiplier(epsilon=epsilon, sample_rate=sample_rate, steps=steps, delta=delta)
+    eps, order = rdp_epsilon(noise_multiplier=sigma, sample_rate=sample_rate, steps=steps, delta=delta)
     return {"unit": "example", "accountant": "rdp", "mechanism": "Poisson-subsampled Gaussian (DP-SGD)",
             "target_epsilon": epsilon, "noise_multiplier": sigma, "sample_rate": sample_rate, "steps": steps,
             "delta": delta, "epsilon": eps, "order": order,
             "reference": "RDP of the subsampled Gaussian (Mironov et al. 2019), conversion of Balle et al. 2020, "
                          "via dp_accounting"}
+
+
+def _account_manifest(path: Path, fmt: "Format") -> None:
+    """Re-account a finished run from the events its manifest's ledger stores."""
+    from privdl.privacy.ledger import Ledger
+
+    try:
+        target = path / "manifest.json" if path.is_dir() else path
+        if not target.is_file():
+            raise PrivdlError(f"{target} does not exist (give a run's manifest.json or its folder)")
+        try:
+            data = json.loads(target.read_text())
+            stated = data["privacy_ledger"][0]
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+            raise PrivdlError(f"{target} is not a privdl run manifest with a privacy ledger ({exc})") from None
+        try:
+            ledger = Ledger.from_dict(stated)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PrivdlError(f"{target}: {exc}") from None
+        again = ledger.reaccount()
+    except PrivdlError as exc:
+        _fail(exc)
+    eps = again.epsilon
+    per_agent = [{k: v for k, v in row.items() if k != "events"} for row in again.per_agent()]
+    result = {"manifest": str(target), "unit": again.unit, "mechanism": again.mechanism,
+              "accountant": again.accountant, "delta": again.delta,
+              "epsilon": "inf" if eps is not None and math.isinf(eps) else eps, "guarantee": again.guarantee,
+              "stated_epsilon": stated.get("epsilon"), "agents": len(per_agent), "per_agent": per_agent}
+    if fmt is Format.json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+        return
+    _print_facts({k: v for k, v in result.items() if k != "per_agent"}, fmt, "re-accounted from the manifest's events")
+    table = Table(title="per agent")
+    for col in ("agent", "epsilon", "delta", "accesses", "noise_multiplier", "sample_rate"):
+        table.add_column(col, justify="right")
+    for row in per_agent:
+        table.add_row(*(("" if row.get(c) is None else (f"{row[c]:.6g}" if isinstance(row[c], float) else
+                                                         str(row[c]))) for c in ("agent", "epsilon", "delta",
+                                                                                  "accesses", "noise_multiplier",
+                                                                                  "sample_rate")))
+    console.print(table)
 
 
 class DesignName(str, Enum):
@@ -235,24 +280,26 @@ def covariance(
                Network.from_topology(topology, n, mixing=rule, seed=graph_seed,
                                      **({"p": p} if topology == "erdos_renyi" else {})))
         acc = get_accountant(accountant.value)
-        b = acc.bound(epsilon, delta, clip, steps) if epsilon is not None else float(precision_bound)
+        b = acc.bound(epsilon=epsilon, delta=delta, clip=clip, steps=steps) if epsilon is not None \
+            else float(precision_bound)
         hbc = seeds is not None or coalition_size > 0
         if design is DesignName.whisper and hbc and not (seeds in (None, "global") and coalition_size == 0):
-            result = solve_hbc(net.W, b, seed_groups(seeds or "global", net.W), coalition_size,
-                               label=seeds or "global")
+            result = solve_hbc(net.W, bound=b, groups=seed_groups(seeds or "global", net.W),
+                               coalition_size=coalition_size, label=seeds or "global")
         else:
-            result = design_covariance(design.value, net.W, b)
+            result = design_covariance(design.value, net.W, bound=b)
         facts = result.summary()
         if hbc:
             worst, where = coalition_worst_ratio(result.sigma_mix2, list(result.components or []), net.n,
-                                                 coalition_size, b)
+                                                 coalition_size=coalition_size, bound=b)
             own = {"ldp": "none (independent noise)", "decor": "edges", "whisper": "global"}[design.value]
             facts.update({"seeds": seeds or own, "coalition_size": coalition_size,
                           "worst_coalition_ratio": worst, "worst_coalition": where,
-                          "epsilon_against_coalitions": acc.epsilon(b * worst, delta, clip, steps)})
-        facts.update({"accountant": acc.name, "epsilon": acc.epsilon(b * result.max_precision_ratio, delta, clip,
-                                                                      steps), "delta": delta, "clip": clip,
-                      "steps": steps, "network": net.description})
+                          "epsilon_against_coalitions": acc.epsilon(bound=b * worst, delta=delta, clip=clip,
+                                                                    steps=steps)})
+        facts.update({"accountant": acc.name, "epsilon": acc.epsilon(bound=b * result.max_precision_ratio,
+                                                                     delta=delta, clip=clip, steps=steps),
+                      "delta": delta, "clip": clip, "steps": steps, "network": net.description})
         if fmt is Format.table:
             facts.pop("worst_coalition", None)  # a nested dict: JSON only
         if save_covariance is not None:
@@ -298,14 +345,16 @@ def reproduce(
         options["progress"] = lambda line: console.print(line)
     elif method or device or shard:
         _fail(ValidationError("--method, --device and --shard apply to table1 and table2 only"))
+    else:
+        options["progress"] = sys.stdout.isatty()
     target = out or Path("results") / "reproduce" / name
     try:
         fn = REPRODUCTIONS.get(name)
-        with console.status(f"reproducing {name} into {target} ..."):
-            rows = fn(target, **options)
+        rows = fn(target, **options)
     except PrivdlError as exc:
         _fail(exc)
-    console.print(f"{name}: {len(rows)} rows written to {target}")
+    console.print(f"{name}: {len(rows)} rows written to {target} (runs, manifests and ledgers in its "
+                  f"subfolders)")
 
 
 class AuditAlgorithm(str, Enum):

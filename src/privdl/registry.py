@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Generic, Iterator, TypeVar
 
 from privdl.errors import UnknownNameError, ValidationError
@@ -57,3 +58,40 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """Config metadata for a string parameter: its value must be a registered name (``Annotated[str,
+    OneOf(REGISTRY)]``), one of fixed names, or pass ``pattern`` (a predicate, described by ``describe``). A dict
+    value (an optimizer table) is checked by its ``name``. Config validation checks it at load time."""
+
+    choices: "Registry | tuple[str, ...]" = ()
+    pattern: Callable[[str], bool] | None = None
+    describe: str = ""
+
+    def names(self) -> list[str]:
+        return self.choices.names() if isinstance(self.choices, Registry) else sorted(self.choices)
+
+    def accepts(self, value: object) -> bool:
+        if isinstance(value, dict):
+            value = value.get("name")
+        if not isinstance(value, str):
+            return True  # the type check reports it
+        return value in self.names() or (self.pattern is not None and self.pattern(value))
+
+    def valid(self) -> str:
+        names = ", ".join(self.names())
+        return names + (f", {self.describe}" if self.describe else "")
+
+
+def one_of(*choices: str) -> OneOf:
+    return OneOf(tuple(choices))
+
+
+def annotated_choices(annotation: object) -> list[OneOf]:
+    """The :class:`OneOf` markers of an ``Annotated`` type (empty for any other type)."""
+    return [m for m in getattr(annotation, "__metadata__", ()) if isinstance(m, OneOf)]
+
+
+__all__ = ["OneOf", "Registry", "annotated_choices", "one_of"]

@@ -1,11 +1,11 @@
 """Decentralized and centralized optimisation algorithms on the agent axis."""
 
 from privdl.algorithms import central_sgd, dinno, dsgd, dsgt  # noqa: F401  (register)
-from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext
+from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext, per_round
 
 
 def make_algorithm(name: str, **params: object) -> Algorithm:
     return ALGORITHMS.build(name, **params)
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "StepContext", "make_algorithm"]
+__all__ = ["ALGORITHMS", "Algorithm", "StepContext", "make_algorithm", "per_round"]

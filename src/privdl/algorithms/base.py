@@ -1,10 +1,19 @@
-"""Algorithms as (init, step) pairs over explicit state (optax style), written once against the agent axis.
+"""Algorithms as (init, step) pairs over typed state (optax style), written once against the agent axis.
 
-``step(state, ctx)`` gets a :class:`StepContext`: the step index and size, ``ctx.gradient(x)`` (the privatised
-per-agent stochastic gradients at x (n, d), a fresh mini-batch and fresh noise each call), ``ctx.mix(x)`` (one
-gossip round) and ``ctx.neighbours`` (neighbour sums and degrees, for ADMM). Algorithms never see W, the mechanism or
-the data directly. ``gradient_calls(T)`` says how many times a run of T rounds calls ``ctx.gradient``: every call is
-a noisy access to the data, and the privacy accounting covers exactly that many.
+``init(x0, ctx)`` and ``step(state, ctx)`` get a :class:`StepContext`:
+
+* ``ctx.t`` the round (0 during ``init``), ``ctx.eta`` the step size (a number, or one per row (rows, 1) when
+  replicas with different step sizes are stacked);
+* ``ctx.comm`` — the ONLY way rows talk (:mod:`privdl.comm`: ``mix``, ``neighbour_sum``, ``pull``/``push``,
+  ``reduce``, ``average``), tagged; an algorithm may read its own incoming edges (``ctx.comm.edges``,
+  ``ctx.comm.degree``), never W as a whole;
+* ``ctx.gradient(models, owners=None, requesters=None, tag=...)`` — privatised gradients: each call is one noisy
+  access to the owners' data (a fresh mini-batch or lot and fresh noise);
+* ``ctx.keys`` — the run's keys, for algorithm randomness (keyed per agent).
+
+State is a NamedTuple of tensors (and numbers) of fixed shape. ``accesses(T, edges)`` says how many noisy accesses a
+run of T rounds makes to every data owner's data — a tensor, one entry per agent — and the privacy accounting covers
+exactly that.
 """
 
 from __future__ import annotations
@@ -14,24 +23,42 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
+from privdl.comm.base import Comm
+from privdl.keys import Keys
+from privdl.network.edges import Edges
 from privdl.registry import Registry
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepContext:
     t: int
-    eta: float
-    gradient: Callable[[torch.Tensor], torch.Tensor]
-    mix: Callable[[torch.Tensor], torch.Tensor]
-    neighbours: Any = None  # privdl.network.network.Neighbours
+    eta: float | torch.Tensor
+    comm: Comm
+    gradient: Callable[..., torch.Tensor]
+    keys: Keys | None = None
+
+
+def per_round(rounds_factor: int = 1, extra: int = 0) -> Callable[[int, Edges], torch.Tensor]:
+    """``accesses`` of an algorithm that reads every agent's data ``rounds_factor`` times a round, plus ``extra``."""
+    def accesses(iterations: int, edges: Edges) -> torch.Tensor:
+        return torch.full((edges.rows,), rounds_factor * iterations + extra, dtype=torch.int64)
+    return accesses
 
 
 class Algorithm(NamedTuple):
     name: str
-    init: Callable[[torch.Tensor], Any]
+    init: Callable[[torch.Tensor, StepContext], Any]
     step: Callable[[Any, StepContext], Any]
-    params: Callable[[Any], torch.Tensor]  # the agents' models (n, d) to evaluate
-    gradient_calls: Callable[[int], int] = lambda iterations: iterations  # noisy data accesses in T rounds
+    params: Callable[[Any], torch.Tensor]  # the agents' models (rows, d) to evaluate
+    accesses: Callable[[int, Edges], torch.Tensor] = per_round()  # noisy accesses per data owner in T rounds
+
+    def gradient_calls(self, iterations: int) -> int:
+        """The most noisy accesses any agent's data gets in ``iterations`` rounds (on a 2-agent complete graph for
+        algorithms whose count depends on the degree)."""
+        from privdl.network.edges import Edges as _E
+        import numpy as np
+
+        return int(self.accesses(iterations, _E.from_matrix(np.full((2, 2), 0.5))).max())
 
 
 ALGORITHMS: Registry[Callable[..., Algorithm]] = Registry("algorithm")

@@ -1,21 +1,23 @@
 """Centralized (pooled) SGD baseline: one model, updated with the average of all agents' mini-batch gradients
-(batch n·B over the pooled data). With a mechanism, each agent's gradient is privatised before averaging
-(a trusted-aggregator baseline). Every agent row holds the same model."""
+(batch n·B over the pooled data), through a trusted aggregator (``comm.average``, tag ``gradient``). With a
+mechanism, each agent's gradient is privatised before it is sent. Every agent row holds the same model."""
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
 from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext
 
 
+class CentralState(NamedTuple):
+    x: torch.Tensor
+
+
 @ALGORITHMS.register("central_sgd")
 def central_sgd() -> Algorithm:
-    def init(x0: torch.Tensor) -> torch.Tensor:
-        return x0.clone()
+    def step(s: CentralState, ctx: StepContext) -> CentralState:
+        return CentralState(s.x - ctx.eta * ctx.comm.average(ctx.gradient(s.x), tag="gradient"))
 
-    def step(x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
-        g = ctx.gradient(x).mean(dim=0, keepdim=True)
-        return (x[:1] - ctx.eta * g).expand_as(x).clone()
-
-    return Algorithm("central_sgd", init, step, lambda x: x)
+    return Algorithm("central_sgd", lambda x0, ctx: CentralState(x0.clone()), step, lambda s: s.x)

@@ -4,23 +4,34 @@
 - ``form = "cta"`` (combine then adapt; seed 004's DP-DSGD, SPEC §4): θ_i ← Σ_j w_ij θ_j − η_k G̃_i(θ_i); the
   gradient step may go through an optimizer (momentum) whose state persists across rounds.
 
-With the "none" mechanism this is non-private D-SGD; with "gaussian_ldp", LDP D-SGD; with correlated-noise mechanisms
-(DECOR, Whisper) CorN-DSGD; with "dp_sgd", DP-DSGD — all unchanged.
+With the "none" mechanism this is non-private D-SGD; with "gaussian_ldp"/"ldp", LDP D-SGD; with correlated-noise
+mechanisms (DECOR, Whisper) CorN-DSGD; with "dp_sgd", DP-DSGD — all unchanged. One ``mix`` (tag ``x``) per round.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, NamedTuple
 
 import torch
 
 from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext
-from privdl.algorithms.optimizers import make_optimizer
+from privdl.algorithms.optimizers import OptState, make_optimizer
 from privdl.errors import ValidationError
+from privdl.registry import one_of
+
+
+class DSGDState(NamedTuple):
+    x: torch.Tensor
+
+
+class DSGDCTAState(NamedTuple):
+    x: torch.Tensor
+    opt: OptState
 
 
 @ALGORITHMS.register("dsgd")
-def dsgd(*, form: str = "atc", optimizer: Any = None) -> Algorithm:
+def dsgd(*, form: Annotated[str, one_of("atc", "cta")] = "atc",
+         optimizer: Annotated[Any, one_of("sgd", "adam")] = None) -> Algorithm:
     if form not in ("atc", "cta"):
         raise ValidationError(f"dsgd form must be 'atc' (adapt then combine) or 'cta' (combine then adapt), got {form!r}")
     opt = make_optimizer(optimizer)
@@ -28,17 +39,16 @@ def dsgd(*, form: str = "atc", optimizer: Any = None) -> Algorithm:
         if opt.name != "sgd" or opt.momentum or opt.weight_decay:
             raise ValidationError("dsgd form 'atc' is plain SGD; use form = 'cta' for an optimizer")
 
-        def step(x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
-            return ctx.mix(x - ctx.eta * ctx.gradient(x))
+        def step(s: DSGDState, ctx: StepContext) -> DSGDState:
+            return DSGDState(ctx.comm.mix(s.x - ctx.eta * ctx.gradient(s.x), tag="x"))
 
-        return Algorithm("dsgd", lambda x0: x0.clone(), step, lambda x: x)
+        return Algorithm("dsgd", lambda x0, ctx: DSGDState(x0.clone()), step, lambda s: s.x)
 
-    def init(x0: torch.Tensor) -> dict[str, Any]:
-        return {"x": x0.clone(), "opt": opt.init(x0)}
+    def init(x0: torch.Tensor, ctx: StepContext) -> DSGDCTAState:
+        return DSGDCTAState(x0.clone(), opt.init(x0))
 
-    def step_cta(state: dict[str, Any], ctx: StepContext) -> dict[str, Any]:
-        x = state["x"]
-        u, opt_state = opt.update(state["opt"], ctx.gradient(x), ctx.eta, x)
-        return {"x": ctx.mix(x) + u, "opt": opt_state}
+    def step_cta(s: DSGDCTAState, ctx: StepContext) -> DSGDCTAState:
+        u, opt_state = opt.update(s.opt, ctx.gradient(s.x), ctx.eta, s.x)
+        return DSGDCTAState(ctx.comm.mix(s.x, tag="x") + u, opt_state)
 
-    return Algorithm("dsgd", init, step_cta, lambda s: s["x"])
+    return Algorithm("dsgd", init, step_cta, lambda s: s.x)

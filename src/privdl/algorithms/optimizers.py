@@ -8,11 +8,25 @@ Elementwise rules, so agents never interact; tested against ``torch.optim`` on t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import NamedTuple
 
 import torch
 
 from privdl.errors import ValidationError
+
+
+class SGDState(NamedTuple):
+    k: int  # steps taken
+    buf: torch.Tensor  # momentum buffer (zeros before the first step: β·0 + g = g, as torch.optim.SGD starts)
+
+
+class AdamState(NamedTuple):
+    k: int
+    m: torch.Tensor
+    v: torch.Tensor
+
+
+OptState = SGDState | AdamState
 
 
 @dataclass(frozen=True)
@@ -36,30 +50,30 @@ class Optimizer:
         if not all(0 <= b < 1 for b in self.betas):
             raise ValidationError(f"Adam betas must be in [0, 1), got {self.betas}")
 
-    def init(self, x: torch.Tensor) -> dict[str, Any]:
+    def init(self, x: torch.Tensor) -> OptState:
         if self.name == "adam":
-            return {"k": 0, "m": torch.zeros_like(x), "v": torch.zeros_like(x)}
-        return {"k": 0, "buf": None}
+            return AdamState(0, torch.zeros_like(x), torch.zeros_like(x))
+        return SGDState(0, torch.zeros_like(x))
 
-    def update(self, state: dict[str, Any], g: torch.Tensor, lr: float | torch.Tensor,
-               x: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, Any]]:
+    def update(self, state: OptState, g: torch.Tensor, lr: float | torch.Tensor,
+               x: torch.Tensor | None = None) -> tuple[torch.Tensor, OptState]:
         if self.weight_decay:
             if x is None:
                 raise ValidationError("weight decay needs the parameters")
             g = g + self.weight_decay * x
-        k = state["k"] + 1
-        if self.name == "sgd":
-            buf = state["buf"]
+        k = state.k + 1
+        if isinstance(state, SGDState):
+            buf = state.buf
             if self.momentum:
-                buf = g.clone() if buf is None else self.momentum * buf + g
+                buf = g.clone() if state.k == 0 else self.momentum * buf + g
                 g = buf
-            return -lr * g, {"k": k, "buf": buf}
+            return -lr * g, SGDState(k, buf)
         b1, b2 = self.betas
-        m = b1 * state["m"] + (1 - b1) * g
-        v = b2 * state["v"] + (1 - b2) * g * g
+        m = b1 * state.m + (1 - b1) * g
+        v = b2 * state.v + (1 - b2) * g * g
         m_hat = m / (1 - b1**k)
         denom = (v / (1 - b2**k)).sqrt() + self.eps
-        return -lr * m_hat / denom, {"k": k, "m": m, "v": v}
+        return -lr * m_hat / denom, AdamState(k, m, v)
 
 
 def make_optimizer(spec: str | dict | Optimizer | None, default: str = "sgd") -> Optimizer:

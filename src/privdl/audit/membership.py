@@ -2,8 +2,8 @@
 
 D: ``per_class`` images of each of three classes, one class per agent (3 agents, complete graph); the canary z is a
 blank image labelled 0, held by agent 0 in the "in" world. Many systems are trained on D and on D ∪ {z}, all as
-independent copies on one agent axis (:mod:`privdl.audit.copies`); the score of a system is minus agent 0's loss
-on z. The threshold is chosen on held-out models and ε is bounded from the rest (:mod:`privdl.audit.estimators`).
+independent copies on one agent axis (a block-diagonal :class:`privdl.comm.StackedComm`); the score of a system is
+minus agent 0's loss on z. The threshold is chosen on held-out models and ε is bounded from the rest (:mod:`privdl.audit.estimators`).
 The noise is calibrated with a public, fixed sampling rate, so it is the same in both worlds.
 """
 
@@ -17,14 +17,14 @@ import numpy as np
 import torch
 
 from privdl.algorithms import make_algorithm
-from privdl.audit.copies import Copies
 from privdl.audit.estimators import OneRunAudit, ThresholdAudit, one_run_audit, threshold_audit
 from privdl.data import load_dataset
+from privdl.comm import StackedComm
 from privdl.data.datasets import Dataset
 from privdl.errors import ValidationError
-from privdl.mechanisms import make_mechanism
+from privdl.mechanisms import GradientMechanism, make_mechanism
 from privdl.network import Network
-from privdl.rng import derive_seed
+from privdl.keys import derive_seed
 from privdl.schedules import make_schedule
 from privdl.simulator import simulate
 from privdl.tasks.models import cnn, linear
@@ -101,8 +101,9 @@ def _model(setup: AuditSetup, ds: Dataset):
 
 
 def _train(setup: AuditSetup, ds: Dataset, agent_parts: list[list[np.ndarray]], seed: int,
-           init_seed: int, device: str = "cpu") -> tuple[SupervisedTask, torch.Tensor, int]:
-    """Train len(agent_parts) independent systems at once; returns the task, final models (copies·n₀, d), n₀."""
+           init_seed: int, device: str = "cpu") -> tuple[SupervisedTask, torch.Tensor, int, GradientMechanism]:
+    """Train len(agent_parts) independent systems at once; returns the task, final models (copies·n₀, d), n₀ and
+    the mechanism (its ledger states what the training guaranteed)."""
     central = setup.algorithm == "central"
     n0 = len(agent_parts[0])
     copies = len(agent_parts)
@@ -114,17 +115,17 @@ def _train(setup: AuditSetup, ds: Dataset, agent_parts: list[list[np.ndarray]], 
     base = Network.from_topology("complete", n0)
     alg_params, sched = DEFAULTS[setup.algorithm]
     algorithm = make_algorithm(alg_params["name"], **{k: v for k, v in alg_params.items() if k != "name"})
-    calls = algorithm.gradient_calls(setup.iterations)
+    comm = StackedComm.copies(base, copies)
+    calls = algorithm.accesses(setup.iterations, comm.edges)
     lot = setup.per_class * (len(setup.classes) if central else 1)
     mechanism = make_mechanism("dp_sgd", steps=calls, task=task, clip=setup.clip, lot_size=lot, sample_rate=1.0,
                                epsilon=setup.epsilon, delta=setup.delta, **BROKEN[setup.broken])
     sched_params = {k: (v * setup.eta_scale if k.startswith("eta") else v) for k, v in sched.items() if k != "name"}
     schedule = make_schedule(sched["name"], iterations=setup.iterations, **sched_params)
     x0 = model.init(torch.Generator().manual_seed(init_seed), torch.float32).expand(copies * n0, -1).clone()
-    res = simulate(task=task, network=Copies(base, copies), algorithm=algorithm, mechanism=mechanism,
-                   schedule=schedule, iterations=setup.iterations, seed=seed, x0=x0, metrics=False, device=device)
-    task.audit_mechanism = mechanism  # for the report
-    return task, res.final, n0
+    res = simulate(task=task, comm=comm, algorithm=algorithm, mechanism=mechanism, schedule=schedule,
+                   iterations=setup.iterations, seed=seed, x0=x0, metrics=False, device=device)
+    return task, res.final, n0, mechanism
 
 
 def _losses(task: SupervisedTask, models: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -172,9 +173,9 @@ def membership_audit(setup: AuditSetup, models: int = 1000, *, held_out: float =
         k = min(batch, total - done)
         worlds = [(done + c) % 2 == 0 for c in range(k)]  # alternate in/out inside every batch
         systems = [with_z if w else parts for w in worlds]
-        task, final, n0 = _train(setup, ds, systems, seed=derive_seed(seed, "audit", chunk), init_seed=seed,
-                                 device=device)
-        ledger = [e.to_dict() for e in task.audit_mechanism.ledger()]
+        task, final, n0, mechanism = _train(setup, ds, systems, seed=derive_seed(seed, "audit", chunk),
+                                            init_seed=seed, device=device)
+        ledger = [mechanism.ledger().to_dict()]
         agent0 = final.reshape(k, n0, -1)[:, 0]
         loss = _losses(task, agent0, torch.as_tensor(ds.X_train[z:z + 1]), torch.as_tensor(ds.y_train[z:z + 1]))[:, 0]
         for w, s in zip(worlds, (-loss).tolist()):
@@ -199,10 +200,10 @@ def one_run_membership_audit(setup: AuditSetup, canaries: int = 200, *, seed: in
     if setup.algorithm == "central":
         parts = [np.concatenate(parts)]
     system = [np.concatenate([parts[0], np.array(cands)[included]])] + parts[1:]
-    task, final, n0 = _train(setup, ds, [system], seed=derive_seed(seed, "one-run", "train"), init_seed=seed,
-                             device=device)
+    task, final, n0, mechanism = _train(setup, ds, [system], seed=derive_seed(seed, "one-run", "train"),
+                                        init_seed=seed, device=device)
     X = torch.as_tensor(ds.X_train[cands])
     y = torch.as_tensor(ds.y_train[cands])
     loss = _losses(task, final[:1], X, y)[0]
     result = one_run_audit((-loss).numpy(), included, setup.delta, confidence=confidence)
-    return result, [e.to_dict() for e in task.audit_mechanism.ledger()]
+    return result, [mechanism.ledger().to_dict()]

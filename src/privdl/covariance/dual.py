@@ -19,7 +19,6 @@ variance on null(W), and the result says so (``singular``, ``ridge`` = τ) with 
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ import numpy as np
 
 from privdl.covariance.problem import check_square
 from privdl.errors import ValidationError
+from privdl.network.edges import fingerprint
 
 #: Singular-value test: W is treated as singular when λ_min(WᵀW) ≤ this × λ_max(WᵀW).
 SINGULAR_RTOL = 1e-10
@@ -120,11 +120,6 @@ def solve_dual(w: np.ndarray, *, tol: float = 1e-10, max_iter: int = 2000,
 
 _CACHE: dict[tuple[str, float, float | None], DualSolution] = {}
 _CACHE_LIMIT = 64
-
-
-def fingerprint(w: np.ndarray) -> str:
-    w = np.ascontiguousarray(np.asarray(w, dtype=np.float64))
-    return hashlib.sha256(repr(w.shape).encode() + w.tobytes()).hexdigest()[:16]
 
 
 def solve_dual_cached(w: np.ndarray, *, tol: float = 1e-10, ridge: float | None = None) -> DualSolution:

@@ -26,8 +26,10 @@ def _psd_part(a: np.ndarray) -> np.ndarray:
     return (q * np.clip(mu, 0.0, None)) @ q.T
 
 
-def solve_hbc(w: np.ndarray, b: float, groups: list[tuple[int, ...]], q: int, *, solver: str | None = None,
+def solve_hbc(w: np.ndarray, *, bound: float, groups: list[tuple[int, ...]], coalition_size: int,
+              solver: str | None = None,
               label: str = "custom") -> CovarianceDesign:
+    b, q = bound, coalition_size
     cp = require_cvxpy()
     start = time.perf_counter()
     w, b = check_square(w), check_bound(b)
@@ -62,12 +64,12 @@ def solve_hbc(w: np.ndarray, b: float, groups: list[tuple[int, ...]], q: int, *,
     s2 = max(float(sigma2.value), 0.0)
     comps = [SeedComponent(h, _psd_part(np.asarray(blk.value)), f"seed{k}") for k, (h, blk) in
              enumerate(zip(groups, blocks))]
-    worst, where = coalition_worst_ratio(s2, comps, n, q, b)
+    worst, where = coalition_worst_ratio(s2, comps, n, coalition_size=q, bound=b)
     scale = max(1.0, worst)  # scaling every part by the same factor scales every R^(I): feasibility restored
     comps = [SeedComponent(c.members, c.cov * scale, c.label) for c in comps]
     s2 *= scale
     r = s2 * np.eye(n) + sum((c.embedded(n) for c in comps), np.zeros((n, n)))
-    worst_after, where = coalition_worst_ratio(s2, comps, n, q, b)
+    worst_after, where = coalition_worst_ratio(s2, comps, n, coalition_size=q, bound=b)
     return CovarianceDesign(
         design="hbc", R=r, bound=b, trace=noise_trace(w, r), trace_ldp=float(np.sum(w * w)) / b,
         cdp_lower_bound=1.0 / (n * b), max_precision_ratio=float(np.max(precision_diagonal(r)) / b), sigma_mix2=s2,

@@ -62,12 +62,12 @@ def precision_diagonal(r: np.ndarray) -> np.ndarray:
     return np.einsum("ki,ki->i", inv_chol, inv_chol)
 
 
-def verify_covariance(r: np.ndarray, b: float, *, what: str = "covariance") -> float:
+def verify_covariance(r: np.ndarray, *, bound: float, what: str = "covariance") -> float:
     """Check R ≻ 0 and max_i [R⁻¹]_ii ≤ b·(1 + tol); return the worst ratio max_i [R⁻¹]_ii / b.
 
     The error names the worst agent and its ratio, so a bad covariance file can be fixed.
     """
-    b = check_bound(b)
+    b = check_bound(bound)
     diag = precision_diagonal(check_square(r, what))
     worst = int(np.argmax(diag))
     ratio = float(diag[worst] / b)
@@ -137,7 +137,7 @@ def finish_design(design: str, w: np.ndarray, r: np.ndarray, b: float, *, sigma_
     step = float(np.max(precision_diagonal(r))) / b
     scale = step * (1 + margin) if step > 1.0 else 1.0
     r, mu = r * scale, mu * scale
-    ratio = verify_covariance(r, b, what=f"the {design} covariance")
+    ratio = verify_covariance(r, bound=b, what=f"the {design} covariance")
     n = r.shape[0]
     if sigma_mix2 is None:
         sigma_mix2 = float(mu[0])

@@ -50,10 +50,10 @@ def _finish(name: str, w: np.ndarray, r: np.ndarray, b: float, start: float, sol
                          extra={"solver": solver, "solver_violation": violation})
 
 
-def solve_official(w: np.ndarray, b: float, *, solver: str | None = None) -> CovarianceDesign:
+def solve_official(w: np.ndarray, *, bound: float, solver: str | None = None) -> CovarianceDesign:
     cp = require_cvxpy()
     start = time.perf_counter()
-    w, b = check_square(w), check_bound(b)
+    w, b = check_square(w), check_bound(bound)
     n = w.shape[0]
     sigma2 = cp.Variable(nonneg=True)
     r_cor = cp.Variable((n, n), PSD=True)
@@ -68,10 +68,10 @@ def solve_official(w: np.ndarray, b: float, *, solver: str | None = None) -> Cov
     return _finish("official_lmi", w, np.asarray(r.value), b, start, used)
 
 
-def solve_precision(w: np.ndarray, b: float, *, solver: str | None = None) -> CovarianceDesign:
+def solve_precision(w: np.ndarray, *, bound: float, solver: str | None = None) -> CovarianceDesign:
     cp = require_cvxpy()
     start = time.perf_counter()
-    w, b = check_square(w), check_bound(b)
+    w, b = check_square(w), check_bound(bound)
     n = w.shape[0]
     p = cp.Variable((n, n), symmetric=True)
     x = cp.Variable((n, n), symmetric=True)

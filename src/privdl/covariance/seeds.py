@@ -16,6 +16,7 @@ import numpy as np
 
 from privdl.covariance.problem import precision_diagonal
 from privdl.errors import ValidationError
+from privdl.network.edges import adjacency, undirected_edges
 
 
 @dataclass(frozen=True)
@@ -39,13 +40,13 @@ def seed_groups(kind: str, w: np.ndarray, *, seed: int = 0) -> list[tuple[int, .
     ``neighbourhoods`` (one seed per closed neighbourhood {i} ∪ N(i)), ``groups:M`` (M disjoint groups of
     consecutive agents, sizes as equal as possible)."""
     n = w.shape[0]
-    adj = (np.abs(w) > 0) & ~np.eye(n, dtype=bool)
+    adj = adjacency(w) > 0
     if kind == "global":
         groups = [tuple(range(n))]
     elif kind == "edges":
-        groups = [(i, j) for i in range(n) for j in range(i + 1, n) if adj[i, j] or adj[j, i]]
+        groups = undirected_edges(w)
     elif kind in ("neighbourhoods", "neighborhoods"):
-        groups = [tuple(sorted({i, *np.flatnonzero(adj[i] | adj[:, i]).tolist()})) for i in range(n)]
+        groups = [tuple(sorted({i, *np.flatnonzero(adj[i]).tolist()})) for i in range(n)]
     elif kind.startswith("groups:"):
         try:
             m = int(kind.split(":", 1)[1])
@@ -95,9 +96,27 @@ def coalition_views(groups: list[tuple[int, ...]], n: int, q: int) -> dict[froze
     return views
 
 
-def coalition_worst_ratio(sigma_mix2: float, components: list[SeedComponent], n: int, q: int,
-                          b: float) -> tuple[float, dict[str, object]]:
+def coalition_precisions(sigma_mix2: float, components: list[SeedComponent], n: int, *,
+                         coalition_size: int) -> np.ndarray:
+    """Per agent i: max over coalitions I with |I| ≤ q, i ∉ I, of [(R^(I))⁻¹]_ii — the precision of the noise
+    agent i's gradient keeps against the worst coalition (q = 0: the external eavesdropper, [R⁻¹]_ii)."""
+    q = coalition_size
+    check_coalition_size(q, n)
+    views = coalition_views([c.members for c in components], n, q) if components else {frozenset(): set(range(n))}
+    embedded = [c.embedded(n) for c in components]
+    worst = np.full(n, -np.inf)
+    for unknown, agents in views.items():
+        r = sigma_mix2 * np.eye(n) + sum((embedded[k] for k in unknown), np.zeros((n, n)))
+        diag = precision_diagonal(r)
+        idx = np.asarray(sorted(agents))
+        worst[idx] = np.maximum(worst[idx], diag[idx])
+    return worst
+
+
+def coalition_worst_ratio(sigma_mix2: float, components: list[SeedComponent], n: int, *, coalition_size: int,
+                          bound: float) -> tuple[float, dict[str, object]]:
     """max over coalitions |I| ≤ q and agents i ∉ I of [(R^(I))⁻¹]_ii / b, and where it is attained."""
+    q, b = coalition_size, bound
     check_coalition_size(q, n)
     views = coalition_views([c.members for c in components], n, q) if components else {frozenset(): set(range(n))}
     embedded = [c.embedded(n) for c in components]

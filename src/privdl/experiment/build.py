@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import torch
 
 from privdl.algorithms import Algorithm, make_algorithm
-from privdl.mechanisms import Mechanism, make_mechanism
+from privdl.comm import Comm, make_comm
+from privdl.mechanisms import GradientMechanism, make_mechanism
 from privdl.network import Network, load_network_file
 from privdl.schedules import Schedule, make_schedule
 from privdl.tasks import Task, make_task
@@ -20,32 +22,61 @@ class Components:
     network: Network
     task: Task
     algorithm: Algorithm
-    mechanism: Mechanism
+    mechanism: GradientMechanism
     schedule: Schedule
     sparse: bool | None
+
+    def comm(self) -> Comm:
+        return make_comm(self.network, sparse=self.sparse)
 
 
 def _rest(table: dict, *drop: str) -> dict:
     return {k: v for k, v in table.items() if k not in drop}
 
 
-def build_network(net: dict) -> Network:
+def build_network(net: dict, run_seed: int = 0) -> Network:
+    """The network of a ``[network]`` table; ``seed = "run"`` draws a different graph for every run seed. Networks
+    are immutable facts: the same table and seed give the same (cached) object."""
+    key = (json.dumps(net, sort_keys=True, default=str), run_seed if net.get("seed") == "run" else None)
+    if key not in _NETWORKS:
+        if len(_NETWORKS) >= 512:
+            _NETWORKS.pop(next(iter(_NETWORKS)))
+        _NETWORKS[key] = _build_network(net, run_seed)
+    return _NETWORKS[key]
+
+
+_NETWORKS: dict[tuple, Network] = {}
+
+
+def _build_network(net: dict, run_seed: int) -> Network:
     fixed = ("topology", "n", "mixing", "lazy", "seed", "file", "file_kind", "sparse")
     if net.get("file"):
         return load_network_file(net["file"], kind=net.get("file_kind", "auto"),
                                  mixing=net.get("mixing", "metropolis_hastings"), lazy=net.get("lazy", False))
+    seed = net.get("seed", 0)
     return Network.from_topology(net.get("topology", "erdos_renyi"), net.get("n", 10),
                                  mixing=net.get("mixing", "metropolis_hastings"), lazy=net.get("lazy", False),
-                                 seed=net.get("seed", 0), **_rest(net, *fixed))
+                                 seed=run_seed if seed == "run" else seed, **_rest(net, *fixed))
 
 
-def build(cfg: dict) -> Components:
-    network = build_network(cfg["network"])
-    task = make_task(cfg["task"]["name"], network.n, dtype=DTYPES[cfg["dtype"]], **_rest(cfg["task"], "name"))
+def build_task(cfg: dict, n: int) -> Task:
+    """The task of a run config for ``n`` agents; ``seed = "run"`` partitions the data by the run seed."""
+    params = _rest(cfg["task"], "name")
+    if params.get("seed") == "run":
+        params["seed"] = cfg.get("seed", 0)
+    return make_task(cfg["task"]["name"], n, dtype=DTYPES[cfg["dtype"]], **params)
+
+
+def build(cfg: dict, *, task: Task | None = None) -> Components:
+    """Every component of one run (``task``: reuse an already built task of the same config)."""
+    network = build_network(cfg["network"], cfg.get("seed", 0))
+    task = task if task is not None else build_task(cfg, network.n)
     algorithm = make_algorithm(cfg["algorithm"]["name"], **_rest(cfg["algorithm"], "name"))
-    # privacy is accounted over every noisy access, which may exceed the iterations (inner steps, initialisation)
-    mechanism = make_mechanism(cfg["mechanism"]["name"], steps=algorithm.gradient_calls(cfg["iterations"]),
-                               network=network, task=task, **_rest(cfg["mechanism"], "name"))
+    # privacy is accounted over every noisy access to each agent's data, which may exceed the iterations (inner
+    # steps, initialisation, cross-gradients)
+    accesses = algorithm.accesses(cfg["iterations"], network.edges)
+    mechanism = make_mechanism(cfg["mechanism"]["name"], steps=accesses, network=network, task=task,
+                               **_rest(cfg["mechanism"], "name"))
     schedule = make_schedule(cfg["schedule"]["name"], iterations=cfg["iterations"], **_rest(cfg["schedule"], "name"))
     sparse = cfg["network"].get("sparse", "auto")
     return Components(network, task, algorithm, mechanism, schedule, None if sparse == "auto" else bool(sparse))

@@ -15,12 +15,15 @@ Layout (every key is documented in docs/CONFIG.md)::
 
 Keys valid for a component are its builder's keyword parameters. A key no component of the experiment accepts is an
 error naming the key; a key that only some swept components accept is dropped for the others (so the non-private
-run of an ε sweep is run once).
+run of an ε sweep is run once). Every name a key refers to (topology, mixing rule, task, dataset, partition,
+algorithm, optimizer, mechanism, accountant, schedule, ...) is checked when the config is loaded, with the valid
+names in the error.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import inspect
 import itertools
@@ -35,7 +38,9 @@ from typing import Any
 from privdl.algorithms import ALGORITHMS
 from privdl.errors import ConfigError, PrivdlError
 from privdl.mechanisms import MECHANISMS
+from privdl.network.mixing import MIXING_RULES
 from privdl.network.topology import TOPOLOGIES
+from privdl.registry import OneOf, annotated_choices, one_of
 from privdl.schedules import SCHEDULES
 from privdl.tasks import TASKS
 
@@ -49,16 +54,27 @@ TOP_LEVEL: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "gradient": (str, "auto"),
     "threads": (int, 0),
     "device": (str, "cpu"),
+    "train": (bool, True),
+    "batch_replicas": (int, 0),
 }
 NETWORK_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "topology": (str, "erdos_renyi"),
     "n": (int, 10),
     "mixing": (str, "metropolis_hastings"),
     "lazy": (bool, False),
-    "seed": (int, 0),
+    "seed": ((int, str), 0),
     "file": (str, None),
     "file_kind": (str, "auto"),
     "sparse": ((bool, str), "auto"),
+}
+#: names a fixed key must be one of
+FIXED_CHOICES: dict[str, OneOf] = {
+    "dtype": one_of("float32", "float64"),
+    "gradient": one_of("auto", "closed_form", "torch_func"),
+    "network.mixing": OneOf(MIXING_RULES),
+    "network.file_kind": one_of("auto", "edges", "adjacency", "mixing"),
+    "network.seed": OneOf((), lambda v: v == "run", "an integer, or \"run\" (the graph follows the run seed)"),
+    "network.sparse": OneOf((), lambda v: v == "auto", "true, false or \"auto\""),
 }
 SECTIONS = {"task": TASKS, "algorithm": ALGORITHMS, "mechanism": MECHANISMS, "schedule": SCHEDULES}
 # builder parameters filled in by the runner, never by the user
@@ -66,7 +82,18 @@ INJECTED = {"task": {"n", "dtype"}, "mechanism": {"steps", "network", "task"}, "
 DEFAULT_NAMES = {"task": "quadratic", "algorithm": "dsgd", "mechanism": "none", "schedule": "constant"}
 
 
+@functools.lru_cache(maxsize=None)
+def _builder_params(fn: Any, skip: frozenset[str]) -> dict[str, inspect.Parameter]:
+    return _params(fn, skip)
+
+
 def builder_params(fn: Any, skip: set[str]) -> dict[str, inspect.Parameter]:
+    """Keyword parameters of a builder (class or function), minus those the runner injects. A class whose
+    ``__init__`` passes ``**kwargs`` on to its base also accepts the base's parameters."""
+    return dict(_builder_params(fn, frozenset(skip)))
+
+
+def _params(fn: Any, skip: frozenset[str]) -> dict[str, inspect.Parameter]:
     """Keyword parameters of a builder (class or function), minus those the runner injects. A class whose
     ``__init__`` passes ``**kwargs`` on to its base also accepts the base's parameters."""
     targets = [c.__init__ for c in fn.__mro__ if "__init__" in vars(c)] if inspect.isclass(fn) else [fn]
@@ -85,6 +112,8 @@ def builder_params(fn: Any, skip: set[str]) -> dict[str, inspect.Parameter]:
 def _accepts(annotation: Any, value: Any) -> bool:
     if annotation is inspect.Parameter.empty or annotation is Any:
         return True
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _accepts(typing.get_args(annotation)[0], value)
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         return any(_accepts(a, value) for a in typing.get_args(annotation))
@@ -102,7 +131,16 @@ def _accepts(annotation: Any, value: Any) -> bool:
 
 
 def _type_name(annotation: Any) -> str:
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
     return getattr(annotation, "__name__", str(annotation)).replace("typing.", "")
+
+
+def _check_choice(dotted: str, value: Any, choices: list[OneOf]) -> None:
+    for c in choices:
+        if not c.accepts(value):
+            shown = value.get("name") if isinstance(value, dict) else value
+            raise ConfigError(f"key {dotted!r}: unknown name {shown!r}; valid names: {c.valid()}")
 
 
 def parse_value(text: str) -> Any:
@@ -123,8 +161,9 @@ def set_dotted(cfg: dict, key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> dict:
-    """Read a TOML config and apply ``--set key=value`` overrides (dotted keys)."""
+def load_config(path: str | Path, overrides: list[str] | None = None, *, validate: bool = True) -> dict:
+    """Read a TOML config, apply ``--set key=value`` overrides (dotted keys) and validate it (every key, type and
+    registry name of every grid point: a misspelled name fails here, not when a run is built)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
@@ -137,6 +176,8 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> dict:
             raise ConfigError(f"--set expects key=value, got {item!r}")
         key, text = item.split("=", 1)
         set_dotted(cfg, key.strip(), parse_value(text.strip()))
+    if validate:
+        expand(cfg)
     return cfg
 
 
@@ -230,6 +271,8 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
             typ, _ = TOP_LEVEL[key]
             if not isinstance(value, typ) or isinstance(value, bool) and typ is int:
                 raise ConfigError(f"key {key!r} must be {typ.__name__}, got {value!r}")
+            if key in FIXED_CHOICES:
+                _check_choice(key, value, [FIXED_CHOICES[key]])
             out[key] = value
         elif key not in SECTIONS and key != "network":
             raise ConfigError(
@@ -237,10 +280,11 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
             )
     for k, (_, default) in TOP_LEVEL.items():
         out.setdefault(k, default)
-    if out["dtype"] not in ("float32", "float64"):
-        raise ConfigError(f"dtype must be 'float32' or 'float64', got {out['dtype']!r}")
     if out["iterations"] < 1:
         raise ConfigError(f"iterations must be >= 1, got {out['iterations']}")
+    if out["batch_replicas"] < 0:
+        raise ConfigError(f"batch_replicas must be >= 0 (0: automatic, 1: never stack runs), got "
+                          f"{out['batch_replicas']}")
     for section in ["network", *SECTIONS]:
         table = merged.get(section, {})
         if not isinstance(table, dict):
@@ -261,14 +305,19 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
             dotted = f"{section}.{key}"
             if key in fixed:
                 typ = fixed[key][0]
-                if not isinstance(value, typ):
+                if not isinstance(value, typ) or (isinstance(value, bool) and typ == (int, str)):
                     raise ConfigError(f"key {dotted!r} must be {typ}, got {value!r}")
+                if isinstance(value, str) and dotted in FIXED_CHOICES:
+                    _check_choice(dotted, value, [FIXED_CHOICES[dotted]])
                 resolved[key] = value
+            elif key == "seed" and value == "run" and section == "task" and key in params:
+                resolved[key] = value  # the data partition follows the run seed
             elif key in params:
                 if not _accepts(params[key].annotation, value):
                     raise ConfigError(
                         f"key {dotted!r} must be {_type_name(params[key].annotation)}, got {value!r}"
                     )
+                _check_choice(dotted, value, annotated_choices(params[key].annotation))
                 resolved[key] = value
             elif dotted in swept or key in used.get(section, set()):
                 continue  # applies to another component of this experiment
@@ -303,7 +352,7 @@ def _keys_accepted_anywhere(points: list[tuple[dict, dict, set[str]]]) -> dict[s
 
 
 def run_id(effective: dict) -> str:
-    payload = {k: v for k, v in effective.items() if k not in ("name", "description", "threads", "device")}
+    payload = {k: v for k, v in effective.items() if k not in ("name", "description", "threads", "device", "batch_replicas")}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 

@@ -1,21 +1,37 @@
-"""Run every point of an experiment's sweep, skipping finished runs, with a progress bar."""
+"""Run every point of an experiment's sweep, skipping finished runs, with a progress bar.
+
+Runs that share their task, algorithm and length (and differ in network, mechanism, step size or seed) are stacked on
+the replica axis and stepped together (:func:`privdl.simulator.simulate_replicas`) when their mechanisms can be
+stacked; each still gets its own metrics, manifest and privacy ledger, exactly as if it had run alone (it draws the
+same numbers; its results agree to rounding). ``batch_replicas = 1`` turns this off. ``train = false`` builds,
+calibrates and accounts every run without training (design sweeps: the mechanism's facts become the metrics).
+"""
 
 from __future__ import annotations
 
+import json
 import math
 import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Sequence
 
+import numpy as np
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import privdl
-from privdl.experiment.build import build
+from privdl.errors import ValidationError
+from privdl.experiment.build import Components, build, build_network, build_task
 from privdl.experiment.config import RunSpec, expand
 from privdl.experiment.store import ResultStore
-from privdl.simulator import simulate
+from privdl.simulator import Replica, simulate, simulate_replicas, stackable
+
+#: numbers (model state plus one step's batch) a stacked batch may hold, for the automatic ``batch_replicas``
+BATCH_BUDGET = 2**25
+#: sections that may differ between runs of one stacked batch
+PER_REPLICA = ("seed", "network", "mechanism", "schedule", "name", "description", "threads")
 
 
 @dataclass
@@ -28,17 +44,17 @@ class ExperimentSummary:
     seconds: float
 
 
-def run_one(spec: RunSpec, on_step=None) -> tuple[list[tuple[int, str, float]], dict]:
+def _numeric(facts: dict) -> dict[str, float]:
+    return {k: float(v) for k, v in facts.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
+
+
+def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[int, str, float]],
+             accesses: torch.Tensor | None, batch: dict | None = None) -> dict:
     cfg = spec.config
-    if cfg.get("threads"):
-        torch.set_num_threads(cfg["threads"])
-    c = build(cfg)
-    result = simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
-                      schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
-                      eval_every=cfg["eval_every"], gradient=cfg["gradient"], sparse=c.sparse, on_step=on_step,
-                      device=cfg.get("device", "cpu"))
-    final = {m: v for t, m, v in result.records if t == cfg["iterations"]}
-    manifest = {
+    final = {m: v for t, m, v in rows if t == max((r[0] for r in rows), default=0)}
+    ledger = c.mechanism.ledger(accesses)
+    return {
         "run_id": spec.run_id,
         "status": "complete",
         "config": cfg,
@@ -47,45 +63,152 @@ def run_one(spec: RunSpec, on_step=None) -> tuple[list[tuple[int, str, float]], 
         "torch_version": torch.__version__,
         "python": platform.python_version(),
         "seeds": {"run": cfg["seed"], "network": cfg["network"].get("seed", 0), "data": cfg["task"].get("seed", 0),
-                  "streams": "keyed (run seed, purpose, iteration): purposes init, batch, noise"},
+                  "keys": "root seed → (purpose, access, agent[, neighbour]) and shared keys per holder set"},
         "network": c.network.facts(),
         "W_fingerprint": c.network.fingerprint,
         "task": c.task.describe(),
         "mechanism": c.mechanism.describe(),
-        "privacy_ledger": [e.to_dict() for e in c.mechanism.ledger()],
-        "seconds": result.seconds,
-        "iterations_per_second": cfg["iterations"] / result.seconds if result.seconds > 0 else math.inf,
+        "privacy_ledger": [ledger.to_dict()],
+        "trained": cfg.get("train", True),
+        "batch": batch or {"replicas": 1},
+        "seconds": seconds,
+        "iterations_per_second": cfg["iterations"] / seconds if seconds > 0 and cfg.get("train", True) else None,
         "final_metrics": final,
     }
-    return result.records, manifest
 
 
-def run_experiment(cfg: dict, out: str | Path, *, progress: bool = True) -> ExperimentSummary:
-    """Run (or resume) the experiment ``cfg`` into directory ``out``."""
+def run_one(spec: RunSpec, on_step: Callable[[int], None] | None = None, *,
+            components: Components | None = None) -> tuple[list[tuple[int, str, float]], dict]:
+    """One run, alone: its rows (iteration, metric, value) and its manifest."""
+    cfg = spec.config
+    if cfg.get("threads"):
+        torch.set_num_threads(cfg["threads"])
+    c = components or build(cfg)
+    if not cfg.get("train", True):
+        start = time.perf_counter()
+        ledger = c.mechanism.ledger()
+        facts = {**_numeric(c.mechanism.describe()), **({"epsilon": ledger.epsilon} if ledger.epsilon is not None
+                                                         and math.isfinite(ledger.epsilon) else {})}
+        rows = [(0, k, v) for k, v in facts.items()]
+        return rows, manifest(spec, c, seconds=time.perf_counter() - start, rows=rows, accesses=None)
+    result = simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
+                      schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
+                      eval_every=cfg["eval_every"], gradient=cfg["gradient"], sparse=c.sparse, on_step=on_step,
+                      device=cfg.get("device", "cpu"))
+    return result.records, manifest(spec, c, seconds=result.seconds, rows=result.records, accesses=result.accesses)
+
+
+def run_batch(specs: Sequence[RunSpec], parts: Sequence[Components],
+              on_step: Callable[[int], None] | None = None) -> list[tuple[list[tuple[int, str, float]], dict]]:
+    """Runs that share task, algorithm and length, stacked on the replica axis."""
+    cfg = specs[0].config
+    res = simulate_replicas(task=parts[0].task, algorithm=parts[0].algorithm,
+                            replicas=[Replica(c.network, c.mechanism, c.schedule, s.config["seed"])
+                                      for s, c in zip(specs, parts)],
+                            iterations=cfg["iterations"], eval_every=cfg["eval_every"], gradient=cfg["gradient"],
+                            on_step=on_step, device=cfg.get("device", "cpu"))
+    out = []
+    for r, (spec, c) in enumerate(zip(specs, parts)):
+        batch = {"replicas": len(specs), "position": r, "seconds": res.seconds}
+        out.append((res.records[r], manifest(spec, c, seconds=res.seconds, rows=res.records[r],
+                                             accesses=res.accesses[r], batch=batch)))
+    return out
+
+
+def _batch_key(spec: RunSpec) -> str:
+    cfg = {k: v for k, v in spec.config.items() if k not in PER_REPLICA}
+    cfg["network_n"] = spec.config["network"].get("n") if not spec.config["network"].get("file") else spec.run_id
+    return json.dumps(cfg, sort_keys=True, default=str)
+
+
+def _capacity(cfg: dict, parts: Components) -> int:
+    if cfg.get("batch_replicas"):
+        return int(cfg["batch_replicas"])
+    task = parts.task
+    features = int(np.prod(getattr(task, "X", torch.zeros(1, 1, task.dim)).shape[2:])) if hasattr(task, "X") \
+        else task.dim
+    per = parts.network.n * (4 * task.dim + max(1, task.batch_size) * features)
+    return max(1, BATCH_BUDGET // max(per, 1))
+
+
+def plan(todo: Sequence[RunSpec]) -> list[list[RunSpec]]:
+    """Groups of runs that may be stacked (same task, algorithm, length; training runs only)."""
+    groups: dict[str, list[RunSpec]] = {}
+    singles: list[list[RunSpec]] = []
+    for spec in todo:
+        cfg = spec.config
+        if not cfg.get("train", True) or cfg.get("batch_replicas") == 1:
+            singles.append([spec])
+        else:
+            groups.setdefault(_batch_key(spec), []).append(spec)
+    return [g for g in groups.values()] + singles
+
+
+def run_experiment(cfg: dict, out: str | Path, *, progress: bool = True, shard: tuple[int, int] | None = None,
+                   on_done: Callable[[str, list, dict], None] | None = None) -> ExperimentSummary:
+    """Run (or resume) the experiment ``cfg`` into directory ``out``. ``shard = (i, k)`` runs only every k-th
+    distinct run starting at i (k processes can share one directory)."""
     start = time.perf_counter()
     runs, axes = expand(cfg)
     store = ResultStore(out)
     store.claim(cfg)
     unique = list({r.run_id: r for r in runs}.values())
+    if shard is not None:
+        i, k = shard
+        if not 0 <= i < k:
+            raise ValidationError(f"shard I/K needs 0 <= I < K, got {i}/{k}")
+        unique = unique[i::k]
     todo = [r for r in unique if not store.is_done(r.run_id)]
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   disable=not progress, transient=False) as bar:
         overall = bar.add_task(f"{cfg.get('name', 'experiment')}: runs", total=len(unique),
                                completed=len(unique) - len(todo))
-        for spec in todo:
-            iters = spec.config["iterations"]
-            label = ", ".join(f"{k}={v}" for k, v in spec.sweep.items() if v is not None) or spec.run_id
-            current = bar.add_task(f"  {label}", total=iters)
+
+        def save(spec: RunSpec, rows: list, man: dict) -> None:
+            save_all([(spec, rows, man)])
+
+        def save_all(items: list[tuple[RunSpec, list, dict]]) -> None:
+            store.save_runs([(spec.run_id, rows, man) for spec, rows, man in items])
+            bar.advance(overall, len(items))
+            if on_done is not None:
+                for spec, rows, man in items:
+                    on_done(spec.run_id, rows, man)
+
+        for group in plan(todo):
+            iters = group[0].config["iterations"]
+            label = (f"  {len(group)} stacked runs" if len(group) > 1 else
+                     "  " + (", ".join(f"{k}={v}" for k, v in group[0].sweep.items() if v is not None)
+                             or group[0].run_id))
+            current = bar.add_task(label, total=iters)
             every = max(1, iters // 100)
 
             def tick(t: int, _task=current, _every=every) -> None:
                 if t % _every == 0:
                     bar.update(_task, completed=t)
 
-            rows, manifest = run_one(spec, on_step=tick)
-            store.save_run(spec.run_id, rows, manifest)
+            if len(group) == 1:
+                rows, man = run_one(group[0], on_step=tick)
+                save(group[0], rows, man)
+            else:
+                first = group[0].config
+                task = build_task(first, build_network(first["network"], first["seed"]).n)
+                parts = [build(s.config, task=task) for s in group]
+                by_n: dict[int, list[int]] = {}
+                for k, c in enumerate(parts):
+                    by_n.setdefault(c.network.n, []).append(k)
+                for members in by_n.values():
+                    cap = _capacity(group[0].config, parts[members[0]])
+                    for lo in range(0, len(members), cap):
+                        chunk = members[lo:lo + cap]
+                        specs, comps = [group[k] for k in chunk], [parts[k] for k in chunk]
+                        if len(chunk) > 1 and stackable([c.mechanism for c in comps], comps[0].network.n):
+                            save_all([(spec, rows, man) for spec, (rows, man)
+                                      in zip(specs, run_batch(specs, comps, on_step=tick))])
+                        else:
+                            for spec, c in zip(specs, comps):
+                                rows, man = run_one(spec, on_step=tick, components=c)
+                                save(spec, rows, man)
             bar.update(current, completed=iters, visible=False)
-            bar.advance(overall)
     results = store.write_results(axes, [(r.run_id, r.sweep) for r in runs])
     return ExperimentSummary(Path(out), len(unique), len(todo), len(unique) - len(todo), results,
                              time.perf_counter() - start)

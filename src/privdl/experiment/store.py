@@ -4,6 +4,9 @@
     DIR/runs/<run_id>/metrics.csv  one run's rows
     DIR/runs/<run_id>/manifest.json  written last: its presence marks the run finished
     DIR/results.csv                long format: run_id, <sweep axes...>, iteration, metric, value
+
+Each run's files are written atomically and its manifest last, so a run interrupted at any point is simply run again;
+several processes (shards) may share one directory (they run disjoint runs).
 """
 
 from __future__ import annotations
@@ -12,21 +15,32 @@ import csv
 import io
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
 from privdl.errors import ConfigError
 
 
-def atomic_write(path: Path, text: str) -> None:
+def _stage(path: Path, text: str, *, sync: bool) -> str:
+    """Write ``text`` to a temporary file beside ``path`` (fsync'd if ``sync``); returns its name."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = str(path.parent / f".{path.name}.{os.getpid()}.tmp")  # one writer per run: a fixed name is safe
     try:
-        with os.fdopen(fd, "w") as f:
+        with open(tmp, "w") as f:
             f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` atomically and durably (fsync, then rename)."""
+    tmp = _stage(path, text, sync=True)
+    try:
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -59,7 +73,7 @@ class ResultStore:
                     f"choose another --out directory or delete it"
                 )
             return
-        if self.root.exists() and any(self.root.iterdir()):
+        if self.root.exists() and any(not p.name.startswith(".") for p in self.root.iterdir()):
             raise ConfigError(f"{self.root} is not empty and holds no privdl experiment; choose another --out")
         atomic_write(path, text)
 
@@ -70,12 +84,32 @@ class ResultStore:
         return (self.run_dir(run_id) / "manifest.json").is_file()
 
     def save_run(self, run_id: str, rows: Iterable[tuple[int, str, float]], manifest: dict) -> None:
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(["iteration", "metric", "value"])
-        w.writerows(rows)
-        atomic_write(self.run_dir(run_id) / "metrics.csv", buf.getvalue())
-        atomic_write(self.run_dir(run_id) / "manifest.json", json.dumps(manifest, indent=2, default=str))
+        self.save_runs([(run_id, rows, manifest)])
+
+    def save_runs(self, runs: list[tuple[str, Iterable[tuple[int, str, float]], dict]]) -> None:
+        """Save finished runs: every file is staged, made durable with one sync for the whole batch, then renamed
+        into place — metrics first, each run's manifest last — so an interruption at any point leaves each run
+        either finished or to be redone."""
+        staged: list[tuple[str, Path]] = []
+        try:
+            for run_id, rows, manifest in runs:
+                buf = io.StringIO()
+                w = csv.writer(buf)
+                w.writerow(["iteration", "metric", "value"])
+                w.writerows(rows)
+                d = self.run_dir(run_id)
+                staged.append((_stage(d / "metrics.csv", buf.getvalue(), sync=len(runs) == 1), d / "metrics.csv"))
+                # compact JSON: the C encoder (json with indent is pure Python, ~10× slower on large sweeps)
+                text = json.dumps(manifest, default=str, separators=(",", ":"))
+                staged.append((_stage(d / "manifest.json", text, sync=len(runs) == 1), d / "manifest.json"))
+            if len(runs) > 1:
+                os.sync()
+            for tmp, path in staged:
+                os.replace(tmp, path)
+        except BaseException:
+            for tmp, _ in staged:
+                Path(tmp).unlink(missing_ok=True)
+            raise
 
     def load_rows(self, run_id: str) -> list[tuple[int, str, float]]:
         with open(self.run_dir(run_id) / "metrics.csv") as f:
@@ -87,11 +121,14 @@ class ResultStore:
         return json.loads((self.run_dir(run_id) / "manifest.json").read_text())
 
     def write_results(self, axes: list[str], runs: list[tuple[str, dict]]) -> Path:
-        """Assemble DIR/results.csv from the finished runs' files."""
+        """Assemble DIR/results.csv from the finished runs' files (runs still to do, e.g. another shard's, are left
+        out until they finish)."""
         buf = io.StringIO()
         w = csv.writer(buf)
         w.writerow(["run_id", *axes, "iteration", "metric", "value"])
         for rid, sweep in runs:
+            if not self.is_done(rid):
+                continue
             cols = ["" if sweep.get(a) is None else sweep[a] for a in axes]
             for t, m, v in self.load_rows(rid):
                 w.writerow([rid, *cols, t, m, repr(v)])

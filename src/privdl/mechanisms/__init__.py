@@ -1,31 +1,44 @@
-"""Privacy mechanisms (clip + noise on the agent axis)."""
+"""Privacy mechanisms: gradient side (clip + noise, DP-SGD; they declare what they need and the engine reads the
+data) and message side (encodings of what is sent, wrapping the Comm)."""
 
+import functools
 import inspect
 
 from privdl.errors import ValidationError
-
-from privdl.mechanisms import correlated, dp_sgd, gaussian_ldp  # noqa: F401  (register)
-from privdl.mechanisms.base import MECHANISMS, Mechanism, NoPrivacy, clip_rows
-from privdl.mechanisms.correlated import CorrelatedGaussian, CorrelatedNoise
+from privdl.mechanisms import correlated, dp_sgd  # noqa: F401  (register)
+from privdl.mechanisms.base import (
+    MECHANISMS, Access, AccessBudgetExceeded, BatchGradient, Chain, Clip, ClippedSum, GradientMechanism, Mechanism,
+    MechanismEnv, NoPrivacy, Sensitivity, chain, clip_rows,
+)
+from privdl.mechanisms.correlated import CorrelatedGaussian, CorrelatedNoise, GaussianLDP, LDPNoise
 from privdl.mechanisms.dp_sgd import DPSGD
-from privdl.mechanisms.gaussian_ldp import GaussianLDP
-from privdl.network.network import Network
+from privdl.mechanisms.message import MESSAGE_MECHANISMS, IdentityEncoding, MessageMechanism, ProtectedComm, protect
+from privdl.mechanisms.stack import stack
 
 
-def _accepts(name: str, what: str) -> bool:
-    return what in inspect.signature(MECHANISMS.get(name)).parameters
+@functools.lru_cache(maxsize=None)
+def injected(name: str) -> frozenset[str]:
+    """The builder parameters of mechanism ``name`` that the runner supplies (never the user)."""
+    fn = MECHANISMS.get(name)
+    targets = [c.__init__ for c in fn.__mro__ if "__init__" in vars(c)] if inspect.isclass(fn) else [fn]
+    params: set[str] = set()
+    for t in targets:
+        params |= set(inspect.signature(t).parameters)
+    return frozenset({"steps"} | ({"network", "task"} & params))
 
 
-def make_mechanism(name: str, *, steps: int, network: Network | None = None, task: object | None = None,
-                   **params: object) -> Mechanism:
-    """Build mechanism ``name``; the network (correlated designs) and the task (example-level DP) are injected
-    when the mechanism needs them."""
+def make_mechanism(name: str, *, steps, network=None, task=None, **params: object) -> GradientMechanism:
+    """Build mechanism ``name`` covering ``steps`` noisy accesses (an int, or one per agent); the network
+    (correlated designs) and the task (example-level DP) are passed when the mechanism needs them."""
     for what, value in (("network", network), ("task", task)):
-        if _accepts(name, what):
+        if what in injected(name):
             if value is None:
                 raise ValidationError(f"mechanism {name!r} needs the {what}")
             params[what] = value
     return MECHANISMS.build(name, steps=steps, **params)
 
 
-__all__ = ["MECHANISMS", "CorrelatedGaussian", "CorrelatedNoise", "DPSGD", "GaussianLDP", "Mechanism", "NoPrivacy", "clip_rows", "make_mechanism"]
+__all__ = ["DPSGD", "MECHANISMS", "MESSAGE_MECHANISMS", "Access", "AccessBudgetExceeded", "BatchGradient", "Chain",
+           "Clip", "ClippedSum", "CorrelatedGaussian", "CorrelatedNoise", "GaussianLDP", "GradientMechanism",
+           "IdentityEncoding", "LDPNoise", "Mechanism", "MechanismEnv", "MessageMechanism", "NoPrivacy",
+           "ProtectedComm", "Sensitivity", "chain", "clip_rows", "make_mechanism", "protect", "stack"]

@@ -1,91 +1,344 @@
-"""The Mechanism interface: what an agent does to its gradient before it leaves (clip + noise), plus its ledger.
+"""Gradient-side mechanisms: what an agent does to what it computes from its data before anything leaves it
+(clip + noise, DP-SGD's per-example clipping and lot noise), with the privacy events they cause.
 
-Mechanisms act on the agent axis, g (n, d) -> (n, d), and never know which algorithm calls them; algorithms never
-know which mechanism they use (DESIGN.md: adding one must not touch the other).
+A mechanism **declares what it needs** — :class:`BatchGradient` (the mean gradient of a uniform mini-batch) or
+:class:`ClippedSum` (Σ over a Poisson lot of per-example gradients clipped to C) — and the engine does the data
+access (``privdl.simulator.access``), keyed per data owner. ``privatize(value, access)`` then transforms that value
+for the rows of the access: ``access.owners`` are the rows whose data was read, ``access.requesters`` the rows whose
+models it was evaluated at (a cross-gradient: agent j's data at agent i's model), ``access.call`` the index of the
+noisy access (1, 2, …), which keys the noise together with the owner and the requester.
+
+Mechanisms never see the algorithm, the network's W or the data; algorithms never see the mechanism
+(DESIGN.md: adding one must not touch the other). They compose with :func:`chain` (optax style): the first member
+reads the data, later members transform its output, and the events follow the sensitivity along the chain — noise
+added to a quantity with no sensitivity bound (e.g. before clipping) is an obfuscation with no DP guarantee.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Callable
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import torch
 
 from privdl.errors import ValidationError
-from privdl.privacy.ledger import LedgerEntry, non_private
+from privdl.keys import Keys
+from privdl.privacy.events import NonPrivateEvent, ObfuscationEvent, PrivacyEvent
+from privdl.privacy.ledger import Ledger
 from privdl.registry import Registry
-from privdl.rng import Streams
-
-if TYPE_CHECKING:
-    from privdl.tasks.base import Task
 
 
-def clip_rows(g: torch.Tensor, clip: float | torch.Tensor) -> torch.Tensor:
-    """ĝ_i = min(1, C/‖g_i‖)·g_i for every row (agent) i; ``clip`` may be a per-row (rows, 1) tensor."""
-    norms = torch.linalg.vector_norm(g, dim=1, keepdim=True)
-    return g * torch.clamp(clip / norms.clamp_min(torch.finfo(g.dtype).tiny), max=1.0)
+# ---- what a mechanism needs from the data -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BatchGradient:
+    """The mean gradient of a mini-batch of the task's batch size, drawn uniformly with replacement from the owner's
+    data (one draw per owner, requester and access)."""
+
+
+@dataclass(frozen=True, eq=False)
+class ClippedSum:
+    """Σ_{b ∈ lot} min(1, C/‖∇l(θ; b)‖)·∇l(θ; b) over a Poisson lot of the owner's data: every example joins with
+    probability ``rates[owner]`` (1: the whole data). ``clip=None`` sums unclipped gradients (audits of a broken
+    mechanism). ``method``: "ghost", "vmap" or "auto" (per-example path); ``chunk`` bounds memory."""
+
+    clip: float | None
+    rates: torch.Tensor
+    method: str = "auto"
+    chunk: int | None = None
+
+
+Need = BatchGradient | ClippedSum
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """A bound on how much one unit's data changes a quantity (L2): ``value`` for the privacy ``unit``."""
+
+    value: float
+    unit: str  # "agent" (replace one agent's data) | "example" (add/remove one example)
+
+
+@dataclass(frozen=True)
+class Access:
+    """One noisy access: the models of ``requesters`` evaluated on the data of ``owners`` (global rows, one per
+    row of the value), the ``call``-th access of the run."""
+
+    owners: torch.Tensor
+    requesters: torch.Tensor
+    call: int
+
+    @property
+    def is_self(self) -> bool:
+        return bool(torch.equal(self.owners, self.requesters))
+
+
+@dataclass
+class MechanismEnv:
+    """What the engine gives a mechanism at the start of a run: the run's keys, the number of rows (replicas ×
+    agents) and the purpose prefix of its keyed draws."""
+
+    keys: Keys
+    scope: str = "noise"
+
+    @property
+    def rows(self) -> int:
+        return self.keys.rows
 
 
 class AccessBudgetExceeded(ValidationError):
     """More noisy data accesses than the privacy accounting covers."""
 
 
-class Mechanism(ABC):
-    """``steps`` is the number of noisy accesses the privacy accounting covers; a run that makes more is stopped."""
+def clip_rows(g: torch.Tensor, clip: float | torch.Tensor) -> torch.Tensor:
+    """ĝ_i = min(1, C/‖g_i‖)·g_i for every row i; ``clip`` may be a per-row (rows, 1) tensor."""
+    norms = torch.linalg.vector_norm(g.reshape(g.shape[0], -1), dim=1).reshape(-1, *([1] * (g.ndim - 1)))
+    return g * torch.clamp(clip / norms.clamp_min(torch.finfo(g.dtype).tiny), max=1.0)
+
+
+def per_owner(steps: int | Sequence[int] | torch.Tensor, n: int | None = None) -> torch.Tensor:
+    """Noisy accesses per data owner as an int64 tensor (an int is the same for every owner)."""
+    if isinstance(steps, torch.Tensor):
+        out = steps.to(torch.int64).reshape(-1)
+    elif isinstance(steps, (list, tuple)):
+        out = torch.as_tensor([int(s) for s in steps], dtype=torch.int64)
+    else:
+        if isinstance(steps, bool) or int(steps) != steps:
+            raise ValidationError(f"steps must be an integer or one integer per agent, got {steps!r}")
+        out = torch.full((1 if n is None else n,), int(steps), dtype=torch.int64)
+    if n is not None and out.numel() == 1 and n > 1:
+        out = out.expand(n).clone()
+    if n is not None and out.numel() != n:
+        raise ValidationError(f"steps has {out.numel()} entries for {n} agents")
+    if out.numel() and int(out.min()) < 0:
+        raise ValidationError("steps must be >= 0")
+    return out
+
+
+class GradientMechanism(ABC):
+    """Base class. ``steps`` (per owner) is what the accounting covers; a run that reads more is stopped."""
 
     name: str = "mechanism"
-    steps: int
-    calls: int = 0
+    need: Need = BatchGradient()
 
-    @abstractmethod
-    def privatize(self, g: torch.Tensor, t: int, generator: torch.Generator) -> torch.Tensor:
-        """The privatised gradients the agents use and share at noisy access t (= the round when an algorithm makes
-        one access per round); keyed noise must depend on t so that two accesses never reuse a draw."""
+    def __init__(self, *, steps: int | Sequence[int] | torch.Tensor, n: int | None = None) -> None:
+        self.steps = per_owner(steps, n)
+        self.calls = torch.zeros_like(self.steps)
+        self.env: MechanismEnv | None = None
 
-    @abstractmethod
-    def ledger(self) -> list[LedgerEntry]:
-        """Privacy statements for a run of the configured length."""
+    # ---- lifecycle ----------------------------------------------------------------------------------------------
+    def bind(self, env: MechanismEnv) -> None:
+        """Called by the engine before the first access: keep the keys, reset the access counts."""
+        if self.steps.numel() not in (1, env.rows):
+            reps, rem = divmod(env.rows, self.steps.numel())
+            if rem:
+                raise ValidationError(f"mechanism {self.name!r} covers {self.steps.numel()} agents, the run has "
+                                      f"{env.rows} rows")
+        self.env = env
+        self.calls = torch.zeros(env.rows, dtype=torch.int64)
 
-    def noisy_gradient(self, task: "Task", x: torch.Tensor, t: int, batch_gen: torch.Generator,
-                       noise_gen: torch.Generator, oracle: Callable) -> torch.Tensor:
-        """One noisy access to every agent's data at models x (n, d): by default a mini-batch gradient from
-        ``oracle`` privatised with :meth:`privatize`; example-level mechanisms override it (they need the
-        per-example gradients). Each call draws a fresh batch and fresh noise, and counts against ``steps``."""
-        return self.privatize(oracle(x, task.sample(batch_gen)), self.next_access(), noise_gen)
-
-    def next_access(self) -> int:
-        """Count one noisy access (1, 2, ...); refuse one beyond what the accounting covers."""
-        self.calls += 1
-        if self.calls > self.steps:
+    def count(self, access: Access) -> None:
+        """Count one access per row of ``access`` against its owner's budget; refuse beyond it."""
+        self.calls += torch.bincount(access.owners.cpu(), minlength=self.calls.numel())
+        budget = self.budget()
+        over = (self.calls > budget).nonzero(as_tuple=True)[0]
+        if over.numel():
+            i = int(over[0])
             raise AccessBudgetExceeded(
-                f"noisy access {self.calls} exceeds the {self.steps} accesses the privacy accounting of "
-                f"{self.name!r} covers (an algorithm that reads the data more often than declared?)")
-        return self.calls
+                f"noisy access {int(self.calls[i])} to the data of agent {i} exceeds the {int(budget[i])} accesses "
+                f"the privacy accounting of {self.name!r} covers (an algorithm that reads the data more often than "
+                f"it declares?)")
 
-    def start(self, streams: Streams) -> None:
-        """Called once before the first step with the run's keyed streams (mechanisms that draw from per-agent or
-        shared keys keep them; the default draws from the ``generator`` passed to :meth:`privatize`). Resets the
-        access count."""
-        self.calls = 0
+    def budget(self) -> torch.Tensor:
+        rows = self.calls.numel()
+        return self.steps if self.steps.numel() == rows else self.steps.repeat(rows // max(self.steps.numel(), 1))
+
+    def accesses(self) -> torch.Tensor:
+        """Accesses per owner to state in the ledger: those made, or the declared budget if none was made yet."""
+        return self.calls if int(self.calls.sum()) else self.budget()
+
+    # ---- the transformation -------------------------------------------------------------------------------------
+    @abstractmethod
+    def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
+        """The protected value of the access's rows (what the agents use and share)."""
+
+    # ---- privacy --------------------------------------------------------------------------------------------------
+    def sensitivity_after(self, before: Sensitivity | None) -> Sensitivity | None:
+        """The sensitivity bound of this mechanism's output given its input's (default: unchanged)."""
+        return before
+
+    def step_events(self, before: Sensitivity | None) -> tuple[list[PrivacyEvent], Sensitivity | None] | None:
+        """One access's event for every owner (row) given the input's sensitivity, with the sensitivity the noise was
+        calibrated against (None: unbounded, the events are obfuscations); None if this mechanism adds no noise."""
+        return None
+
+    @property
+    def unit(self) -> str:
+        return "example" if isinstance(self.need, ClippedSum) else "agent"
+
+    def input_sensitivity(self) -> Sensitivity | None:
+        need = self.need
+        if isinstance(need, ClippedSum) and need.clip is not None:
+            return Sensitivity(float(need.clip), "example")
+        return None
+
+    accountant_name: str = "tight"
+    delta: float = 0.0
+    target_epsilon: float | None = None
+
+    def noise_facts(self) -> dict:
+        return {}
+
+    def note(self) -> str:
+        return ""
+
+    def ledger(self, accesses: torch.Tensor | None = None) -> Ledger:
+        """The run's privacy statement: every owner's events (one per access), accounted."""
+        return _ledger(self, [self], accesses)
 
     def describe(self) -> dict[str, object]:
         return {"name": self.name}
 
 
-class NoPrivacy(Mechanism):
+def chain_events(mechs: Sequence[GradientMechanism], counts: torch.Tensor) -> tuple[list[list[PrivacyEvent]], str]:
+    """Per owner, the events of ``counts[i]`` accesses through the chain ``mechs`` (the first member reads the data),
+    and the privacy unit. The first noise step whose input has a sensitivity bound gives the DP event (later members
+    are post-processing); a noise step without one is an obfuscation; no noise at all is a non-private use."""
+    sens = mechs[0].input_sensitivity()
+    found: tuple[list[PrivacyEvent], Sensitivity] | None = None
+    obfuscation: list[PrivacyEvent] | None = None
+    for m in mechs:
+        step = m.step_events(sens)
+        if step is not None:
+            events, used = step
+            if used is not None:
+                found = (events, used)
+                break
+            obfuscation = obfuscation or events
+        sens = m.sensitivity_after(sens)
+    template = found[0] if found else obfuscation
+    out = []
+    for i, c in enumerate(counts.tolist()):
+        if c == 0:
+            out.append([])
+        elif template is None:
+            out.append([NonPrivateEvent(count=int(c))])
+        else:
+            out.append([_with_count(template[i % len(template)], int(c))])
+    unit = found[1].unit if found else ("none" if template is None else mechs[0].unit)
+    return out, unit
+
+
+def _ledger(top: GradientMechanism, mechs: Sequence[GradientMechanism], accesses: torch.Tensor | None) -> Ledger:
+    counts = top.accesses() if accesses is None else accesses
+    events, unit = chain_events(mechs, counts)
+    if len(mechs) == 1:
+        noise, note = top.noise_facts(), top.note()
+    else:
+        noise = {m.name: m.noise_facts() for m in mechs if m.noise_facts()}
+        note = "; ".join(n for n in (m.note() for m in mechs) if n)
+    return Ledger.build(unit=unit, mechanism=top.name, accountant=top.accountant_name if unit != "none" else "none",
+                        delta=top.delta if unit != "none" else 0.0, events=events, noise=noise, note=note,
+                        target_epsilon=top.target_epsilon)
+
+
+def _with_count(e: PrivacyEvent, count: int) -> PrivacyEvent:
+    from dataclasses import replace
+
+    return replace(e, count=count)
+
+
+def obfuscation(name: str, reason: str) -> tuple[list[PrivacyEvent], None]:
+    """The step events of a noise mechanism whose input has no sensitivity bound."""
+    return [ObfuscationEvent(name, reason)], None
+
+
+class NoPrivacy(GradientMechanism):
     """Gradients pass unchanged (non-private baselines)."""
 
     name = "none"
 
-    def __init__(self, *, steps: int) -> None:
-        self.steps = steps
+    def __init__(self, *, steps: int | Sequence[int] | torch.Tensor) -> None:
+        super().__init__(steps=steps)
 
-    def privatize(self, g: torch.Tensor, t: int, generator: torch.Generator) -> torch.Tensor:
-        return g
-
-    def ledger(self) -> list[LedgerEntry]:
-        return [non_private(self.name, self.steps)]
+    def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
+        return value
 
 
-MECHANISMS: Registry[Callable[..., Mechanism]] = Registry("mechanism")
+class Clip(GradientMechanism):
+    """Clip each agent's value to norm C (agent level: replace-one sensitivity 2C). Adds no noise: alone it is no
+    protection; chained before a noise mechanism it bounds that mechanism's sensitivity."""
+
+    name = "clip"
+
+    def __init__(self, *, steps: int | Sequence[int] | torch.Tensor, clip: float = 1.0) -> None:
+        super().__init__(steps=steps)
+        if not (clip > 0 and math.isfinite(clip)):
+            raise ValidationError(f"clip must be > 0, got {clip}")
+        self.clip = float(clip)
+
+    def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
+        return clip_rows(value, self.clip)
+
+    def sensitivity_after(self, before: Sensitivity | None) -> Sensitivity | None:
+        if before is not None and before.unit == "example":  # clipping a clipped sum: min of the two
+            return Sensitivity(min(before.value, 2 * self.clip), before.unit)
+        return Sensitivity(2 * self.clip, "agent")
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "clip": self.clip}
+
+
+class Chain(GradientMechanism):
+    """Members applied in order; the first reads the data (its ``need``), the others transform."""
+
+    def __init__(self, members: Sequence[GradientMechanism]) -> None:
+        members = list(members)
+        if not members:
+            raise ValidationError("chain needs at least one mechanism")
+        first = members[0]
+        super().__init__(steps=first.steps)
+        self.members = members
+        self.name = "chain(" + ", ".join(m.name for m in members) + ")"
+        self.need = first.need
+        dp = [m for m in members if m.delta]
+        self.delta = dp[0].delta if dp else 0.0
+        self.accountant_name = dp[0].accountant_name if dp else "none"
+        self.target_epsilon = dp[0].target_epsilon if dp else None
+
+    def bind(self, env: MechanismEnv) -> None:
+        super().bind(env)
+        for k, m in enumerate(self.members):
+            m.bind(MechanismEnv(env.keys, env.scope if k == 0 else f"{env.scope}/{k}"))
+
+    def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
+        for m in self.members:
+            value = m.privatize(value, access)
+        return value
+
+    def input_sensitivity(self) -> Sensitivity | None:
+        return self.members[0].input_sensitivity()
+
+    def ledger(self, accesses: torch.Tensor | None = None) -> Ledger:
+        return _ledger(self, self.members, accesses)
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "members": [m.describe() for m in self.members]}
+
+
+def chain(*members: GradientMechanism) -> Chain:
+    """Compose mechanisms: ``chain(a, b)`` applies a, then b (a reads the data)."""
+    return Chain(members)
+
+
+MECHANISMS: Registry[Callable[..., GradientMechanism]] = Registry("mechanism")
 MECHANISMS.add("none", NoPrivacy)
+MECHANISMS.add("clip", Clip)
+
+#: the old name of the base class
+Mechanism = GradientMechanism
+
+__all__ = ["Access", "AccessBudgetExceeded", "BatchGradient", "Chain", "Clip", "ClippedSum", "GradientMechanism",
+           "MECHANISMS", "Mechanism", "MechanismEnv", "Need", "NoPrivacy", "Sensitivity", "chain", "clip_rows",
+           "per_owner"]

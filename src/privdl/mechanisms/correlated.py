@@ -1,37 +1,47 @@
 """Correlated Gaussian noise across agents: the LDP, DECOR, Whisper/CorN and honest-but-curious designs of seeds
 000/001 as one mechanism (SPEC §3), plugged into any algorithm unchanged.
 
-Each agent clips its gradient to C and adds v_i = σ_mix·u_i + Σ_{k ∋ i} [F_k]_i s_k, where u_i comes from the
-agent's own key (seed, "noise", "own", i, t) and s_k (one row per column of the factor F_k, F_k F_kᵀ = R_cor^(k))
-from the shared key (seed, "noise", label_k, j, t) that only the agents of H_k hold. DECOR's component for edge
-(i, j) has factor σ_cor·(+1, −1), so its key is (seed, "noise", "edge:i-j", 0, t): both endpoints draw the same
-term with opposite signs and nobody else can.
+Each agent clips its gradient to C and adds v_i = σ_mix·u_i + Σ_{k ∋ i} [F_k]_i s_k: u_i is drawn from the agent's
+own key (purpose, access, agent), s_k (one row per column of the factor F_k, F_k F_kᵀ = R_cor^(k)) from the shared
+key of seed k, which exactly the agents of H_k hold (:meth:`privdl.keys.KeySource.shared`). DECOR's component for
+edge (i, j) has factor σ_cor·(+1, −1): both endpoints draw the same term with opposite signs and nobody else can.
+``gaussian_ldp`` and ``ldp`` are one design (R = σ²I: own draws only); ``gaussian_ldp`` also takes σ directly.
 
 ``generation="per_agent"`` (default) accumulates every agent's sum in a fixed order with elementwise operations, so
 the whole network's noise equals, bit for bit, what each agent computes alone (:meth:`CorrelatedNoise.agent`).
 ``generation="matmul"`` uses one matrix product per component: same draws, same distribution, faster for large d,
-but rounding differs in the last bits.
+rounding differs in the last bits.
 """
 
 from __future__ import annotations
 
 import math
+from functools import cached_property
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from privdl.covariance.designs import design_covariance
 from privdl.covariance.hbc import solve_hbc
-from privdl.covariance.problem import CovarianceDesign, check_square, finish_design, verify_covariance
-from privdl.covariance.seeds import SeedComponent, coalition_worst_ratio, seed_groups
+from privdl.covariance.problem import (
+    CovarianceDesign, check_square, finish_design, precision_diagonal, verify_covariance,
+)
+from privdl.covariance.seeds import SeedComponent, coalition_precisions, seed_groups
 from privdl.errors import ValidationError
-from privdl.mechanisms.base import MECHANISMS, Mechanism, clip_rows
+from privdl.keys import Keys, fold, normal
+from privdl.mechanisms.base import (
+    MECHANISMS, Access, GradientMechanism, MechanismEnv, Sensitivity, clip_rows, obfuscation,
+)
 from privdl.network.network import Network
 from privdl.privacy.agent_accountant import check_budget, get_accountant
-from privdl.privacy.ledger import LedgerEntry
-from privdl.rng import Streams
+from privdl.privacy.accountants import AGENT_ACCOUNTANTS
+from privdl.privacy.events import GaussianEvent, PrivacyEvent
+from privdl.registry import OneOf, one_of
 
 GENERATIONS = ("per_agent", "matmul")
+Seeds_ = Annotated[str, OneOf(("global", "edges", "neighbourhoods", "neighborhoods"),
+                              lambda v: v.startswith("groups:") and v[7:].isdigit(), "groups:M")]
 #: Components with at least this many members are added column by column (see CorrelatedNoise.network).
 DENSE_COMPONENT = 8
 
@@ -39,9 +49,11 @@ DENSE_COMPONENT = 8
 def component_factor(c: SeedComponent) -> np.ndarray:
     """A factor F with F Fᵀ = cov (columns for the non-negligible eigenvalues only); exact ±σ for an edge term."""
     cov = c.cov
-    if cov.shape == (2, 2) and np.isclose(cov[0, 1], -cov[0, 0]) and np.isclose(cov[1, 1], cov[0, 0]):
-        s = math.sqrt(max(cov[0, 0], 0.0))
-        return np.array([[s], [-s]])
+    if cov.shape == (2, 2):
+        a, b, d = float(cov[0, 0]), float(cov[0, 1]), float(cov[1, 1])
+        if math.isclose(b, -a, rel_tol=1e-9, abs_tol=0.0) and math.isclose(d, a, rel_tol=1e-9, abs_tol=0.0):
+            s = math.sqrt(max(a, 0.0))
+            return np.array([[s], [-s]])
     mu, q = np.linalg.eigh(0.5 * (cov + cov.T))
     keep = mu > max(mu[-1], 0.0) * 1e-13
     return q[:, keep] * np.sqrt(mu[keep])
@@ -60,23 +72,27 @@ class CorrelatedNoise:
             raise ValidationError(f"generation must be one of {GENERATIONS}, got {generation!r}")
         self.n, self.generation = n, generation
         self.sigma_mix = math.sqrt(max(sigma_mix2, 0.0))
-        parts = [(c.label, list(c.members), component_factor(c)) for c in components]
+        factors: dict[int, np.ndarray] = {}  # DECOR's edges share one 2×2 covariance object: factor it once
+        parts = []
+        for c in components:
+            f = factors.get(id(c.cov))
+            if f is None:
+                f = factors[id(c.cov)] = component_factor(c)
+            parts.append((c.label, list(c.members), f))
         self.parts = [p for p in parts if p[2].shape[1] > 0]
-        self.draw_keys: list[tuple[str, int]] = []  # one shared draw per (component, factor column)
+        self.draw_keys: list[tuple[str, int, tuple[int, ...]]] = []  # one shared draw per (component, column)
         targets, draws, coeffs = [], [], []
-        for label, members, f in self.parts:
-            for j in range(f.shape[1]):
-                self.draw_keys.append((label, j))
-                for row, agent in enumerate(members):
-                    targets.append(agent)
-                    draws.append(len(self.draw_keys) - 1)
-                    coeffs.append(f[row, j])
-        self.targets = torch.as_tensor(targets, dtype=torch.long)
-        self.term_draws = torch.as_tensor(draws, dtype=torch.long)
-        self.coeffs = np.asarray(coeffs, dtype=np.float64)
-        self.agent_terms: list[list[int]] = [[] for _ in range(n)]
-        for k, agent in enumerate(targets):
-            self.agent_terms[agent].append(k)
+        for label, members, f in self.parts:  # terms in order: component, column, member
+            first, k = len(self.draw_keys), f.shape[1]
+            held = tuple(members)
+            self.draw_keys.extend((label, j, held) for j in range(k))
+            targets.append(np.tile(np.asarray(members, dtype=np.int64), k))
+            draws.append(np.repeat(np.arange(first, first + k), len(members)))
+            coeffs.append(f.T.reshape(-1))
+        cat = (lambda xs, dt: np.concatenate(xs).astype(dt)) if targets else (lambda xs, dt: np.zeros(0, dt))
+        self.targets = torch.as_tensor(cat(targets, np.int64))
+        self.term_draws = torch.as_tensor(cat(draws, np.int64))
+        self.coeffs = cat(coeffs, np.float64)
         # Evaluation plan for the whole network, in term order: runs of small components go through one
         # index_add_ over their terms; a large component adds one factor column at a time to its members' rows.
         self.plan: list[tuple] = []
@@ -92,52 +108,81 @@ class CorrelatedNoise:
                 self.plan.append(("flat", term, term + size))
             term += size
         self._coeffs: dict[torch.dtype, torch.Tensor] = {}
-        self._factors: dict[tuple[int, torch.dtype], torch.Tensor] = {}  # factor tensors, converted once
-        self.start(Streams(0))
+        self._factors: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+        self.keys: Keys | None = None
 
-    def start(self, streams: Streams) -> None:
-        """Derive every key's base seed once (sha256); each round folds in t cheaply (:func:`fold_seed`)."""
-        self.streams = streams
-        self.own_bases = [streams.seed("noise", "own", i) for i in range(self.n)]
-        self.draw_bases = [streams.seed("noise", label, j) for label, j in self.draw_keys]
+    def bind(self, keys: Keys, scope: str = "noise", replica: int = 0) -> None:
+        """Take the run's keys: every agent's own key (qualified by itself: a self access) and every shared key."""
+        self.keys, self.scope, self.replica = keys, scope, replica
+        rows = np.arange(self.n) + replica * self.n
+        self.own_keys = keys.own(scope, rows, rows)
+        self.draw_bases = np.array([keys.shared(f"{scope}:{label}:{j}", members, replica)
+                                    for label, j, members in self.draw_keys], dtype=np.uint64)
+
+    def rescale(self, variance: float) -> None:
+        """Multiply the generated covariance by ``variance`` (σ_mix and every factor by its square root)."""
+        root = math.sqrt(variance)
+        self.sigma_mix *= root
+        self.parts = [(label, members, f * root) for label, members, f in self.parts]
+        self.coeffs = self.coeffs * root
+        self.plan = [(step[0], step[1], step[2] * root, *step[3:]) if step[0] == "dense" else step
+                     for step in self.plan]
+        self._coeffs.clear()
+        self._factors.clear()
 
     def covariance(self) -> np.ndarray:
-        """The covariance actually generated: σ_mix² I + Σ_k F_k F_kᵀ (embedded)."""
-        r = self.sigma_mix**2 * np.eye(self.n)
-        for _, members, f in self.parts:
-            r[np.ix_(members, members)] += f @ f.T
-        return r
+        """The covariance actually generated: σ_mix² I + F Fᵀ, F the (n, m) matrix of every shared draw's
+        coefficients (:meth:`dense_factor`)."""
+        f = self.dense_factor()
+        return self.sigma_mix**2 * np.eye(self.n) + f @ f.T
 
     def generated_components(self) -> list[SeedComponent]:
         return [SeedComponent(tuple(members), f @ f.T, label) for label, members, f in self.parts]
 
     def dense_factor(self) -> np.ndarray:
-        """F (n × n) with F Fᵀ equal to :meth:`covariance` (for the batched-replica engine)."""
-        mu, q = np.linalg.eigh(self.covariance())
-        return q * np.sqrt(np.clip(mu, 0.0, None))
+        """(n, m) matrix F_cor with the network's shared part = F_cor s, s the m shared draws (column order)."""
+        f = np.zeros((self.n, len(self.draw_keys)))
+        f[self.targets.numpy(), self.term_draws.numpy()] = self.coeffs
+        return f
 
     def _coeff(self, dtype: torch.dtype) -> torch.Tensor:
         if dtype not in self._coeffs:
             self._coeffs[dtype] = torch.as_tensor(self.coeffs, dtype=dtype)
         return self._coeffs[dtype]
 
-    def _draw(self, base: int, t: int, d: int, dtype: torch.dtype) -> torch.Tensor:
-        return torch.randn(d, generator=self.streams.torch_step(base, t), dtype=dtype)
+    def _bound(self) -> Keys:
+        if self.keys is None:
+            raise ValidationError("the noise generator has no keys yet: bind(keys) first (the engine does)")
+        return self.keys
 
-    def agent(self, i: int, t: int, d: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-        """Agent i's noise at step t, drawn only from its own key and the shared keys it holds."""
+    @cached_property
+    def agent_terms(self) -> list[list[int]]:
+        """Every agent's terms (indices into targets / term_draws / coeffs), in order."""
+        terms: list[list[int]] = [[] for _ in range(self.n)]
+        for k, agent in enumerate(self.targets.tolist()):
+            terms[agent].append(k)
+        return terms
+
+    def agent(self, i: int, counter: int, d: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """Agent i's noise at access ``counter``, drawn only from its own key and the shared keys it holds (asked of
+        the key source afresh: nothing of the other agents is read)."""
+        source = self._bound().sources[self.replica]
+        own = source.own(self.scope, np.array([i]), np.array([i]))
         coeff = self._coeff(dtype)
-        v = self.sigma_mix * self._draw(self.own_bases[i], t, d, dtype)
+        v = self.sigma_mix * normal(fold(own, counter), d, dtype)[0]
         for k in self.agent_terms[i]:
-            v = v + coeff[k] * self._draw(self.draw_bases[int(self.term_draws[k])], t, d, dtype)
+            label, j, members = self.draw_keys[int(self.term_draws[k])]
+            key = source.shared(f"{self.scope}:{label}:{j}", members)
+            v = v + coeff[k] * normal(fold(np.array([key], dtype=np.uint64), counter), d, dtype)[0]
         return v
 
-    def network(self, t: int, d: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-        """All agents' noise at step t (n, d)."""
-        v = self.sigma_mix * torch.stack([self._draw(b, t, d, dtype) for b in self.own_bases])
-        if not self.draw_bases:
+    def network(self, counter: int, d: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """All agents' noise at access ``counter`` (n, d)."""
+        self._bound()
+        v = self.sigma_mix * normal(fold(self.own_keys, counter), d, dtype)
+        if not self.draw_keys:
             return v
-        s = torch.stack([self._draw(b, t, d, dtype) for b in self.draw_bases])
+        s = normal(fold(self.draw_bases, counter), d, dtype)
         if self.generation == "matmul":
             for members, f, cols in self._dense_parts(dtype):
                 v.index_add_(0, members, f @ s[cols])
@@ -178,77 +223,191 @@ class CorrelatedNoise:
         return out
 
 
-class CorrelatedGaussian(Mechanism):
+class CorrelatedGaussian(GradientMechanism):
     """Clip to C and add correlated noise whose covariance R satisfies [R⁻¹]_ii ≤ b (agent-level DP, SPEC §2).
 
-    b comes from (epsilon, delta) through ``accountant`` over ``steps``, or directly as ``precision_bound``.
+    b comes from (epsilon, delta) through ``accountant`` over ``steps`` (the most any agent makes), or directly as
+    ``precision_bound``. ``clip = 0`` disables clipping (then the noise has no sensitivity bound: chain a ``clip``
+    before it). Each agent's ε in the ledger comes from its own precision [R⁻¹]_ii (worst over coalitions of size
+    ≤ ``coalition_size``) of the noise actually generated.
     """
 
     design_name = "custom"
 
-    def __init__(self, *, steps: int, network: Network, clip: float = 1.0, epsilon: float | None = None,
-                 delta: float = 1e-5, accountant: str = "tight", precision_bound: float | None = None,
-                 generation: str = "per_agent", coalition_size: int = 0) -> None:
-        check_budget(clip=clip, steps=steps, delta=delta)
+    def __init__(self, *, steps: int | torch.Tensor, network: Network, clip: float = 1.0,
+                 epsilon: float | None = None, delta: float = 1e-5,
+                 accountant: Annotated[str, OneOf(AGENT_ACCOUNTANTS)] = "tight",
+                 precision_bound: float | None = None,
+                 generation: Annotated[str, one_of(*GENERATIONS)] = "per_agent",
+                 coalition_size: int = 0) -> None:
+        super().__init__(steps=steps, n=network.n)
+        if clip != 0:
+            check_budget(clip=clip)
+        check_budget(delta=delta)
+        if generation not in GENERATIONS:
+            raise ValidationError(f"generation must be one of {GENERATIONS}, got {generation!r}")
         self.accountant = get_accountant(accountant)
-        self.clip, self.delta, self.steps = float(clip), float(delta), int(steps)
+        self.accountant_name = self.accountant.name
+        self.clip, self.delta = float(clip), float(delta)
+        worst_steps = int(self.steps.max()) if self.steps.numel() else 0
         if (epsilon is None) == (precision_bound is None):
             raise ValidationError(f"{self.name} needs exactly one of epsilon (calibrate) or precision_bound (b)")
         if epsilon is not None:
-            check_budget(epsilon=epsilon)
-            self.bound = self.accountant.bound(epsilon, delta, clip, steps)
+            if not clip:
+                raise ValidationError(f"{self.name}: calibrating to epsilon needs a clip > 0 (the sensitivity)")
+            check_budget(epsilon=epsilon, steps=max(worst_steps, 1))
+            self.bound = self.accountant.bound(epsilon=epsilon, delta=delta, clip=clip, steps=max(worst_steps, 1))
         else:
+            check_budget(bound=precision_bound)
             self.bound = float(precision_bound)
         self.target_epsilon = epsilon
         self.network_ = network
         self.coalition_size = int(coalition_size)
+        self.generation = generation
+        self.variance_scale = 1.0  # > 1 only by rounding: see precisions
         self.design = self.make_design(network.W, self.bound)
-        self.noise = CorrelatedNoise(self.design.sigma_mix2, self.components(), network.n, generation)
-        # Re-account the noise actually generated (its factors), not the design's claim.
-        self.precision_ratio, self.worst_where = coalition_worst_ratio(
-            self.noise.sigma_mix**2, self.noise.generated_components(), network.n, self.coalition_size, self.bound)
-        if self.precision_ratio > 1 + 1e-9:
+        if self.worst_ratio > 1 + 1e-9:
+            i = int(np.argmax(self.precisions))
             raise ValidationError(
-                f"{self.name} noise does not protect agent {self.worst_where.get('agent')} against coalitions of "
-                f"size {self.coalition_size}: [(R^(I))⁻¹]_ii / b = {self.precision_ratio:.4g} > 1")
-        self.achieved_epsilon = self.accountant.epsilon(self.bound * self.precision_ratio, delta, clip, steps)
+                f"{self.name} noise does not protect agent {i} against coalitions of size {self.coalition_size}: "
+                f"[(R^(I))⁻¹]_ii / b = {self.worst_ratio:.4g} > 1")
 
     def make_design(self, w: np.ndarray, b: float) -> CovarianceDesign:
-        return design_covariance(self.design_name, w, b)
+        return design_covariance(self.design_name, w, bound=b)
 
     def components(self) -> list[SeedComponent]:
         return list(self.design.components or [])
 
-    def start(self, streams: Streams) -> None:
-        super().start(streams)
-        self.noise.start(streams)
+    @cached_property
+    def noise(self) -> CorrelatedNoise:
+        """The noise generator (built when first needed: large designs are cheap to account, costly to expand)."""
+        noise = CorrelatedNoise(self.design.sigma_mix2, self.components(), self.network_.n, self.generation)
+        if self.variance_scale != 1.0:
+            noise.rescale(self.variance_scale)
+        return noise
 
-    def privatize(self, g: torch.Tensor, t: int, generator: torch.Generator) -> torch.Tensor:
-        return clip_rows(g, self.clip) + self.noise.network(t, g.shape[1], g.dtype).to(g.device)
+    def _precisions(self) -> np.ndarray:
+        n = self.network_.n
+        generated = "noise" in self.__dict__ or n <= 400
+        if self.coalition_size == 0:
+            if generated:
+                return precision_diagonal(self.noise.covariance())
+            return precision_diagonal(self.design.R) / self.variance_scale
+        comps, mix2 = ((self.noise.generated_components(), self.noise.sigma_mix**2) if generated
+                       else (self.components(), self.design.sigma_mix2))
+        p = coalition_precisions(mix2, comps, n, coalition_size=self.coalition_size)
+        return p if generated else p / self.variance_scale
 
-    def ledger(self) -> list[LedgerEntry]:
+    @cached_property
+    def precisions(self) -> np.ndarray:
+        """Every agent's precision [R⁻¹]_ii (worst over coalitions of size ≤ q) of the noise actually generated
+        (its factors); for a large design that was never expanded (an accounting-only run), of the design's R.
+        Factoring an ill-conditioned R (singular W: cond ≈ 10⁷) can leave the generated precision a few 1e-9 above
+        b by rounding alone; the generator is then scaled up by that excess (``variance_scale``, in the ledger) so
+        the noise actually added never overshoots. A larger excess is a real violation and is refused."""
+        p = self._precisions()
+        for _ in range(8):
+            worst = float(np.max(p)) / self.bound
+            if worst <= 1.0 or worst > 1 + 1e-6:
+                return p
+            self.variance_scale *= worst * (1 + 1e-12)
+            if "noise" in self.__dict__:
+                self.noise.rescale(worst * (1 + 1e-12))
+            p = self._precisions()
+        return p
+
+    @property
+    def worst_ratio(self) -> float:
+        return float(np.max(self.precisions) / self.bound)
+
+    @property
+    def precision_ratio(self) -> float:
+        return self.worst_ratio
+
+    @property
+    def achieved_epsilon(self) -> float:
+        return self.ledger().epsilon  # type: ignore[return-value]
+
+    def bind(self, env: MechanismEnv) -> None:
+        super().bind(env)
+        if env.rows != self.network_.n:
+            raise ValidationError(f"{self.name} was built for {self.network_.n} agents, the run has {env.rows} rows "
+                                  "(stack replicas with privdl.mechanisms.stack)")
+        self.noise.bind(env.keys, env.scope)
+
+    def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
+        n = self.network_.n
+        if not (access.is_self and access.owners.numel() == n and
+                bool((access.owners.cpu() == torch.arange(n)).all())):
+            raise ValidationError(f"{self.name}: correlated noise is drawn for every agent's own gradient in one "
+                                  "access (owners = all rows); cross-gradients need an independent-noise mechanism")
+        g = clip_rows(value, self.clip) if self.clip else value
+        flat = g.reshape(n, -1)
+        noise = self.noise.network(access.call, flat.shape[1], flat.dtype).to(flat.device)
+        return (flat + noise).reshape(g.shape)
+
+    def sensitivity_after(self, before: Sensitivity | None) -> Sensitivity | None:
+        return Sensitivity(2 * self.clip, "agent") if self.clip else before
+
+    def step_events(self, before: Sensitivity | None) -> tuple[list[PrivacyEvent], Sensitivity | None]:
+        sens = Sensitivity(2 * self.clip, "agent") if self.clip else before
+        if sens is None:
+            return obfuscation(self.name, "Gaussian noise on a gradient with no sensitivity bound (no clip before "
+                                          "it): no DP guarantee")
+        return [GaussianEvent(precision=float(m), sensitivity=sens.value) for m in self.precisions], sens
+
+    def noise_facts(self) -> dict:
         facts = {k: v for k, v in self.design.summary().items() if k not in ("design", "seconds")}
-        return [LedgerEntry(
-            unit="agent", mechanism=self.name, accountant=self.accountant.name, epsilon=self.achieved_epsilon,
-            delta=self.delta, steps=self.steps,
-            noise={"clip": self.clip, "sensitivity": 2 * self.clip, "precision_bound": self.bound,
-                   "target_epsilon": self.target_epsilon, "coalition_size": self.coalition_size,
-                   "worst_precision_ratio": self.precision_ratio, "generation": self.noise.generation, **facts},
-            note=f"correlated Gaussian noise ({self.design.design}); ε from max_i [R⁻¹]_ii over coalitions of "
-                 f"size ≤ {self.coalition_size}; {self.accountant.reference}",
-        )]
+        return {"clip": self.clip, "sensitivity": 2 * self.clip, "precision_bound": self.bound,
+                "coalition_size": self.coalition_size, "worst_precision_ratio": self.worst_ratio,
+                "generation": self.generation, "variance_scale": self.variance_scale, **facts}
+
+    def note(self) -> str:
+        return (f"correlated Gaussian noise ({self.design.design}); each agent's ε from its own [R⁻¹]_ii over "
+                f"coalitions of size ≤ {self.coalition_size}; {self.accountant.reference}")
 
     def describe(self) -> dict[str, object]:
+        """Facts of the design (the metrics of an accounting-only run)."""
+        extra = {k: v for k, v in self.design.extra.items()
+                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
         return {"name": self.name, "clip": self.clip, "precision_bound": self.bound,
-                "accountant": self.accountant.name, "trace": self.design.trace,
-                "trace_ldp": self.design.trace_ldp, "sigma_mix2": self.design.sigma_mix2}
+                "accountant": self.accountant.name, "trace": self.design.trace, "trace_ldp": self.design.trace_ldp,
+                "cdp_lower_bound": self.design.cdp_lower_bound, "sigma_mix2": self.design.sigma_mix2,
+                "max_precision_ratio": self.worst_ratio, "design_seconds": self.design.seconds, **extra}
 
 
 @MECHANISMS.register("ldp")
 class LDPNoise(CorrelatedGaussian):
-    """R = I/b: independent noise, drawn per agent from its own key."""
+    """R = σ²I with σ² = 1/b: independent noise, drawn per agent from its own key. ``sigma`` gives σ directly
+    instead of ``epsilon`` / ``precision_bound`` (the ledger then reports the ε it achieves)."""
 
     name = design_name = "ldp"
+
+    def __init__(self, *, steps: int | torch.Tensor, network: Network, sigma: float | None = None,
+                 **kwargs: object) -> None:
+        if sigma is not None:
+            if not (isinstance(sigma, (int, float)) and sigma > 0 and math.isfinite(sigma)):
+                raise ValidationError(f"sigma must be > 0, got {sigma}")
+            if kwargs.get("epsilon") is not None or kwargs.get("precision_bound") is not None:
+                raise ValidationError(f"{self.name} takes one of epsilon, precision_bound or sigma")
+            kwargs["precision_bound"] = 1.0 / sigma**2
+        super().__init__(steps=steps, network=network, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def sigma(self) -> float:
+        """The noise std actually generated, √(σ_mix²) of the design (1/√b up to rounding)."""
+        return math.sqrt(self.design.sigma_mix2)
+
+    def noise_facts(self) -> dict:
+        return {**super().noise_facts(), "sigma": self.sigma, "variance": self.sigma**2}
+
+
+@MECHANISMS.register("gaussian_ldp")
+class GaussianLDP(LDPNoise):
+    """The LDP design under its first name (clip to C, add N(0, σ²) per coordinate from each agent's own key)."""
+
+    name = "gaussian_ldp"
+    design_name = "ldp"
 
 
 @MECHANISMS.register("decor")
@@ -265,14 +424,16 @@ class WhisperNoise(CorrelatedGaussian):
 
     name = design_name = "whisper"
 
-    def __init__(self, *, steps: int, network: Network, seeds: str = "global", **kwargs: object) -> None:
+    def __init__(self, *, steps: int | torch.Tensor, network: Network, seeds: Seeds_ = "global",
+                 **kwargs: object) -> None:
         self.seeds = seeds
         super().__init__(steps=steps, network=network, **kwargs)  # type: ignore[arg-type]
 
     def make_design(self, w: np.ndarray, b: float) -> CovarianceDesign:
         if self.seeds == "global" and self.coalition_size == 0:
-            return design_covariance("whisper", w, b)
-        return solve_hbc(w, b, seed_groups(self.seeds, w), self.coalition_size, label=self.seeds)
+            return design_covariance("whisper", w, bound=b)
+        return solve_hbc(w, bound=b, groups=seed_groups(self.seeds, w), coalition_size=self.coalition_size,
+                         label=self.seeds)
 
 
 MECHANISMS.add("corn", WhisperNoise)
@@ -284,7 +445,7 @@ class FileCovarianceNoise(CorrelatedGaussian):
 
     name = design_name = "covariance"
 
-    def __init__(self, *, steps: int, network: Network, file: str, **kwargs: object) -> None:
+    def __init__(self, *, steps: int | torch.Tensor, network: Network, file: str, **kwargs: object) -> None:
         self.file = file
         super().__init__(steps=steps, network=network, **kwargs)  # type: ignore[arg-type]
 
@@ -295,5 +456,5 @@ class FileCovarianceNoise(CorrelatedGaussian):
             raise ValidationError(f"cannot read covariance file {self.file}: {exc}") from None
         if r.shape != w.shape:
             raise ValidationError(f"covariance file {self.file} is {r.shape}, the network has n = {w.shape[0]}")
-        verify_covariance(r, b, what=f"covariance file {self.file}")
+        verify_covariance(r, bound=b, what=f"covariance file {self.file}")
         return finish_design("file", w, r, b)

@@ -8,16 +8,11 @@ import networkx as nx
 import numpy as np
 
 from privdl.errors import ValidationError
+from privdl.network.edges import adjacency as _adjacency
+from privdl.network.edges import laplacian as _laplacian
 from privdl.registry import Registry
 
 MIXING_RULES: Registry[Callable[[nx.Graph], np.ndarray]] = Registry("mixing rule")
-
-
-def _adjacency(graph: nx.Graph) -> np.ndarray:
-    n = graph.number_of_nodes()
-    a = nx.to_numpy_array(graph, nodelist=range(n), weight=None, dtype=float)
-    np.fill_diagonal(a, 0.0)
-    return a
 
 
 def _fill_diagonal(w: np.ndarray) -> np.ndarray:
@@ -46,10 +41,8 @@ def max_degree(graph: nx.Graph) -> np.ndarray:
 @MIXING_RULES.register("laplacian")
 def laplacian(graph: nx.Graph) -> np.ndarray:
     """W = I − L / (d_max + 1), L the unweighted Laplacian (seed 002's Laplacian rule)."""
-    a = _adjacency(graph)
-    deg = a.sum(axis=1)
-    lap = np.diag(deg) - a
-    return np.eye(len(a)) - lap / (deg.max() + 1.0)
+    lap = _laplacian(graph)
+    return np.eye(len(lap)) - lap / (np.diag(lap).max() + 1.0)
 
 
 @MIXING_RULES.register("uniform")

@@ -1,22 +1,20 @@
-"""The :class:`Network`: graph + mixing matrix + spectral facts + the mixing operator used by algorithms.
+"""The :class:`Network`: graph + validated mixing matrix + spectral facts (static facts only).
 
-Algorithms never touch W directly: they call ``network.mix(x)`` on an agent-axis tensor (n, ...). The multi-process
-runtime of a later issue provides the same interface over torch.distributed.
+Algorithms never touch W: they talk through a :class:`privdl.comm.Comm` built from the network, and may read only
+their own incoming edge weights (``comm.edges``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 import networkx as nx
 import numpy as np
-import torch
 
-from privdl.errors import ValidationError
+from privdl.errors import PrivdlError, ValidationError
+from privdl.network.edges import Edges, fingerprint, laplacian
 from privdl.network.mixing import mixing_matrix
 from privdl.network.topology import TOPOLOGIES, make_graph
 from privdl.network.validation import slem, support_graph, validate_mixing_matrix
@@ -29,7 +27,6 @@ class Network:
     W: np.ndarray
     graph: nx.Graph
     description: str = "custom"
-    _mixers: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.W = validate_mixing_matrix(self.W, self.graph)
@@ -64,13 +61,17 @@ class Network:
     @cached_property
     def fingerprint(self) -> str:
         """SHA-256 (first 16 hex digits) of W rounded to 12 decimals: identifies W in manifests and caches."""
-        return hashlib.sha256(np.round(self.W, 12).astype("<f8").tobytes()).hexdigest()[:16]
+        return fingerprint(self.W)
 
     @cached_property
     def laplacian(self) -> np.ndarray:
         """Unweighted graph Laplacian D − A."""
-        a = nx.to_numpy_array(self.graph, nodelist=range(self.n), weight=None)
-        return np.diag(a.sum(axis=1)) - a
+        return laplacian(self.graph)
+
+    @cached_property
+    def edges(self) -> Edges:
+        """Every directed edge j → i with its weight w_ij, in canonical order (receiver, then sender)."""
+        return Edges.from_matrix(self.W)
 
     @cached_property
     def fiedler_value(self) -> float:
@@ -116,57 +117,17 @@ class Network:
             "normalized_fiedler_value": self.normalized_fiedler_value,
         }
 
-    # ---- the mixing operator ------------------------------------------------------------------------------
-    def mixer(self, *, dtype: torch.dtype = torch.float64, sparse: bool | None = None,
-              device: torch.device | str = "cpu") -> torch.Tensor:
-        """W as a torch tensor (dense, or CSR when ``sparse``; by default sparse for n ≥ 200 and density < 10%)."""
-        density = (self.graph.number_of_edges() * 2 + self.n) / self.n**2
-        if sparse is None:
-            sparse = self.n >= 200 and density < 0.1
-        key = (dtype, bool(sparse), str(device))
-        if key not in self._mixers:
-            w = torch.as_tensor(self.W, dtype=dtype, device=device)
-            with warnings.catch_warnings():  # torch flags CSR as beta; W @ x on CSR is what we use and test
-                warnings.simplefilter("ignore", UserWarning)
-                self._mixers[key] = w.to_sparse_csr() if sparse else w
-        return self._mixers[key]
-
-    def neighbour_operator(self, dtype: torch.dtype = torch.float64, device: torch.device | str = "cpu") -> Neighbours:
-        a = torch.as_tensor(self.laplacian, dtype=dtype, device=device)
-        degree = torch.diagonal(a).clone()
-        return Neighbours(torch.diag(degree) - a, degree[:, None])
-
-    def mix(self, x: torch.Tensor, *, sparse: bool | None = None) -> torch.Tensor:
-        """One synchronous gossip round: (W x)_i = Σ_j W_ij x_j over the leading (agent) axis."""
-        w = self.mixer(dtype=x.dtype, sparse=sparse, device=x.device)
-        if x.ndim == 1:
-            return w @ x
-        return (w @ x.reshape(self.n, -1)).reshape(x.shape)
-
-
-@dataclass(frozen=True)
-class Neighbours:
-    """The graph's plain neighbour structure, for algorithms that use it beside W (DiNNO's consensus ADMM):
-    ``sum(x)_i = Σ_{j ∈ N(i)} x_j`` (neighbours only, not i) and ``degree`` (n, 1)."""
-
-    adjacency: torch.Tensor
-    degree: torch.Tensor
-
-    def sum(self, x: torch.Tensor) -> torch.Tensor:
-        return (self.adjacency @ x.reshape(x.shape[0], -1)).reshape(x.shape)
-
-    def disagreement(self, x: torch.Tensor) -> torch.Tensor:
-        """Σ_{j ∈ N(i)} (x_i − x_j) for every agent i."""
-        return self.degree * x - self.sum(x)
+    def mix(self, *_: object, **__: object) -> None:
+        raise PrivdlError("Network.mix was removed: agents talk through a Comm, e.g. "
+                          "privdl.comm.make_comm(network).mix(x, tag=...) (see privdl.comm)")
 
 
 def fiedler_value(graph: nx.Graph) -> float:
     n = graph.number_of_nodes()
     if n < 2:
         return 0.0
-    a = nx.to_numpy_array(graph, nodelist=sorted(graph.nodes()), weight=None)
-    lap = np.diag(a.sum(axis=1)) - a
-    return float(np.sort(np.linalg.eigvalsh(lap))[1])
+    graph = nx.convert_node_labels_to_integers(graph, ordering="sorted")
+    return float(np.sort(np.linalg.eigvalsh(laplacian(graph)))[1])
 
 
 def load_network_file(path: str | Path, *, kind: str = "auto", mixing: str = "metropolis_hastings",

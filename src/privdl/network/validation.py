@@ -6,17 +6,15 @@ import networkx as nx
 import numpy as np
 
 from privdl.errors import ValidationError
+from privdl.network.edges import adjacency
 
 TOL = 1e-9
 
 
 def support_graph(w: np.ndarray, tol: float = 0.0) -> nx.Graph:
     """The undirected graph whose edges are the off-diagonal entries with |W_ij| > tol (or |W_ji| > tol)."""
-    n = len(w)
-    g = nx.empty_graph(n)
-    off = (np.abs(w) > tol) | (np.abs(w.T) > tol)
-    np.fill_diagonal(off, False)
-    ii, jj = np.nonzero(np.triu(off))
+    g = nx.empty_graph(len(w))
+    ii, jj = np.nonzero(np.triu(adjacency(np.where(np.abs(w) > tol, w, 0.0))))
     g.add_edges_from(zip(ii.tolist(), jj.tolist()))
     return g
 
@@ -63,7 +61,7 @@ def validate_mixing_matrix(w: np.ndarray, graph: nx.Graph | None = None, *, tol:
     if graph is not None:
         if graph.number_of_nodes() != n:
             raise ValidationError(f"mixing matrix is {n}×{n} but the graph has {graph.number_of_nodes()} nodes")
-        adj = nx.to_numpy_array(graph, nodelist=range(n), weight=None) > 0
+        adj = adjacency(graph) > 0
         np.fill_diagonal(adj, True)
         off = np.where(~adj, np.abs(w), 0.0)
         if off.max() > tol:

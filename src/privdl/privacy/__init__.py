@@ -1,7 +1,13 @@
-"""Privacy accounting (agent level: paper/tight; example level: RDP of the subsampled Gaussian) and the ledger."""
+"""Privacy accounting: events, accountants (agent level: paper/tight; example level: RDP), and the ledger.
 
+Every numeric function is keyword-only: ``rdp_epsilon(noise_multiplier=..., sample_rate=..., steps=...,
+delta=...)``, ``get_accountant("tight").bound(epsilon=..., delta=..., clip=..., steps=...)``.
+"""
+
+from privdl.privacy.accountants import ACCOUNTANTS, AGENT_ACCOUNTANTS
 from privdl.privacy.agent_accountant import (
-    AGENT_ACCOUNTANTS,
+    AgentAccountant,
+    UnsupportedEventError,
     check_budget,
     gdp_delta,
     gdp_epsilon,
@@ -13,10 +19,16 @@ from privdl.privacy.agent_accountant import (
     tight_bound,
     tight_epsilon,
 )
-from privdl.privacy.example_accountant import calibrate_noise_multiplier, rdp_epsilon
-from privdl.privacy.ledger import LedgerEntry, non_private
+from privdl.privacy.events import (
+    GaussianEvent, NonPrivateEvent, ObfuscationEvent, PrivacyEvent, SubsampledGaussianEvent,
+)
+from privdl.privacy.example_accountant import RdpAccountant, calibrate_noise_multiplier, rdp_epsilon
+from privdl.privacy.ledger import Ledger, non_private
 
 __all__ = [
-    "AGENT_ACCOUNTANTS", "LedgerEntry", "calibrate_noise_multiplier", "check_budget", "gdp_delta", "gdp_epsilon", "gdp_mu", "get_accountant",
-    "non_private", "paper_bound", "paper_epsilon", "paper_simplified_bound", "rdp_epsilon", "tight_bound", "tight_epsilon",
+    "ACCOUNTANTS", "AGENT_ACCOUNTANTS", "AgentAccountant", "GaussianEvent", "Ledger", "NonPrivateEvent",
+    "ObfuscationEvent", "PrivacyEvent", "RdpAccountant", "SubsampledGaussianEvent", "UnsupportedEventError",
+    "calibrate_noise_multiplier", "check_budget", "gdp_delta", "gdp_epsilon", "gdp_mu", "get_accountant",
+    "non_private", "paper_bound", "paper_epsilon", "paper_simplified_bound", "rdp_epsilon", "tight_bound",
+    "tight_epsilon",
 ]

@@ -1,34 +1,161 @@
-"""Privacy ledger entries written into every run's manifest (unit, mechanism, accountant, achieved (ε, δ))."""
+"""The privacy ledger of a run: per data owner, the events its data went through and the (ε, δ) they give.
+
+Written into every manifest (``privacy_ledger``), it can be re-accounted from its events alone
+(:meth:`Ledger.reaccount`, ``privdl account --manifest``). ε per agent:
+
+* ∞ if the agent's data was used without protection (:class:`NonPrivateEvent`);
+* ``None`` — *no DP guarantee*, never a number — if it went through a mechanism that claims none
+  (:class:`ObfuscationEvent`);
+* 0 if its data was never read;
+* otherwise the accountant's ε of the composition of its events.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from privdl.privacy.events import (
+    GaussianEvent, NonPrivateEvent, ObfuscationEvent, PrivacyEvent, SubsampledGaussianEvent, accesses,
+    event_from_dict, event_to_dict, merge,
+)
 
 
-@dataclass(frozen=True)
-class LedgerEntry:
-    """One privacy statement about a run.
+def _epsilons(accountant: str, delta: float, events: Sequence[list[PrivacyEvent]]) -> list[float | None]:
+    from privdl.privacy.accountants import ACCOUNTANTS
+    from privdl.privacy.agent_accountant import AgentAccountant
 
-    ``unit`` is "agent" or "example" ("none" for non-private runs); ``epsilon`` is the ε achieved per agent
-    (re-accounted from the noise actually used, not the target).
-    """
+    out: list[float | None] = [0.0] * len(events)
+    todo = []
+    for i, evs in enumerate(events):
+        if any(isinstance(e, NonPrivateEvent) for e in evs):
+            out[i] = math.inf
+        elif any(isinstance(e, ObfuscationEvent) for e in evs):
+            out[i] = None
+        elif evs:
+            todo.append(i)
+    if not todo:
+        return out
+    acc = ACCOUNTANTS.get(accountant)
+    if isinstance(acc, AgentAccountant):  # vectorised over agents
+        from privdl.privacy.agent_accountant import _gaussian_terms
+
+        terms = np.array([_gaussian_terms(events[i], acc.name) for i in todo])
+        uniq, inverse = np.unique(terms, return_inverse=True)
+        eps = acc.account_many(uniq, delta=delta)[inverse]
+        for i, e in zip(todo, eps.tolist()):
+            out[i] = e
+        return out
+    cache: dict[tuple, float] = {}
+    for i in todo:
+        key = tuple(events[i])
+        if key not in cache:
+            cache[key] = acc.account(events[i], delta=delta)
+        out[i] = cache[key]
+    return out
+
+
+@dataclass
+class Ledger:
+    """A run's privacy statement. ``events[i]`` are agent i's events (merged into counts); ``epsilons[i]`` its ε
+    (see the module doc). ``unit``: "agent", "example" or "none"."""
 
     unit: str
     mechanism: str
     accountant: str
-    epsilon: float
     delta: float
-    steps: int
+    events: list[list[PrivacyEvent]]
     noise: dict = field(default_factory=dict)
     note: str = ""
+    target_epsilon: float | None = None
+    epsilons: list[float | None] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, *, unit: str, mechanism: str, accountant: str, delta: float,
+              events: Sequence[Sequence[PrivacyEvent]], noise: dict | None = None, note: str = "",
+              target_epsilon: float | None = None) -> "Ledger":
+        merged = [merge(list(e)) for e in events]
+        return cls(unit, mechanism, accountant, float(delta), merged, dict(noise or {}), note, target_epsilon,
+                   _epsilons(accountant, delta, merged))
+
+    def reaccount(self, accountant: str | None = None) -> "Ledger":
+        """The same events accounted afresh (with ``accountant``, default the ledger's own)."""
+        name = accountant or self.accountant
+        return Ledger(self.unit, self.mechanism, name, self.delta, self.events, self.noise, self.note,
+                      self.target_epsilon, _epsilons(name, self.delta, self.events))
+
+    @property
+    def epsilon(self) -> float | None:
+        """The worst agent's ε (``None``: some agent has no DP guarantee; ∞: some agent is not protected)."""
+        if any(e is not None and math.isinf(e) for e in self.epsilons):
+            return math.inf
+        if any(e is None for e in self.epsilons):
+            return None
+        return max(self.epsilons, default=0.0)
+
+    @property
+    def guarantee(self) -> str:
+        eps = self.epsilon
+        if eps is None:
+            return "none: obfuscation, no DP guarantee"
+        if math.isinf(eps):
+            return "none: non-private"
+        return f"({eps:.6g}, {self.delta:g})-DP per agent, {self.unit} level"
+
+    @property
+    def steps(self) -> int:
+        """The largest number of noisy accesses of any agent."""
+        return max((accesses(e) for e in self.events), default=0)
+
+    def per_agent(self) -> list[dict]:
+        rows = []
+        for i, (evs, eps) in enumerate(zip(self.events, self.epsilons)):
+            row: dict = {"agent": i, "epsilon": _num(eps), "delta": self.delta, "accesses": accesses(evs)}
+            dp = [e for e in evs if isinstance(e, (GaussianEvent, SubsampledGaussianEvent))]
+            if dp:
+                zs = sorted({e.noise_multiplier for e in dp})
+                qs = sorted({e.sample_rate for e in dp})
+                row["noise_multiplier"] = zs[0] if len(zs) == 1 else zs
+                row["sample_rate"] = qs[0] if len(qs) == 1 else qs
+            row["events"] = [event_to_dict(e) for e in evs]
+            rows.append(row)
+        return rows
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        if math.isinf(self.epsilon):
-            d["epsilon"] = "inf"
-        return d
+        return {"unit": self.unit, "mechanism": self.mechanism, "accountant": self.accountant,
+                "epsilon": _num(self.epsilon), "delta": self.delta, "steps": self.steps,
+                "guarantee": self.guarantee, "target_epsilon": self.target_epsilon, "noise": self.noise,
+                "note": self.note, "per_agent": self.per_agent()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Ledger":
+        """A ledger from its manifest form (the stored ε's are kept as stated; :meth:`reaccount` recomputes them)."""
+        rows = data.get("per_agent")
+        if rows is None:
+            raise ValueError("this ledger has no per-agent events (written by privdl < 0.2); it cannot be "
+                             "re-accounted")
+        events = [[event_from_dict(e) for e in r["events"]] for r in rows]
+        eps = [_from_num(r["epsilon"]) for r in rows]
+        return cls(data["unit"], data["mechanism"], data["accountant"], float(data["delta"]), events,
+                   data.get("noise", {}), data.get("note", ""), data.get("target_epsilon"), eps)
 
 
-def non_private(mechanism: str, steps: int) -> LedgerEntry:
-    return LedgerEntry("none", mechanism, "none", math.inf, 0.0, steps, {}, "no privacy protection")
+def _num(v: float | None) -> float | str | None:
+    return "inf" if v is not None and math.isinf(v) else v
+
+
+def _from_num(v: object) -> float | None:
+    return math.inf if v == "inf" else (None if v is None else float(v))  # type: ignore[arg-type]
+
+
+def non_private(mechanism: str, n: int, accesses_per_agent: Sequence[int] | int) -> Ledger:
+    counts = [accesses_per_agent] * n if isinstance(accesses_per_agent, int) else list(accesses_per_agent)
+    return Ledger.build(unit="none", mechanism=mechanism, accountant="none", delta=0.0,
+                        events=[[NonPrivateEvent(count=int(c))] if c else [] for c in counts],
+                        note="no privacy protection")
+
+
+__all__ = ["Ledger", "non_private"]

@@ -1,20 +1,82 @@
-"""What every reproduction shares: the registry behind ``privdl reproduce NAME`` and CSV output."""
+"""What every reproduction shares: packaged configs, running them through the ordinary runner, reading the finished
+runs back, CSV output, and the registry behind ``privdl reproduce NAME``.
+
+A reproduction is (1) one or more experiment configs shipped in ``privdl/reproductions/configs/`` — the same TOML a
+user would write, run by the same runner into the same store, with manifests and privacy ledgers — (2) the paper's
+numbers (:mod:`privdl.reproductions.papers`) and (3) a thin comparison that summarises the finished runs into the
+tables and figures of REPRODUCTION.md.
+"""
 
 from __future__ import annotations
 
+import copy
 import csv
+import json
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Callable
 
+from privdl.experiment.config import set_dotted
+from privdl.experiment.runner import run_experiment
 from privdl.registry import Registry
 
 REPRODUCTIONS: Registry[Callable[..., list[dict]]] = Registry("reproduction")
 
 
+def packaged_config(name: str) -> dict:
+    """The reproduction config ``name`` shipped with privdl (``privdl/reproductions/configs/NAME.toml``)."""
+    text = resources.files("privdl.reproductions").joinpath("configs", f"{name}.toml").read_text()
+    return tomllib.loads(text)
+
+
+def with_overrides(cfg: dict, overrides: dict[str, object]) -> dict:
+    """A copy of ``cfg`` with dotted keys set (``"sweep.mechanism.epsilon"`` replaces that sweep axis)."""
+    cfg = copy.deepcopy(cfg)
+    for key, value in overrides.items():
+        if key.startswith("sweep."):
+            cfg.setdefault("sweep", {})[key[len("sweep."):]] = value
+        else:
+            set_dotted(cfg, key, value)
+    return cfg
+
+
+def run(cfg: dict, out: Path, *, progress: bool = False, shard: tuple[int, int] | None = None) -> Path:
+    """Run (or resume) ``cfg`` into ``out`` through the ordinary runner."""
+    run_experiment(cfg, out, progress=progress, shard=shard)
+    return out
+
+
+@dataclass
+class FinishedRun:
+    run_id: str
+    sweep: dict
+    config: dict
+    manifest: dict
+    final: dict[str, float]
+
+    @property
+    def ledger(self) -> dict:
+        return self.manifest["privacy_ledger"][0]
+
+
+def finished_runs(out: Path) -> list[FinishedRun]:
+    """Every finished run under ``out`` (an experiment directory), in run-id order."""
+    runs = []
+    for path in sorted((Path(out) / "runs").glob("*/manifest.json")):
+        man = json.loads(path.read_text())
+        runs.append(FinishedRun(man["run_id"], man["sweep"], man["config"], man, man.get("final_metrics", {})))
+    return runs
+
+
 def write_csv(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    fields: list[str] = []
+    for r in rows:
+        fields += [k for k in r if k not in fields]
     with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
 
@@ -24,3 +86,7 @@ def read_csv(path: Path) -> list[dict]:
         return []
     with path.open(newline="") as fh:
         return list(csv.DictReader(fh))
+
+
+__all__ = ["FinishedRun", "REPRODUCTIONS", "finished_runs", "packaged_config", "read_csv", "run", "with_overrides",
+           "write_csv"]

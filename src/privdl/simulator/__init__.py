@@ -1,7 +1,9 @@
-"""The agent-axis simulator."""
+"""The agent-axis simulator: one loop for single runs, copies (audits) and stacked replicas (sweeps)."""
 
-from privdl.simulator.engine import SimulationResult, checkpoints, simulate
-from privdl.simulator.gradients import gradient_oracle, per_agent_gradients, per_example_gradients
+from privdl.simulator.access import GradientOracle
+from privdl.simulator.engine import (
+    Replica, ReplicaResult, SimulationResult, checkpoints, resolve_device, simulate, simulate_replicas, stackable,
+)
 
-__all__ = ["SimulationResult", "checkpoints", "gradient_oracle", "per_agent_gradients", "per_example_gradients",
-           "simulate"]
+__all__ = ["GradientOracle", "Replica", "ReplicaResult", "SimulationResult", "checkpoints", "resolve_device",
+           "simulate", "simulate_replicas", "stackable"]

@@ -1,24 +1,33 @@
-"""The synchronous simulator: all n agents in one process, one (n, d) tensor, T rounds.
+"""The synchronous simulator: all rows in one process, one (rows, d) tensor, T rounds.
 
-Random streams are keyed by (seed, purpose, t): the mini-batches of round t come from ("batch", t), the noise from
-("noise", t), so a run is bit-reproducible from its seed whatever else happens in the process.
+One loop serves a single run (rows = the n agents), independent copies of one network (an audit: a block-diagonal
+:class:`privdl.comm.StackedComm` over one task of copies × n agents) and stacked replicas of a sweep
+(:func:`simulate_replicas`: R runs with their own network, mechanism, step size and root seed, on R·n rows). The
+algorithm sees the Comm, the keyed gradient oracle and its keys — never W, the mechanism or the data.
+
+Every draw is keyed (:mod:`privdl.keys`): the common initial model by (root, "init"), mini-batches, lots and noise by
+(access, agent[, requester]), so a run is bit-reproducible from its seed, and a replica draws exactly the numbers of
+its single run.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from privdl.algorithms.base import Algorithm, StepContext
+from privdl.comm import Comm, Observer, StackedComm, make_comm
 from privdl.errors import ValidationError
-from privdl.mechanisms.base import Mechanism
+from privdl.keys import Keys
+from privdl.mechanisms.base import GradientMechanism, MechanismEnv
+from privdl.mechanisms.stack import stack
 from privdl.network.network import Network
-from privdl.rng import Streams
 from privdl.schedules import Schedule
-from privdl.simulator.gradients import gradient_oracle
+from privdl.simulator.access import GradientOracle
 from privdl.tasks.base import Task
 
 
@@ -28,6 +37,7 @@ class SimulationResult:
     final: torch.Tensor  # agents' models (n, d)
     seconds: float
     iterations: int
+    accesses: torch.Tensor | None = None  # noisy accesses made to every owner's data
     extra: dict = field(default_factory=dict)
 
 
@@ -36,56 +46,6 @@ def checkpoints(iterations: int, eval_every: int) -> list[int]:
     pts = set(range(0, iterations + 1, max(1, eval_every)))
     pts.add(iterations)
     return sorted(pts)
-
-
-def simulate(
-    *, task: Task, network: Network, algorithm: Algorithm, mechanism: Mechanism, schedule: Schedule,
-    iterations: int, seed: int, eval_every: int = 0, gradient: str = "auto", sparse: bool | None = None,
-    on_step: Callable[[int], None] | None = None, x0: torch.Tensor | None = None, metrics: bool = True,
-    device: str | torch.device | None = None,
-) -> SimulationResult:
-    """Run ``algorithm`` with ``mechanism`` on ``task`` over ``network`` for ``iterations`` synchronous rounds
-    (``metrics=False`` skips the task's metrics, e.g. when only the final models matter). ``device`` ("cuda",
-    "auto" = cuda when available) moves the task's data and the agents' state there; every random draw still comes
-    from the CPU's keyed streams, so the lots and the noise are the same numbers on every device."""
-    streams = Streams(seed)
-    if device is not None:
-        task.to(resolve_device(device))
-    oracle = gradient_oracle(task, gradient)
-    n = network.n
-    if x0 is None:
-        x0 = task.init_params(streams.torch("init")).expand(n, -1).clone()
-    state = algorithm.init(x0.to(dtype=task.dtype, device=task.device))
-    mix = lambda x: network.mix(x, sparse=sparse)  # noqa: E731
-    neighbours = network.neighbour_operator(task.dtype, task.device)
-    marks = set(checkpoints(iterations, eval_every or iterations))
-    records: list[tuple[int, str, float]] = []
-
-    def record(t: int) -> None:
-        if not metrics:
-            return
-        for k, v in task.metrics(algorithm.params(state)).items():
-            records.append((t, k, v))
-
-    record(0)
-    mechanism.start(streams)
-    start = time.perf_counter()
-    with torch.no_grad():
-        for t in range(1, iterations + 1):
-            batch_gen, noise_gen = streams.torch("batch", t), streams.torch("noise", t)
-
-            def private_gradient(x: torch.Tensor) -> torch.Tensor:
-                return mechanism.noisy_gradient(task, x, t, batch_gen, noise_gen, oracle)
-
-            state = algorithm.step(state, StepContext(t, schedule(t), private_gradient, mix, neighbours))
-            if t in marks:
-                record(t)
-            if on_step is not None:
-                on_step(t)
-    if task.device.type == "cuda":
-        torch.cuda.synchronize(task.device)
-    seconds = time.perf_counter() - start
-    return SimulationResult(records, algorithm.params(state).cpu().clone(), seconds, iterations)
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -97,3 +57,168 @@ def resolve_device(device: str | torch.device) -> torch.device:
         raise ValidationError(f"device {str(device)!r} asked for, but this torch ({torch.__version__}) sees no CUDA "
                               "device; use device 'cpu' or 'auto'")
     return dev
+
+
+def _loop(*, task: Task, comm: Comm, algorithm: Algorithm, mechanism: GradientMechanism, keys: Keys,
+          eta: Callable[[int], float | torch.Tensor], iterations: int, x0: torch.Tensor, gradient: str,
+          marks: set[int], record: Callable[[int, torch.Tensor], None],
+          on_step: Callable[[int], None] | None) -> tuple[torch.Tensor, float]:
+    mechanism.bind(MechanismEnv(keys))
+    oracle = GradientOracle(task, mechanism, keys, gradient=gradient)
+    start = time.perf_counter()
+    with torch.no_grad():
+        comm.t = 0
+        state = algorithm.init(x0, StepContext(0, eta(1), comm, oracle, keys))
+        if 0 in marks:
+            record(0, algorithm.params(state))
+        for t in range(1, iterations + 1):
+            comm.t = t
+            state = algorithm.step(state, StepContext(t, eta(t), comm, oracle, keys))
+            if t in marks:
+                record(t, algorithm.params(state))
+            if on_step is not None:
+                on_step(t)
+    if task.device.type == "cuda":
+        torch.cuda.synchronize(task.device)
+    return algorithm.params(state), time.perf_counter() - start
+
+
+def simulate(
+    *, task: Task, algorithm: Algorithm, mechanism: GradientMechanism, schedule: Schedule, iterations: int,
+    network: Network | None = None, comm: Comm | None = None, seed: int | None = None, keys: Keys | None = None,
+    eval_every: int = 0, gradient: str = "auto", sparse: bool | None = None,
+    on_step: Callable[[int], None] | None = None, x0: torch.Tensor | None = None, metrics: bool = True,
+    device: str | torch.device | None = None, observers: Sequence[Observer] = (),
+) -> SimulationResult:
+    """Run ``algorithm`` with ``mechanism`` on ``task`` for ``iterations`` synchronous rounds over ``comm`` (or
+    ``make_comm(network, sparse=...)``), with keys from root ``seed`` (or ``keys``). ``metrics=False`` skips the
+    task's metrics; ``observers`` watch the wire; ``device`` ("cuda", "auto" = cuda when available) moves the task's
+    data and the agents' state there while every draw still comes from the CPU's keys, so the lots and the noise
+    are the same numbers on every device."""
+    if comm is None:
+        if network is None:
+            raise ValidationError("simulate needs a network or a comm")
+        comm = make_comm(network, sparse=sparse)
+    if keys is None:
+        if seed is None:
+            raise ValidationError("simulate needs a seed or keys")
+        keys = Keys(int(seed), comm.rows)
+    if keys.rows != comm.rows:
+        raise ValidationError(f"keys cover {keys.rows} rows, the comm has {comm.rows}")
+    if task.n != comm.rows:
+        raise ValidationError(f"the task has {task.n} agents, the network {comm.rows}")
+    if device is not None:
+        dev = resolve_device(device)
+        task.to(dev)
+        comm.to(dev)
+    for o in observers:
+        comm.attach(o)
+    if x0 is None:
+        x0 = task.init_params(keys.generator("init")).expand(comm.rows, -1).clone()
+    marks = set(checkpoints(iterations, eval_every or iterations))
+    records: list[tuple[int, str, float]] = []
+
+    def record(t: int, x: torch.Tensor) -> None:
+        if metrics:
+            records.extend((t, k, v) for k, v in task.metrics(x).items())
+
+    try:
+        final, seconds = _loop(task=task, comm=comm, algorithm=algorithm, mechanism=mechanism, keys=keys,
+                               eta=schedule, iterations=iterations, x0=x0.to(dtype=task.dtype, device=task.device),
+                               gradient=gradient, marks=marks, record=record, on_step=on_step)
+    finally:
+        for o in observers:
+            comm.detach(o)
+    return SimulationResult(records, final.cpu().clone(), seconds, iterations, mechanism.accesses().clone())
+
+
+@dataclass
+class Replica:
+    """One run of a stacked batch: its network, mechanism, schedule and root seed (the task and algorithm are
+    shared by the batch)."""
+
+    network: Network
+    mechanism: GradientMechanism
+    schedule: Schedule
+    seed: int
+
+
+@dataclass
+class ReplicaResult:
+    final: torch.Tensor  # (R, n, d)
+    records: list[list[tuple[int, str, float]]]  # per replica
+    accesses: list[torch.Tensor]  # per replica, per owner
+    seconds: float
+
+    @property
+    def metrics(self) -> list[dict[str, float]]:
+        """Each replica's final metrics."""
+        last = [max((t for t, _, _ in r), default=0) for r in self.records]
+        return [{k: v for t, k, v in r if t == last_t} for r, last_t in zip(self.records, last)]
+
+
+def stackable(mechanisms: Sequence[GradientMechanism], n: int) -> bool:
+    return stack(mechanisms, n) is not None
+
+
+def simulate_replicas(
+    *, task: Task, algorithm: Algorithm, replicas: Sequence[Replica], iterations: int, eval_every: int = 0,
+    gradient: str = "auto", metrics: bool = True, on_step: Callable[[int], None] | None = None,
+    device: str | torch.device | None = None, x0: torch.Tensor | None = None,
+) -> ReplicaResult:
+    """Run R independent runs that share (task, algorithm, iterations) as one batch: R·n rows, a
+    :class:`StackedComm` of their networks, their mechanisms stacked (:func:`privdl.mechanisms.stack`), each
+    replica keyed by its own root seed and stepping with its own schedule. Replica r draws exactly its single
+    run's numbers; its results agree with the single run to rounding (batched products)."""
+    reps = len(replicas)
+    if not reps:
+        raise ValidationError("simulate_replicas needs at least one replica")
+    n = task.n
+    if any(r.network.n != n for r in replicas):
+        raise ValidationError(f"every replica's network must have the task's {n} agents")
+    mechanism = stack([r.mechanism for r in replicas], n)
+    if mechanism is None:
+        raise ValidationError("these mechanisms cannot be stacked on the replica axis; run them one by one")
+    comm = StackedComm([r.network for r in replicas])
+    keys = Keys.from_seeds([r.seed for r in replicas], n)
+    if device is not None:
+        dev = resolve_device(device)
+        task.to(dev)
+        comm.to(dev)
+    if x0 is None:
+        x0 = torch.cat([task.init_params(keys.generator("init", r)).expand(n, -1) for r in range(reps)])
+    else:
+        x0 = x0.expand(reps, n, -1).reshape(reps * n, -1) if x0.ndim == 2 else x0.reshape(reps * n, -1)
+    groups: dict[int, list[int]] = {}
+    scheds: list[Schedule] = []
+    for r, rep in enumerate(replicas):  # one evaluation per distinct schedule and round
+        key = next((k for k, s in enumerate(scheds) if s is rep.schedule or s == rep.schedule), None)
+        if key is None:
+            scheds.append(rep.schedule)
+            key = len(scheds) - 1
+        groups.setdefault(key, []).append(r)
+    owner = np.empty(reps, dtype=np.int64)
+    for k, rs in groups.items():
+        owner[rs] = k
+    row_owner = torch.as_tensor(np.repeat(owner, n))
+
+    def eta(t: int) -> float | torch.Tensor:
+        if len(scheds) == 1:
+            return scheds[0](t)
+        values = torch.tensor([s(t) for s in scheds], dtype=task.dtype, device=task.device)
+        return values[row_owner.to(task.device)][:, None]
+
+    marks = set(checkpoints(iterations, eval_every or iterations))
+    records: list[list[tuple[int, str, float]]] = [[] for _ in range(reps)]
+
+    def record(t: int, x: torch.Tensor) -> None:
+        if metrics:
+            for r in range(reps):
+                records[r].extend((t, k, v) for k, v in task.metrics(x[r * n:(r + 1) * n]).items())
+
+    final, seconds = _loop(task=task, comm=comm, algorithm=algorithm, mechanism=mechanism, keys=keys, eta=eta,
+                           iterations=iterations, x0=x0.to(dtype=task.dtype, device=task.device), gradient=gradient,
+                           marks=marks, record=record, on_step=on_step)
+    acc = mechanism.accesses()
+    return ReplicaResult(final.cpu().reshape(reps, n, -1).clone(), records,
+                         [acc[r * n:(r + 1) * n].clone() for r in range(reps)], seconds)

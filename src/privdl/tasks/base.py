@@ -1,8 +1,12 @@
-"""The Task interface: a loss per agent, a way to draw every agent's mini-batch at once, metrics.
+"""The Task interface: a loss per agent, how an agent's batch is drawn from its own keyed draws, metrics.
 
 Parameters are flat vectors: agent i's model is row i of an (n, d) tensor (the agent axis of DESIGN.md).
 ``loss(theta, *batch)`` is written for one agent and one batch (mean over the batch) so that torch.func can
 batch it over agents (``vmap(grad(loss))``) and over examples (per-example gradients).
+
+Data access is the engine's (``privdl.simulator.access``): it hands the task the data owners of an access (task
+agent indices, one per row) and their keyed :class:`privdl.keys.Draws`; the task returns the batch. So agent i's
+mini-batch depends only on its own key and its own data size — never on another agent's.
 """
 
 from __future__ import annotations
@@ -13,19 +17,28 @@ from typing import Callable
 import torch
 
 from privdl.errors import ValidationError
+from privdl.keys import Draws
 from privdl.registry import Registry
 
 Batch = tuple[torch.Tensor, ...]
 
 
 class Task(ABC):
-    """A learning problem split over ``n`` agents."""
+    """A learning problem split over ``n`` agents; agent i holds ``counts[i]`` examples."""
 
     name: str = "task"
     n: int
     dim: int
     dtype: torch.dtype = torch.float64
     device: torch.device = torch.device("cpu")
+    batch_size: int = 1
+    #: whether the task has examples to sample lots from and clip one by one (example-level DP)
+    examples: bool = True
+
+    @property
+    def counts(self) -> torch.Tensor:
+        """Examples held by every agent, (n,) int64 on the CPU."""
+        raise NotImplementedError
 
     @abstractmethod
     def init_params(self, generator: torch.Generator) -> torch.Tensor:
@@ -36,7 +49,7 @@ class Task(ABC):
         """Mean loss of one agent's model ``theta`` (d,) on one batch (tensors with a leading example axis)."""
 
     def blocks(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The parameter blocks (weight, bias, ...) of the agents' models x (n, d) as views (n, *block shape);
+        """The parameter blocks (weight, bias, ...) of the models x (m, d) as views (m, *block shape);
         per-example gradients are taken block by block. Default: one block, x itself."""
         return (x,)
 
@@ -45,21 +58,48 @@ class Task(ABC):
         return self.loss(blocks[0], *batch)
 
     @abstractmethod
-    def sample(self, generator: torch.Generator) -> Batch:
-        """Every agent's mini-batch: tensors with leading axes (n, B)."""
+    def gather(self, agents: torch.Tensor, index: torch.Tensor) -> Batch:
+        """Examples ``index`` (m, K) (positions in each agent's own data) of the agents ``agents`` (m,):
+        tensors with leading axes (m, K)."""
 
-    def sample_replicas(self, generator: torch.Generator, reps: int) -> Batch:
-        """Mini-batches for ``reps`` independent copies of the agents: leading axes (reps·n, B)."""
-        batches = [self.sample(generator) for _ in range(reps)]
-        return tuple(torch.cat(parts, dim=0) for parts in zip(*batches))
+    def sample(self, draws: Draws, agents: torch.Tensor) -> Batch:
+        """A mini-batch of ``batch_size`` examples per row, drawn uniformly with replacement from the row's agent's
+        data: example ⌊u·m_agent⌋ for each of the row's keyed uniforms u."""
+        u = draws.uniform(self.batch_size)
+        idx = (u * self.counts.index_select(0, agents.cpu())[:, None]).long()
+        return self.gather(agents, idx)
+
+    def sample_lot(self, draws: Draws, agents: torch.Tensor, rates: torch.Tensor) -> tuple[Batch, torch.Tensor]:
+        """Poisson sampling (DP-SGD's lots): each of the row's agent's m examples joins independently with
+        probability ``rates[row]`` — example k joins when the row's k-th keyed uniform is below the rate. Lots are
+        padded to the largest one; returns the batch (m, K, ...) and a 0/1 mask (m, K) of real entries, examples in
+        increasing position."""
+        agents = agents.cpu()
+        counts = self.counts.index_select(0, agents)
+        size = int(counts.max())
+        pos = torch.arange(size)[None, :]
+        if bool((rates >= 1).all()):  # whole data, no draw
+            idx = pos.expand(len(agents), size)
+            mask = idx < counts[:, None]
+        else:
+            u = draws.uniform(size)
+            include = (u < rates.to(torch.float64).cpu()[:, None]) & (pos < counts[:, None])
+            k = max(int(include.sum(1).max()), 1)
+            idx = torch.where(include, pos, size).sort(dim=1).values[:, :k]
+            mask = idx < size
+        idx = torch.minimum(idx, (counts - 1).clamp(min=0)[:, None])  # padding points at a real example, masked
+        return self.gather(agents, idx), mask.to(self.dtype).to(self.device)
 
     @abstractmethod
     def metrics(self, x: torch.Tensor) -> dict[str, float]:
         """Metrics of the agents' models x (n, d), e.g. test loss averaged over agents."""
 
     def batched_grad(self, x: torch.Tensor, batch: Batch) -> torch.Tensor | None:
-        """Optional closed-form per-agent mini-batch gradients (n, d); None means use torch.func."""
+        """Optional closed-form per-row mini-batch gradients (m, d); None means use torch.func."""
         return None
+
+    def has_closed_form_gradient(self) -> bool:
+        return False
 
     def to(self, device: str | torch.device) -> "Task":
         """Move the task's tensors to ``device`` (an accelerator); returns self. Random draws stay on the CPU."""

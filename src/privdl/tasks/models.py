@@ -1,13 +1,12 @@
-"""Flat-parameter models: a model is (dim, init, predict(theta, X) -> logits) with theta a flat (d,) vector.
+"""Models on flat parameter vectors: a ``torch.nn.Module`` evaluated at θ (d,) with ``functional_call``.
 
-Flat vectors keep the agent axis trivial (x is (n, d)): clipping, noise and mixing act on rows.
+Flat vectors keep the agent axis trivial (x is (n, d)): clipping, noise and mixing act on rows. The parameter layout
+is the module's ``named_parameters`` order (for a linear model: the weight (out × in), then the bias).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import torch
 
 
@@ -20,61 +19,6 @@ def split_blocks(theta: torch.Tensor, shapes: tuple[tuple[int, ...], ...]) -> tu
         k += size
     return tuple(out)
 
-
-@dataclass(frozen=True)
-class FlatModel:
-    """A model whose parameters are the consecutive blocks ``shapes`` of a flat vector."""
-
-    name: str
-    shapes: tuple[tuple[int, ...], ...]
-    fan_ins: tuple[int, ...]
-
-    @property
-    def dim(self) -> int:
-        return sum(math.prod(s) for s in self.shapes)
-
-    def split(self, theta: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return split_blocks(theta, self.shapes)
-
-    def init(self, generator: torch.Generator, dtype: torch.dtype, zero: bool = False) -> torch.Tensor:
-        """PyTorch's default Linear init, U(−1/√fan_in, 1/√fan_in) per block (or zeros)."""
-        if zero:
-            return torch.zeros(self.dim, dtype=dtype)
-        parts = [(torch.rand(math.prod(s), generator=generator, dtype=dtype) * 2 - 1) / math.sqrt(f)
-                 for s, f in zip(self.shapes, self.fan_ins)]
-        return torch.cat(parts)
-
-    def predict(self, theta: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-        return self.predict_blocks(self.split(theta), X)
-
-    def predict_blocks(self, p: tuple[torch.Tensor, ...], X: torch.Tensor) -> torch.Tensor:
-        h = X.reshape(X.shape[0], -1)
-        n_layers = len(p) // 2
-        for layer in range(n_layers):
-            w, b = p[2 * layer], p[2 * layer + 1]
-            h = h @ w.T + b
-            if layer < n_layers - 1:
-                h = torch.relu(h)
-        return h.squeeze(-1) if self.shapes[-1] == (1,) else h
-
-
-def linear(n_features: int, n_outputs: int) -> FlatModel:
-    """Affine map (weights then bias); n_outputs = 1 for logistic regression."""
-    return FlatModel("linear", ((n_outputs, n_features), (n_outputs,)), (n_features, n_features))
-
-
-def mlp(n_features: int, hidden: tuple[int, ...], n_outputs: int) -> FlatModel:
-    """Fully connected ReLU network, e.g. 784 → 128 → 10 (seed 001's shallow network)."""
-    sizes = (n_features, *hidden, n_outputs)
-    shapes: list[tuple[int, ...]] = []
-    fans: list[int] = []
-    for a, b in zip(sizes[:-1], sizes[1:]):
-        shapes += [(b, a), (b,)]
-        fans += [a, a]
-    return FlatModel("mlp", tuple(shapes), tuple(fans))
-
-
-# ---- nn.Module models (convolutional networks) on flat parameter vectors ---------------------------------------
 
 #: Layers whose output for one example depends on the other examples of the batch (or on hidden randomness):
 #: per-example gradients under ``vmap`` are undefined or wrong for them.
@@ -97,11 +41,12 @@ def check_per_example_support(module: torch.nn.Module) -> None:
 
 class ModuleModel:
     """A ``torch.nn.Module`` evaluated at a flat parameter vector with ``torch.func.functional_call`` (so vmap can
-    batch it over agents and examples). Same interface as :class:`FlatModel`."""
+    batch it over agents and examples). ``squeeze`` drops a trailing output axis of size 1 (binary logits)."""
 
-    def __init__(self, name: str, module: torch.nn.Module, input_shape: tuple[int, ...]) -> None:
+    def __init__(self, name: str, module: torch.nn.Module, input_shape: tuple[int, ...], *,
+                 squeeze: bool = False) -> None:
         check_per_example_support(module)
-        self.name, self.module, self.input_shape = name, module, tuple(input_shape)
+        self.name, self.module, self.input_shape, self.squeeze = name, module, tuple(input_shape), squeeze
         self.names = [k for k, _ in module.named_parameters()]
         self.shapes = tuple(tuple(p.shape) for _, p in module.named_parameters())
 
@@ -129,7 +74,25 @@ class ModuleModel:
 
     def predict_blocks(self, blocks: tuple[torch.Tensor, ...], X: torch.Tensor) -> torch.Tensor:
         X = X.reshape(X.shape[0], *self.input_shape).to(blocks[0].dtype)
-        return torch.func.functional_call(self.module, dict(zip(self.names, blocks)), (X,))
+        out = torch.func.functional_call(self.module, dict(zip(self.names, blocks)), (X,))
+        return out.squeeze(-1) if self.squeeze else out
+
+
+def linear(n_features: int, n_outputs: int) -> ModuleModel:
+    """Affine map (weights then bias); n_outputs = 1 for logistic regression (its logits are squeezed)."""
+    module = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(n_features, n_outputs))
+    return ModuleModel("linear", module, (n_features,), squeeze=n_outputs == 1)
+
+
+def mlp(n_features: int, hidden: tuple[int, ...], n_outputs: int) -> ModuleModel:
+    """Fully connected ReLU network, e.g. 784 → 128 → 10 (seed 001's shallow network)."""
+    sizes = (n_features, *hidden, n_outputs)
+    layers: list[torch.nn.Module] = [torch.nn.Flatten()]
+    for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(torch.nn.Linear(a, b))
+        if k < len(sizes) - 2:
+            layers.append(torch.nn.ReLU())
+    return ModuleModel("mlp", torch.nn.Sequential(*layers), (n_features,), squeeze=n_outputs == 1)
 
 
 class SmallCNN(torch.nn.Module):

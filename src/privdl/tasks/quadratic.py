@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from privdl.errors import ValidationError
+from privdl.registry import one_of
 from privdl.tasks.base import TASKS, Batch, Task, consensus_distance
 
 
@@ -40,7 +42,11 @@ def quadratic_optimum(A: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 class Quadratic(Task):
+    """Every agent holds one deterministic "example" (A_i, c_i): a batch is always that example (no draw), and there
+    is nothing to sample lots from (``examples = False``)."""
+
     name = "quadratic"
+    examples = False
 
     def __init__(self, n: int, *, curvature: float = 15.0, angle_deg: float = 15.0, init_scale: float = 0.0,
                  start: str = "zero", dtype: torch.dtype = torch.float64) -> None:
@@ -51,7 +57,7 @@ class Quadratic(Task):
         self.x_star, self.f_star = quadratic_optimum(A, c)
         self.A = torch.as_tensor(A, dtype=dtype)
         self.c = torch.as_tensor(c, dtype=dtype)
-        self._batch = (self.A[:, None], self.c[:, None])  # one deterministic "example" per agent
+        self._counts = torch.ones(n, dtype=torch.int64)
         self.init_scale = init_scale
         if start not in ("zero", "optimum"):
             raise ValidationError(f"quadratic start must be 'zero' or 'optimum', got {start!r}")
@@ -66,8 +72,25 @@ class Quadratic(Task):
         diff = theta - c  # (B, 2)
         return torch.einsum("bi,bij,bj->b", diff, A, diff).mean()
 
-    def sample(self, generator: torch.Generator) -> Batch:
-        return self._batch
+    @property
+    def counts(self) -> torch.Tensor:
+        return self._counts
+
+    def gather(self, agents: torch.Tensor, index: torch.Tensor) -> Batch:
+        return self.A[agents][:, None].expand(-1, index.shape[1], -1, -1), self.c[agents][:, None].expand(
+            -1, index.shape[1], -1)
+
+    def sample(self, draws: object, agents: torch.Tensor) -> Batch:
+        """Agent i's only example, with no draw."""
+        cached = getattr(self, "_last", None)
+        if cached is not None and cached[0].shape == agents.shape and torch.equal(cached[0], agents):
+            return cached[1]
+        batch = (self.A[agents][:, None], self.c[agents][:, None])
+        self._last = (agents.clone(), batch)
+        return batch
+
+    def has_closed_form_gradient(self) -> bool:
+        return True
 
     def batched_grad(self, x: torch.Tensor, batch: Batch) -> torch.Tensor:
         A, c = batch
@@ -91,5 +114,6 @@ class Quadratic(Task):
 
 @TASKS.register("quadratic")
 def make_quadratic(n: int, *, curvature: float = 15.0, angle_deg: float = 15.0, init_scale: float = 0.0,
-                   start: str = "zero", dtype: torch.dtype = torch.float64, seed: int = 0) -> Quadratic:
+                   start: Annotated[str, one_of("zero", "optimum")] = "zero", dtype: torch.dtype = torch.float64,
+                   seed: int = 0) -> Quadratic:
     return Quadratic(n, curvature=curvature, angle_deg=angle_deg, init_scale=init_scale, start=start, dtype=dtype)

@@ -1,31 +1,36 @@
 """Supervised tasks on partitioned datasets: logistic regression, softmax regression, MLP (SPEC §3, §7).
 
-Agent data lives in padded tensors X (n, m_max, ...), y (n, m_max) with true sizes ``counts``; a mini-batch is B
-indices per agent drawn uniformly (with replacement) from that agent's own samples, all agents in one gather.
-:meth:`SupervisedTask.to` moves the data to an accelerator; indices are still drawn on the CPU from the keyed
-streams (``counts`` and the offsets stay there), so a run draws the same lots on every device.
+Agent data lives in padded tensors X (n, m_max, ...), y (n, m_max) with true sizes ``counts``; the engine's keyed
+draws pick positions in each agent's own data (:class:`privdl.tasks.base.Task`), all rows in one gather.
+:meth:`SupervisedTask.to` moves the data to an accelerator; positions are still drawn on the CPU from the keyed
+draws (``counts`` and the offsets stay there), so a run draws the same lots on every device.
 """
 
 from __future__ import annotations
+
+from typing import Annotated
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from privdl.data import load_dataset, partition
+from privdl.data import DATASETS, PARTITIONERS, load_dataset, partition
 from privdl.data.datasets import Dataset
 from privdl.errors import ValidationError
+from privdl.registry import OneOf
 from privdl.tasks.base import TASKS, Batch, Task, consensus_distance
-from privdl.tasks.models import FlatModel, ModuleModel, cnn, linear, mlp, resnet9
+from privdl.tasks.models import ModuleModel, cnn, linear, mlp, resnet9
 
 
 FILE_DATASETS = ("a9a", "mnist", "mnist_t10k", "fashion_mnist", "cifar100")
+Dataset_ = Annotated[str, OneOf(DATASETS)]
+Partition_ = Annotated[str, OneOf(PARTITIONERS)]
 
 
 class SupervisedTask(Task):
     """A classification task: a flat model, a loss, and a dataset split over ``n`` agents."""
 
-    def __init__(self, name: str, dataset: Dataset, model: FlatModel | ModuleModel, n: int, *, partition_name: str,
+    def __init__(self, name: str, dataset: Dataset, model: ModuleModel, n: int, *, partition_name: str,
                  partition_params: dict, batch_size: int, l2: float, zero_init: bool, rng: np.random.Generator,
                  dtype: torch.dtype, eval_train_samples: int = 5000) -> None:
         if batch_size < 1:
@@ -35,6 +40,8 @@ class SupervisedTask(Task):
         self.name, self.dataset, self.model, self.n = name, dataset, model, n
         self.dim, self.batch_size, self.l2, self.zero_init, self.dtype = model.dim, batch_size, l2, zero_init, dtype
         self.binary = model.shapes[-1] == (1,)
+        if self.binary and not model.squeeze:
+            raise ValidationError(f"model {model.name!r} has one output but does not squeeze it (binary logits)")
         self.parts = partition(partition_name, dataset.y_train, n, rng, **partition_params)
         counts = np.array([len(p) for p in self.parts])
         m_max = counts.max()
@@ -45,14 +52,14 @@ class SupervisedTask(Task):
             y[i, : len(p)] = dataset.y_train[p]
         self.X = torch.as_tensor(X, dtype=dtype)
         self.y = torch.as_tensor(y)
-        self.counts = torch.as_tensor(counts)
+        self._counts = torch.as_tensor(counts)
         # flat views for one index_select per batch (much faster than 2-D advanced indexing)
         self._X_flat = self.X.reshape(n * m_max, -1)
         if bool(((self._X_flat == 0) | (self._X_flat == 1)).all()):
             # binary features (a9a): gather bytes and convert after, 4-8x less memory traffic per batch
             self._X_flat = self._X_flat.to(torch.uint8)
         self._y_flat = self.y.reshape(-1)
-        self._offsets = (torch.arange(n) * int(m_max))[:, None]
+        self._offsets = torch.arange(n) * int(m_max)
         self.X_test = torch.as_tensor(dataset.X_test, dtype=dtype)
         self.y_test = torch.as_tensor(dataset.y_test)
         sub = rng.permutation(len(dataset.y_train))[:eval_train_samples]
@@ -63,10 +70,20 @@ class SupervisedTask(Task):
     def init_params(self, generator: torch.Generator) -> torch.Tensor:
         return self.model.init(generator, self.dtype, zero=self.zero_init)
 
+    @property
+    def counts(self) -> torch.Tensor:
+        return self._counts
+
     def _data_loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self.binary:
             return F.binary_cross_entropy_with_logits(logits, y.to(logits.dtype))
         return F.cross_entropy(logits, y)
+
+    def data_loss_sum(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Σ over the batch of the data loss (no L2 term): what ghost clipping differentiates per example."""
+        if self.binary:
+            return F.binary_cross_entropy_with_logits(logits, y.to(logits.dtype), reduction="sum")
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum")
 
     def loss(self, theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return self.block_loss(self.model.split(theta), X, y)
@@ -92,42 +109,20 @@ class SupervisedTask(Task):
         self.device = device
         return self
 
-    def sample(self, generator: torch.Generator) -> Batch:
-        u = torch.rand(self.n, self.batch_size, generator=generator, dtype=torch.float64)
-        flat = ((u * self.counts[:, None]).long() + self._offsets).reshape(-1)
-        return self._gather(flat, self.n)
+    def gather(self, agents: torch.Tensor, index: torch.Tensor) -> Batch:
+        """Examples ``index`` (m, K) of each row's agent, in one gather of the flat data."""
+        agents = agents.cpu()
+        m, k = index.shape
+        flat = (index.cpu() + self._offsets.index_select(0, agents)[:, None]).reshape(-1).to(self.device)
+        X = self._X_flat.index_select(0, flat).to(self.dtype).reshape(m, k, *self.X.shape[2:])
+        return X, self._y_flat.index_select(0, flat).reshape(m, k)
 
-    def sample_replicas(self, generator: torch.Generator, reps: int) -> Batch:
-        """Mini-batches for ``reps`` independent copies of the n agents, (reps·n, B, ...), in one gather."""
-        u = torch.rand(reps * self.n, self.batch_size, generator=generator, dtype=torch.float64)
-        flat = ((u * self.counts.repeat(reps)[:, None]).long() + self._offsets.repeat(reps, 1)).reshape(-1)
-        return self._gather(flat, reps * self.n)
-
-    def sample_lot(self, generator: torch.Generator, rate: torch.Tensor) -> tuple[Batch, torch.Tensor]:
-        """Poisson sampling (DP-SGD's lots): every example of agent i joins its lot independently with probability
-        ``rate[i]``. Drawn exactly as a Binomial(m_i, q_i) lot size followed by a uniform subset of that size; lots
-        are padded to the largest one. Returns the batch (n, K, ...) and a 0/1 mask (n, K) of real entries."""
-        if bool((rate >= 1).all()):  # full batches: every agent's whole data, no draw and no gather
-            mask = (torch.arange(self.X.shape[1])[None, :] < self.counts[:, None]).to(self.dtype)
-            return (self.X, self.y), mask.to(self.device)
-        sizes = torch.binomial(self.counts.to(torch.float64), rate.to(torch.float64), generator=generator).long()
-        k = max(int(sizes.max()), 1)
-        keys = torch.rand(self.n, self.X.shape[1], generator=generator, dtype=torch.float64)
-        keys.masked_fill_(torch.arange(self.X.shape[1])[None, :] >= self.counts[:, None], 2.0)  # padding never wins
-        idx = keys.topk(k, dim=1, largest=False).indices  # a uniform random k-subset (in random order) per agent
-        mask = (torch.arange(k)[None, :] < sizes[:, None]).to(self.dtype)
-        flat = (idx + self._offsets).reshape(-1)
-        return self._gather(flat, self.n, k), mask.to(self.device)
-
-    def _gather(self, flat: torch.Tensor, rows: int, per_row: int | None = None) -> Batch:
-        shape = (rows, per_row or self.batch_size, *self.X.shape[2:])
-        flat = flat.to(self.device)
-        X = self._X_flat.index_select(0, flat).to(self.dtype).reshape(shape)
-        return X, self._y_flat.index_select(0, flat).reshape(shape[:2])
+    def has_closed_form_gradient(self) -> bool:
+        return self.model.name == "linear"
 
     def batched_grad(self, x: torch.Tensor, batch: Batch) -> torch.Tensor | None:
         """Closed form for linear models: ∇ = [Xᵀ r, Σ r] / B + l2·θ with r = σ(z) − y or softmax(z) − onehot(y)."""
-        if self.model.name != "linear":
+        if not self.has_closed_form_gradient():
             return None
         X, y = batch
         n, B = y.shape
@@ -193,7 +188,7 @@ def _common(n: int, dataset: str, data_dir: str | None, partition_name: str, alp
 
 
 @TASKS.register("logistic")
-def logistic(n: int, *, dataset: str = "a9a", partition: str = "iid", alpha: float = 10.0, t: float = 0.5,
+def logistic(n: int, *, dataset: Dataset_ = "a9a", partition: Partition_ = "iid", alpha: float = 10.0, t: float = 0.5,
              batch_size: int = 128, l2: float = 0.0, data_dir: str | None = None, seed: int = 0,
              dtype: torch.dtype = torch.float64) -> SupervisedTask:
     """Binary logistic regression with bias (labels {0, 1}); optional L2 penalty (l2/2)‖θ‖²."""
@@ -205,7 +200,7 @@ def logistic(n: int, *, dataset: str = "a9a", partition: str = "iid", alpha: flo
 
 
 @TASKS.register("softmax")
-def softmax(n: int, *, dataset: str = "digits", partition: str = "iid", alpha: float = 10.0, t: float = 0.5,
+def softmax(n: int, *, dataset: Dataset_ = "digits", partition: Partition_ = "iid", alpha: float = 10.0, t: float = 0.5,
             batch_size: int = 128, l2: float = 0.0, data_dir: str | None = None, seed: int = 0,
             dtype: torch.dtype = torch.float64) -> SupervisedTask:
     """Multinomial (softmax) regression."""
@@ -215,7 +210,7 @@ def softmax(n: int, *, dataset: str = "digits", partition: str = "iid", alpha: f
 
 
 @TASKS.register("mlp")
-def mlp_task(n: int, *, dataset: str = "digits", partition: str = "iid", alpha: float = 10.0, t: float = 0.5,
+def mlp_task(n: int, *, dataset: Dataset_ = "digits", partition: Partition_ = "iid", alpha: float = 10.0, t: float = 0.5,
              batch_size: int = 128, l2: float = 0.0, hidden: int = 128, data_dir: str | None = None,
              seed: int = 0, dtype: torch.dtype = torch.float32) -> SupervisedTask:
     """One-hidden-layer ReLU network (784 → 128 → 10 on MNIST-like data: seed 001's shallow network)."""
@@ -225,7 +220,7 @@ def mlp_task(n: int, *, dataset: str = "digits", partition: str = "iid", alpha: 
 
 
 @TASKS.register("cnn")
-def cnn_task(n: int, *, dataset: str = "fashion_mnist", partition: str = "iid", alpha: float = 10.0, t: float = 0.5,
+def cnn_task(n: int, *, dataset: Dataset_ = "fashion_mnist", partition: Partition_ = "iid", alpha: float = 10.0, t: float = 0.5,
              batch_size: int = 256, l2: float = 0.0, filters: int = 3, kernel: int = 5, width: int = 64,
              data_dir: str | None = None, seed: int = 0, dtype: torch.dtype = torch.float32) -> SupervisedTask:
     """Seed 004's small CNN (one 5×5 convolution with 3 filters, Mish, max-pool, 64 hidden units) on images."""
@@ -236,7 +231,7 @@ def cnn_task(n: int, *, dataset: str = "fashion_mnist", partition: str = "iid", 
 
 
 @TASKS.register("resnet9")
-def resnet9_task(n: int, *, dataset: str = "cifar100", partition: str = "iid", alpha: float = 10.0, t: float = 0.5,
+def resnet9_task(n: int, *, dataset: Dataset_ = "cifar100", partition: Partition_ = "iid", alpha: float = 10.0, t: float = 0.5,
                  batch_size: int = 50, l2: float = 0.0, width: int = 64, groups: int = 32,
                  data_dir: str | None = None, seed: int = 0, dtype: torch.dtype = torch.float32) -> SupervisedTask:
     """GroupNorm ResNet-9 (seed 004's CIFAR-100 model)."""

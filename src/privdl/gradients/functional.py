@@ -1,4 +1,5 @@
-"""Per-agent and per-example gradients on the agent axis through torch.func (no Python loop over agents).
+"""Per-row and per-example gradients through torch.func (no Python loop over rows): the general path, for any
+model whose loss ``vmap`` can batch.
 
 Per-example gradients are taken with respect to the model's parameter *blocks* (weight, bias, ...), not the flat
 vector: differentiating through the slices of a flat vector makes autograd build and add one full-size (n, B, d)
@@ -13,11 +14,12 @@ from typing import Callable
 import torch
 from torch.func import grad, vmap
 
+from privdl.errors import ValidationError
 from privdl.tasks.base import Batch, Task
 
 
 def per_agent_gradients(task: Task, x: torch.Tensor, batch: Batch) -> torch.Tensor:
-    """∇ loss_i(x_i; batch_i) for every agent i: ``vmap(grad(loss))`` over the agent axis → (n, d)."""
+    """∇ loss(x_r; batch_r) for every row r: ``vmap(grad(loss))`` over the rows → (m, d)."""
     return vmap(grad(task.loss))(x, *batch)
 
 
@@ -64,19 +66,14 @@ def clipped_example_sum(task: Task, x: torch.Tensor, batch: Batch, mask: torch.T
     return torch.cat(total, dim=1)
 
 
-def gradient_oracle(task: Task, method: str = "auto") -> Callable[[torch.Tensor, Batch], torch.Tensor]:
-    """The per-agent gradient function: the task's closed form (``closed_form``), torch.func (``torch_func``),
-    or the closed form when the task has one (``auto``)."""
+def batch_gradient_fn(task: Task, method: str = "auto") -> Callable[[torch.Tensor, Batch], torch.Tensor]:
+    """The per-row mini-batch gradient function: the task's closed form (``closed_form``), torch.func
+    (``torch_func``), or the closed form when the task has one (``auto``)."""
     if method not in ("auto", "closed_form", "torch_func"):
-        from privdl.errors import ValidationError
-
         raise ValidationError(f"unknown gradient method {method!r}; valid: auto, closed_form, torch_func")
-    probe = task.batched_grad(torch.zeros(task.n, task.dim, dtype=task.dtype, device=task.device),
-                              task.sample(torch.Generator()))
-    if method == "torch_func" or (method == "auto" and probe is None):
+    has_closed = task.has_closed_form_gradient()
+    if method == "torch_func" or (method == "auto" and not has_closed):
         return lambda x, batch: per_agent_gradients(task, x, batch)
-    if probe is None:
-        from privdl.errors import ValidationError
-
+    if not has_closed:
         raise ValidationError(f"task {task.name!r} has no closed-form gradient; use gradient = 'torch_func'")
     return task.batched_grad  # type: ignore[return-value]

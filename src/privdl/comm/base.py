@@ -1,0 +1,186 @@
+"""The one way rows talk: a tagged communication object (DESIGN.md, "communication").
+
+An algorithm sees a :class:`Comm` and nothing else of the network: it may read its own incoming edges
+(``comm.edges``: sender, weight, reverse edge; ``comm.degree``), never W as a whole. Every transmission is a method
+call with a ``tag`` and is reported to the attached observers as messages ``(t, tag, src, dst, payload)``:
+
+* ``mix(x)``           every agent j broadcasts x_j; agent i computes Σ_j w_ij x_j (its own term included);
+* ``neighbour_sum(x)`` the same broadcast; agent i computes Σ_{j ∈ N(i)} x_j (itself excluded);
+* ``pull(x)``          edge e = (j → i) delivers x_j to i: an (E, ...) tensor, one value per incoming edge;
+* ``push(v)``          per-edge values go back along the reverse edges: edge e = (j → i) delivers v[reverse(e)],
+                       the value that j computed for its own incoming edge from i;
+* ``send(v)``          edge e delivers v[e] (point to point; a per-edge encoding of what is sent);
+* ``average(x)``       a trusted aggregator (``SERVER``, index −1 in transcripts) receives every x_i and returns the
+                       mean of the agent's group (the centralized baseline; an all-reduce in a deployment);
+* ``reduce(v, weight=)`` is local: per-edge values → per-row sums over the row's incoming edges (no message).
+
+**Canonical summation order.** Sums over incoming edges run in the canonical edge order (by sender, increasing),
+each term rounded before it is added, and ``mix`` starts from the own term w_ii·x_i. :class:`SparseComm`, ``reduce``
+and every ``neighbour_sum`` of :class:`SparseComm` follow it exactly (a neighbour-exchange backend that adds in the
+same order reproduces them bit for bit); :class:`DenseComm` and :class:`StackedComm` mix with a BLAS product, which
+agrees to rounding.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Callable, Protocol
+
+import torch
+
+from privdl.network.edges import Edges
+
+#: The trusted aggregator's index in transcripts of :meth:`Comm.average`.
+SERVER = -1
+
+
+class Observer(Protocol):
+    """Anything that watches the wire: an eavesdropper, a curious neighbour, a byte counter, a test."""
+
+    def on_message(self, *, t: int, tag: str, src: torch.Tensor, dst: torch.Tensor,
+                   payload: torch.Tensor) -> None: ...
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(x.shape[0], -1)
+
+
+class Comm(ABC):
+    """Communication among ``rows`` agents (or replicas × agents) over ``edges``; ``groups`` independent systems of
+    ``rows // groups`` rows each (``average`` is per group). ``t`` is the current round, set by the engine."""
+
+    def __init__(self, edges: Edges, *, groups: int = 1) -> None:
+        self.edges, self.rows, self.groups = edges, edges.rows, int(groups)
+        self.t = 0
+        self._observers: list[Observer] = []
+
+    # ---- observation ----------------------------------------------------------------------------------------------
+    def attach(self, observer: Observer) -> Observer:
+        """Report every later message to ``observer``; returns it."""
+        self._observers.append(observer)
+        return observer
+
+    def detach(self, observer: Observer) -> None:
+        self._observers.remove(observer)
+
+    @property
+    def observed(self) -> bool:
+        return bool(self._observers)
+
+    def _report(self, tag: str, src: torch.Tensor, dst: torch.Tensor, payload: Callable[[], torch.Tensor]) -> None:
+        if not self._observers:
+            return
+        value = payload()
+        for o in self._observers:
+            o.on_message(t=self.t, tag=tag, src=src, dst=dst, payload=value)
+
+    # ---- local facts ----------------------------------------------------------------------------------------------
+    @property
+    def degree(self) -> torch.Tensor:
+        """Number of neighbours of every row, (rows, 1) (for broadcasting against (rows, d))."""
+        return self.edges.degree[:, None]
+
+    def to(self, device: torch.device | str) -> "Comm":
+        self.edges = self.edges.to(device)
+        return self
+
+    # ---- transmissions --------------------------------------------------------------------------------------------
+    def mix(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        """Σ_j w_ij x_j for every row i (own term included)."""
+        e = self.edges
+        self._report(tag, e.src, e.dst, lambda: x.index_select(0, e.src))
+        return self._mix(x)
+
+    def neighbour_sum(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        """Σ_{j ∈ N(i)} x_j for every row i (neighbours only)."""
+        e = self.edges
+        self._report(tag, e.src, e.dst, lambda: x.index_select(0, e.src))
+        return self._neighbour_sum(x)
+
+    def pull(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        """x_src(e) delivered to dst(e), for every incoming edge e: (E, ...)."""
+        e = self.edges
+        v = x.index_select(0, e.src)
+        self._report(tag, e.src, e.dst, lambda: v)
+        return v
+
+    def push(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
+        """Per-edge values sent back along the reverse edges: out[e] = per_edge[reverse(e)] (from src(e) to dst(e))."""
+        e = self.edges
+        v = per_edge.index_select(0, e.reverse)
+        self._report(tag, e.src, e.dst, lambda: v)
+        return v
+
+    def send(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
+        """Edge e delivers per_edge[e] from src(e) to dst(e) (a per-edge encoding of what a sender transmits)."""
+        if per_edge.shape[0] != len(self.edges):
+            raise ValueError(f"send needs one value per edge ({len(self.edges)}), got {per_edge.shape[0]}")
+        e = self.edges
+        self._report(tag, e.src, e.dst, lambda: per_edge)
+        return per_edge
+
+    def average(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        """Every row receives the mean of its group's rows, through a trusted aggregator (``SERVER``)."""
+        rows = torch.arange(self.rows, device=x.device)
+        server = torch.full_like(rows, SERVER)
+        self._report(tag, rows, server, lambda: x)
+        per = self.rows // self.groups
+        mean = x.reshape(self.groups, per, *x.shape[1:]).mean(dim=1, keepdim=True)
+        out = mean.expand(self.groups, per, *x.shape[1:]).reshape(x.shape).clone()
+        self._report(tag, server, rows, lambda: out)
+        return out
+
+    # ---- local computation ----------------------------------------------------------------------------------------
+    def reduce(self, per_edge: torch.Tensor, *, weight: torch.Tensor | str | None = None) -> torch.Tensor:
+        """Σ_{e: dst(e) = i} weight_e · per_edge[e] for every row i, in canonical order (no message). ``weight`` is
+        an (E,) tensor, ``"mixing"`` for the edges' own mixing weights w_ij, or None."""
+        w = self.edges.weight if isinstance(weight, str) and weight == "mixing" else weight
+        if isinstance(weight, str) and weight != "mixing":
+            raise ValueError(f"weight must be a tensor, 'mixing' or None, got {weight!r}")
+        flat = _flat(per_edge)
+        out = torch.zeros(self.rows, flat.shape[1], dtype=flat.dtype, device=flat.device)
+        return _slot_sum(out, self.edges, flat, w).reshape(self.rows, *per_edge.shape[1:])
+
+    # ---- backends -------------------------------------------------------------------------------------------------
+    @abstractmethod
+    def _mix(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def _neighbour_sum(self, x: torch.Tensor) -> torch.Tensor:
+        return canonical_neighbour_sum(x, self.edges)
+
+    def describe(self) -> dict[str, object]:
+        return {"comm": type(self).__name__, "rows": self.rows, "edges": len(self.edges), "groups": self.groups}
+
+
+def _slot_sum(out: torch.Tensor, edges: Edges, values: torch.Tensor, weight: torch.Tensor | None, *,
+              by_sender: bool = False) -> torch.Tensor:
+    """out_i += Σ over row i's incoming edges e of weight_e · v_e, slot by slot (canonical order): v_e = values[e]
+    for per-edge values (E, d), or values[src(e)] with ``by_sender`` for per-row values (rows, d)."""
+    slots = edges.slots
+    w = None if weight is None else weight.to(dtype=values.dtype, device=values.device)
+    zero = torch.zeros((), dtype=values.dtype, device=values.device)
+    for k in range(slots.shape[0]):
+        idx = slots[k]
+        valid = (idx >= 0)[:, None]
+        safe = idx.clamp(min=0)
+        term = values.index_select(0, edges.src.index_select(0, safe) if by_sender else safe)
+        if w is not None:
+            term = w.index_select(0, safe)[:, None] * term
+        out += torch.where(valid, term, zero)
+    return out
+
+
+def canonical_mix(x: torch.Tensor, edges: Edges) -> torch.Tensor:
+    """w_ii x_i, then + w_ij x_j for each incoming edge in canonical order (every term rounded, then added)."""
+    flat = _flat(x)
+    out = edges.self_weight.to(dtype=flat.dtype, device=flat.device)[:, None] * flat
+    return _slot_sum(out, edges, flat, edges.weight, by_sender=True).reshape(x.shape)
+
+
+def canonical_neighbour_sum(x: torch.Tensor, edges: Edges) -> torch.Tensor:
+    """Σ_{j ∈ N(i)} x_j in canonical order."""
+    flat = _flat(x)
+    return _slot_sum(torch.zeros_like(flat), edges, flat, None, by_sender=True).reshape(x.shape)
+
+
+__all__ = ["Comm", "Observer", "SERVER", "canonical_mix", "canonical_neighbour_sum"]

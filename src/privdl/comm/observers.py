@@ -1,0 +1,145 @@
+"""Observers of the wire, and replaying a transcript as one agent's view.
+
+* :class:`Transcript` records every message (t, tag, src, dst, payload) — what an eavesdropper on every link sees.
+* :class:`ByteCounter` counts messages and payload bytes per tag.
+* :class:`ReplayComm` serves one agent, in a later run, exactly the messages it received in a recorded run (every
+  other row is NaN). If the agent's iterates come out the same, the agent's computation used nothing but its own
+  state and what reached it through the Comm (the transcript-completeness property, tested for every algorithm).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+from privdl.comm.base import SERVER, Comm
+from privdl.errors import ValidationError
+
+
+@dataclass(frozen=True)
+class Message:
+    """One transmission call as the wire saw it: ``payload[k]`` travelled from ``src[k]`` to ``dst[k]``."""
+
+    t: int
+    tag: str
+    src: torch.Tensor
+    dst: torch.Tensor
+    payload: torch.Tensor
+
+
+class Transcript:
+    """Records every message (payloads copied). ``messages`` is in call order."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    def on_message(self, *, t: int, tag: str, src: torch.Tensor, dst: torch.Tensor, payload: torch.Tensor) -> None:
+        self.messages.append(Message(t, tag, src.clone(), dst.clone(), payload.detach().clone()))
+
+    def received_by(self, agent: int) -> list[Message]:
+        """The messages addressed to ``agent`` (each restricted to its entries with dst = agent)."""
+        out = []
+        for m in self.messages:
+            sel = m.dst == agent
+            if bool(sel.any()):
+                out.append(Message(m.t, m.tag, m.src[sel], m.dst[sel], m.payload[sel]))
+        return out
+
+    def tags(self) -> list[tuple[int, str]]:
+        return [(m.t, m.tag) for m in self.messages]
+
+
+class ByteCounter:
+    """Messages and payload bytes per tag (a message is one (src, dst) pair)."""
+
+    def __init__(self) -> None:
+        self.messages: dict[str, int] = defaultdict(int)
+        self.bytes: dict[str, int] = defaultdict(int)
+
+    def on_message(self, *, t: int, tag: str, src: torch.Tensor, dst: torch.Tensor, payload: torch.Tensor) -> None:
+        self.messages[tag] += int(src.numel())
+        self.bytes[tag] += int(payload.numel()) * payload.element_size()
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.bytes.values())
+
+
+class ReplayComm(Comm):
+    """Agent ``agent``'s view of a recorded run: every transmission returns, for this agent, the payloads it received
+    in ``transcript`` (the k-th call here replays the k-th recorded call, whose tag must match), and NaN for every
+    other row. ``comm`` supplies the edges (the agent's own incoming edges and weights)."""
+
+    def __init__(self, transcript: Transcript, comm: Comm, agent: int) -> None:
+        super().__init__(comm.edges, groups=comm.groups)
+        if not 0 <= agent < comm.rows:
+            raise ValidationError(f"agent {agent} is not a row of this comm (0..{comm.rows - 1})")
+        self.agent, self._queue = int(agent), list(transcript.messages)
+        self._mine = (self.edges.dst == self.agent).nonzero(as_tuple=True)[0]  # canonical order
+
+    def _next(self, tag: str) -> Message:
+        if not self._queue:
+            raise ValidationError(f"the transcript has no message left for a call with tag {tag!r}")
+        m = self._queue.pop(0)
+        if m.tag != tag:
+            raise ValidationError(f"replay out of step: call with tag {tag!r} where the transcript has {m.tag!r}")
+        return m
+
+    def _edge_payload(self, tag: str) -> torch.Tensor:
+        m = self._next(tag)
+        if not (torch.equal(m.src, self.edges.src) and torch.equal(m.dst, self.edges.dst)):
+            raise ValidationError(f"recorded message {tag!r} is not one value per edge of this network")
+        return m.payload
+
+    def _nan(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        return torch.full(shape, math.nan, dtype=like.dtype, device=like.device)
+
+    def _combine(self, x: torch.Tensor, tag: str, weighted: bool) -> torch.Tensor:
+        payload = self._edge_payload(tag)
+        out = self._nan(tuple(x.shape), x)
+        i = self.agent
+        acc = self.edges.self_weight[i].to(x.dtype) * x[i] if weighted else torch.zeros_like(x[i])
+        for e in self._mine.tolist():
+            term = self.edges.weight[e].to(x.dtype) * payload[e] if weighted else payload[e]
+            acc = acc + term
+        out[i] = acc
+        return out
+
+    def _mix(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - mix is overridden
+        raise NotImplementedError
+
+    def mix(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        return self._combine(x, tag, weighted=True)
+
+    def neighbour_sum(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        return self._combine(x, tag, weighted=False)
+
+    def _per_edge(self, tag: str, like: torch.Tensor) -> torch.Tensor:
+        payload = self._edge_payload(tag)
+        out = self._nan((len(self.edges), *payload.shape[1:]), like)
+        out[self._mine] = payload[self._mine]
+        return out
+
+    def pull(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        return self._per_edge(tag, x)
+
+    def push(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
+        return self._per_edge(tag, per_edge)
+
+    def send(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
+        return self._per_edge(tag, per_edge)
+
+    def average(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        self._next(tag)  # the agents' uploads
+        down = self._next(tag)
+        if not bool((down.src == SERVER).all()):
+            raise ValidationError(f"replay out of step: {tag!r} is not the aggregator's reply")
+        out = self._nan(tuple(x.shape), x)
+        out[self.agent] = down.payload[(down.dst == self.agent).nonzero(as_tuple=True)[0][0]]
+        return out
+
+
+__all__ = ["ByteCounter", "Message", "ReplayComm", "Transcript"]

@@ -1,0 +1,294 @@
+"""Keys: every random draw of a run is keyed by (purpose, counter, agent[, neighbour]) or by a shared key that only
+its holders know (DESIGN.md, "randomness").
+
+Two layers:
+
+* a **key source** says which 64-bit key a draw uses: :meth:`KeySource.own` for a draw that one agent makes alone
+  (its mini-batch, its lot, its private noise; optionally qualified by a neighbour, e.g. a cross-gradient for that
+  neighbour) and :meth:`KeySource.shared` for a draw that exactly a set of holders can make (DECOR's canceling term
+  of an edge, a Whisper / HBC seed group). :class:`RootKeys` derives every key from the run's root seed, so a run
+  is reproducible and the simulator can replay any agent alone; a deployment plugs in keys agreed pairwise
+  (the runtime issue) without touching any mechanism.
+* a **counter-based generator** turns a key and a counter (the round or the noisy access) into numbers:
+  ``bits(fold(key, counter), size)`` is the SplitMix64 stream of the folded key (Steele, Lea, Flood 2014;
+  Vigna's reference constants), uniforms take its top 53 bits, normals are Φ⁻¹ of those uniforms. Every function
+  is vectorised over keys, so the draws of all agents (and all replicas of a sweep) are one array operation, and
+  an agent's numbers depend only on its own key and the element index: never on n, on another agent's data size,
+  or on how the rows are split over processes.
+
+Measured in BENCHMARKS.md ("keyed draws"): as fast as ``torch.randn`` from one generator at the shapes privdl uses.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import numpy as np
+import torch
+
+from privdl.errors import ValidationError
+
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's increment (2^64 / φ)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_MASK = (1 << 64) - 1
+
+
+def mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function on uint64 values (a bijection of 64-bit integers), vectorised; modifies and
+    returns ``z`` (a uint64 array)."""
+    t = np.empty_like(z)
+    with np.errstate(over="ignore"):  # arithmetic modulo 2^64 is the point (0-d arrays would warn)
+        np.right_shift(z, 30, out=t)
+        z ^= t
+        z *= _M1
+        np.right_shift(z, 27, out=t)
+        z ^= t
+        z *= _M2
+        np.right_shift(z, 31, out=t)
+        z ^= t
+    return z
+
+
+def _mix_int(z: int) -> int:
+    """:func:`mix64` of one Python integer (same numbers, no array overhead)."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def fold_int(key: int, value: int) -> int:
+    """:func:`fold` of one key and one value, on Python integers."""
+    return _mix_int(key ^ _mix_int(((value + 1) * 0x9E3779B97F4A7C15) & _MASK))
+
+
+def _u64(values: object) -> np.ndarray:
+    """A uint64 array of ``values`` (Python ints, or integer arrays; negatives are refused)."""
+    arr = np.asarray(values)
+    if arr.dtype == np.uint64:
+        return arr.copy()
+    if arr.dtype.kind not in "iu":
+        raise ValidationError(f"keys and counters must be integers, got dtype {arr.dtype}")
+    if arr.size and int(arr.min()) < 0:
+        raise ValidationError("keys and counters must be >= 0")
+    return arr.astype(np.uint64)
+
+
+def fold(keys: np.ndarray | int, values: np.ndarray | int) -> np.ndarray:
+    """k' = mix(k ⊕ mix((v + 1)·γ)): one key per (key, value) pair, broadcasting; used to qualify a key by an agent,
+    a neighbour or a counter."""
+    k = np.atleast_1d(_u64(keys)) if np.ndim(keys) == 0 and np.ndim(values) > 0 else _u64(keys)
+    with np.errstate(over="ignore"):
+        v = (_u64(values) + np.uint64(1)) * GOLDEN
+    return mix64(np.bitwise_xor(k, mix64(v)))
+
+
+def bits(keys: np.ndarray, size: int) -> np.ndarray:
+    """The first ``size`` outputs of the SplitMix64 stream of every key: (m, size) uint64, element j = mix(k + j·γ),
+    j = 1..size. Row i depends only on keys[i] (and a prefix of a longer draw equals the shorter draw)."""
+    k = _u64(keys).reshape(-1)
+    with np.errstate(over="ignore"):
+        z = np.add.outer(k, np.arange(1, size + 1, dtype=np.uint64) * GOLDEN)
+    return mix64(z)
+
+
+def uniform(keys: np.ndarray, size: int) -> torch.Tensor:
+    """(m, size) float64 uniforms in [0, 1) with 53 random bits each, one row per key."""
+    z = bits(keys, size)
+    z >>= np.uint64(11)
+    return torch.from_numpy(z.view(np.int64)).to(torch.float64).mul_(2.0**-53)
+
+
+def normal(keys: np.ndarray, size: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """(m, size) standard normals, one row per key: Φ⁻¹(u) with u the stream's 53-bit uniform shifted to
+    (0, 1) by half a step (so |z| ≤ 8.3). Computed in float64, then cast."""
+    z = bits(keys, size)
+    z >>= np.uint64(11)
+    u = torch.from_numpy(z.view(np.int64)).to(torch.float64).mul_(2.0**-53).add_(2.0**-54)
+    out = torch.special.ndtri(u)
+    return out if dtype == torch.float64 else out.to(dtype)
+
+
+def hash_key(*parts: object) -> int:
+    """A 64-bit key from strings and integers (SHA-256 of their typed text): the root of every derivation."""
+    text = "\x1f".join(f"{type(p).__name__}:{p}" for p in parts)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed for a ``torch``/``numpy`` generator from strings and integers (for public, shared draws such as
+    the common initial model)."""
+    return hash_key(*parts) >> 1
+
+
+class KeySource(Protocol):
+    """Where draws get their keys. ``own`` keys are known to one agent (vectorised over agents, optionally qualified
+    by extra integers such as a neighbour); ``shared`` keys to exactly ``holders``. ``public`` keys to everyone."""
+
+    name: str
+
+    def own(self, purpose: str, agents: np.ndarray, *qualifiers: np.ndarray) -> np.ndarray: ...
+
+    def shared(self, purpose: str, holders: Sequence[int]) -> int: ...
+
+    def public(self, purpose: str) -> int: ...
+
+
+@functools.lru_cache(maxsize=1 << 16)  # sweeps ask for the same holders' keys of the same root many times
+def _shared_key(base: int, members: tuple[int, ...]) -> int:
+    k = base
+    for h in members:
+        k = fold_int(k, h)
+    return k
+
+
+@dataclass
+class RootKeys:
+    """Every key derived from one root seed (the simulator): ``own(purpose, i)`` = fold(H(root, purpose, own), i),
+    ``shared(purpose, H)`` = fold over the sorted holders of H(root, purpose, shared). Reproducible, and any agent's
+    draws can be recomputed alone."""
+
+    root: int
+    name: str = "root"
+    _purposes: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.root, (int, np.integer)) or isinstance(self.root, bool) or self.root < 0:
+            raise ValidationError(f"the root seed must be an integer >= 0, got {self.root!r}")
+        self.root = int(self.root)
+
+    def _base(self, purpose: str, kind: str) -> int:
+        key = (purpose, kind)
+        if key not in self._purposes:
+            self._purposes[key] = hash_key("privdl", self.root, purpose, kind)
+        return self._purposes[key]
+
+    def own(self, purpose: str, agents: np.ndarray, *qualifiers: np.ndarray) -> np.ndarray:
+        k = fold(self._base(purpose, "own"), agents)
+        for q in qualifiers:
+            k = fold(k, q)
+        return k
+
+    def shared(self, purpose: str, holders: Sequence[int]) -> int:
+        members = tuple(sorted({int(h) for h in holders}))
+        if not members:
+            raise ValidationError(f"a shared draw ({purpose!r}) needs at least one holder")
+        return _shared_key(self._base(purpose, "shared"), members)
+
+    def public(self, purpose: str) -> int:
+        return self._base(purpose, "public")
+
+
+class Keys:
+    """The keys of one run, or of R stacked replicas: row r·n + i is agent i of replica r, whose draws come from
+    replica r's key source. Draw functions take global row indices; counters are folded in per draw."""
+
+    def __init__(self, sources: Sequence[KeySource] | KeySource | int, n: int) -> None:
+        if isinstance(sources, (int, np.integer)):
+            sources = [RootKeys(int(sources))]
+        elif not isinstance(sources, Sequence):
+            sources = [sources]
+        if not sources:
+            raise ValidationError("Keys needs at least one key source")
+        if not (isinstance(n, (int, np.integer)) and n >= 1):
+            raise ValidationError(f"number of agents must be >= 1, got {n!r}")
+        self.sources, self.n = list(sources), int(n)
+        self.rows = self.n * len(self.sources)
+        self._own: dict[str, np.ndarray] = {}
+        self._distinct: dict[str, tuple[np.ndarray, np.ndarray | None]] = {}
+
+    @property
+    def replicas(self) -> int:
+        return len(self.sources)
+
+    @classmethod
+    def from_seeds(cls, seeds: Sequence[int], n: int) -> "Keys":
+        """Stacked replicas, replica r keyed by root seed ``seeds[r]`` (exactly the keys of its single run)."""
+        return cls([RootKeys(int(s)) for s in seeds], n)
+
+    def agent(self, rows: np.ndarray | torch.Tensor) -> np.ndarray:
+        """The agent index (within its replica) of each global row."""
+        return np.asarray(rows, dtype=np.int64) % self.n
+
+    def own(self, purpose: str, rows: np.ndarray | torch.Tensor | None = None,
+            requesters: np.ndarray | torch.Tensor | None = None) -> np.ndarray:
+        """The own key of each row's agent for ``purpose``, for a draw it makes at the request of agent
+        ``requesters[j]`` (default: itself): fold(own key, requester), exactly the source's own(purpose, agent,
+        requester). Rows of different replicas use their replica's source."""
+        if purpose not in self._own:
+            agents = np.arange(self.n)
+            self._own[purpose] = np.concatenate([s.own(purpose, agents) for s in self.sources])
+        base = self._own[purpose]
+        r = np.arange(self.rows) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
+        if rows is not None and r.size and (r.min() < 0 or r.max() >= self.rows):
+            raise ValidationError(f"row index out of range 0..{self.rows - 1}")
+        q = r if requesters is None else np.asarray(requesters, dtype=np.int64).reshape(-1)
+        if q.shape != r.shape:
+            raise ValidationError(f"one requester per row: {q.shape} vs {r.shape}")
+        return fold(base[r], q % self.n)
+
+    def distinct(self, purpose: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """Every row's own self-requested key, deduplicated: (distinct keys, index of each row's key or None when
+        they are all distinct). Replicas of a sweep that share a root seed share these keys, hence their draws:
+        each distinct key is drawn once."""
+        if purpose not in self._distinct:
+            keys = self.own(purpose)
+            uniq, inverse = np.unique(keys, return_inverse=True)
+            self._distinct[purpose] = (keys, None) if len(uniq) == len(keys) else (uniq, inverse)
+        return self._distinct[purpose]
+
+    def shared(self, purpose: str, holders: Sequence[int], replica: int = 0) -> int:
+        return self.sources[replica].shared(purpose, holders)
+
+    def generator(self, purpose: str, replica: int = 0) -> torch.Generator:
+        """A CPU ``torch.Generator`` for a public draw every agent of the replica can make (the common initial
+        model)."""
+        g = torch.Generator()
+        g.manual_seed(self.sources[replica].public(purpose) >> 1)
+        return g
+
+    # ---- draws ----------------------------------------------------------------------------------------------------
+    def _draw(self, fn, purpose: str, counter: int, size: int, rows, requesters, **kw) -> torch.Tensor:
+        if rows is None and requesters is None:
+            keys, inverse = self.distinct(purpose)
+            out = fn(fold(keys, counter), size, **kw)
+            return out if inverse is None else out[torch.from_numpy(inverse)]
+        return fn(fold(self.own(purpose, rows, requesters), counter), size, **kw)
+
+    def normal(self, purpose: str, counter: int, size: int, *, rows=None, requesters=None,
+               dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """(m, size) normals: row j from the own key of rows[j] (all rows by default), requested by
+        requesters[j] (default: itself), at ``counter``."""
+        return self._draw(normal, purpose, counter, size, rows, requesters, dtype=dtype)
+
+    def uniform(self, purpose: str, counter: int, size: int, *, rows=None, requesters=None) -> torch.Tensor:
+        """(m, size) float64 uniforms in [0, 1) from the own keys at ``counter``."""
+        return self._draw(uniform, purpose, counter, size, rows, requesters)
+
+
+@dataclass(frozen=True)
+class Draws:
+    """The keyed draws of one access for a set of rows: row j uses the own key of ``rows[j]`` for ``purpose``,
+    requested by ``requesters[j]`` (a cross access; default: itself), at ``counter``; ``rows = None``: every row of
+    the run, each for itself. What a task's sampling gets: it can draw uniforms or normals per row, never another
+    agent's numbers."""
+
+    keys: Keys
+    purpose: str
+    counter: int
+    rows: np.ndarray | None = None
+    requesters: np.ndarray | None = None
+
+    def uniform(self, size: int) -> torch.Tensor:
+        return self.keys.uniform(self.purpose, self.counter, size, rows=self.rows, requesters=self.requesters)
+
+    def normal(self, size: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        return self.keys.normal(self.purpose, self.counter, size, rows=self.rows, requesters=self.requesters,
+                                dtype=dtype)
+
+
+__all__ = ["GOLDEN", "Draws", "KeySource", "Keys", "RootKeys", "bits", "derive_seed", "fold", "hash_key", "mix64", "normal",
+           "uniform"]

@@ -1,0 +1,125 @@
+"""The graph's edges, Laplacian and fingerprint — each built in exactly one place (every other module calls these).
+
+The **canonical edge order** is the order in which privdl stores and sums incoming edges: by receiver (dst), then
+by sender (src), both increasing. :class:`Edges` holds every directed edge j → i (i ≠ j) of an undirected graph in
+that order, with its mixing weight w_ij, so that a receiver's sum Σ_j w_ij x_j is taken in a fixed, documented order
+(see :mod:`privdl.comm`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+import torch
+
+
+def adjacency(w_or_graph: np.ndarray | nx.Graph) -> np.ndarray:
+    """The 0/1 adjacency matrix (float64, zero diagonal) of a graph, or of a mixing matrix's support (W_ij ≠ 0 or
+    W_ji ≠ 0, i ≠ j)."""
+    if isinstance(w_or_graph, nx.Graph):
+        n = w_or_graph.number_of_nodes()
+        a = nx.to_numpy_array(w_or_graph, nodelist=range(n), weight=None, dtype=float)
+        a = (a != 0).astype(float)
+    else:
+        w = np.asarray(w_or_graph)
+        a = ((w != 0) | (w.T != 0)).astype(float)
+    np.fill_diagonal(a, 0.0)
+    return a
+
+
+def laplacian(w_or_graph: np.ndarray | nx.Graph) -> np.ndarray:
+    """The unweighted graph Laplacian D − A (of a graph, or of a mixing matrix's support)."""
+    a = adjacency(w_or_graph)
+    return np.diag(a.sum(axis=1)) - a
+
+
+def directed_edges(w_or_graph: np.ndarray | nx.Graph) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) of every directed edge j → i, i ≠ j, in the canonical order (dst, then src, increasing)."""
+    dst, src = np.nonzero(adjacency(w_or_graph))  # row-major: sorted by dst, then src
+    return src.astype(np.int64), dst.astype(np.int64)
+
+
+def undirected_edges(w_or_graph: np.ndarray | nx.Graph) -> list[tuple[int, int]]:
+    """The undirected edges (i, j), i < j, sorted."""
+    src, dst = directed_edges(w_or_graph)
+    keep = src < dst
+    return list(zip(src[keep].tolist(), dst[keep].tolist()))
+
+
+def fingerprint(w: np.ndarray) -> str:
+    """SHA-256 (first 16 hex digits) of W rounded to 12 decimals: identifies W in manifests and caches."""
+    w = np.asarray(w, dtype=np.float64)
+    payload = repr(w.shape).encode() + np.round(w, 12).astype("<f8").tobytes()
+    return hashlib.sha256(payload).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Edges:
+    """The incoming edges of a set of rows, in canonical order: edge e carries a message from ``src[e]`` to
+    ``dst[e]`` with mixing weight ``weight[e]`` = w_{dst,src}; ``reverse[e]`` is the index of the edge dst → src.
+    ``rows`` is the number of rows (agents) the indices refer to; ``self_weight`` (rows,) holds w_ii."""
+
+    src: torch.Tensor
+    dst: torch.Tensor
+    weight: torch.Tensor
+    reverse: torch.Tensor
+    self_weight: torch.Tensor
+    rows: int
+
+    @classmethod
+    def from_matrix(cls, w: np.ndarray) -> "Edges":
+        """Edges of a mixing matrix's support (symmetric: every edge has its reverse)."""
+        w = np.asarray(w, dtype=np.float64)
+        n = w.shape[0]
+        src, dst = directed_edges(w)
+        keys = dst * n + src  # increasing: the canonical order
+        reverse = np.searchsorted(keys, src * n + dst).astype(np.int64)
+        return cls(torch.as_tensor(src), torch.as_tensor(dst), torch.as_tensor(w[dst, src]),
+                   torch.as_tensor(reverse), torch.as_tensor(np.diag(w).copy()), w.shape[0])
+
+    @classmethod
+    def stack(cls, parts: list["Edges"]) -> "Edges":
+        """The edges of independent blocks of rows side by side (block b's rows offset by the rows before it)."""
+        src, dst, weight, reverse, selfw = [], [], [], [], []
+        rows = edges = 0
+        for p in parts:
+            src.append(p.src + rows)
+            dst.append(p.dst + rows)
+            weight.append(p.weight)
+            reverse.append(p.reverse + edges)
+            selfw.append(p.self_weight)
+            rows += p.rows
+            edges += len(p.src)
+        return cls(torch.cat(src), torch.cat(dst), torch.cat(weight), torch.cat(reverse), torch.cat(selfw), rows)
+
+    def __len__(self) -> int:
+        return int(self.src.numel())
+
+    @cached_property
+    def degree(self) -> torch.Tensor:
+        """Number of incoming edges of every row (its neighbours, itself excluded), (rows,) int64."""
+        return torch.bincount(self.dst, minlength=self.rows)
+
+    @cached_property
+    def slots(self) -> torch.Tensor:
+        """(K, rows) edge indices: slot k of row i is its k-th incoming edge in canonical order, or −1 past its degree
+        (K = the largest degree). Summing slot by slot adds each row's terms in canonical order."""
+        deg = self.degree
+        k = int(deg.max()) if self.rows and len(self) else 0
+        start = torch.cumsum(deg, 0) - deg
+        slot = torch.full((k, self.rows), -1, dtype=torch.long)
+        if len(self):
+            pos = torch.arange(len(self)) - start[self.dst]
+            slot[pos, self.dst] = torch.arange(len(self))
+        return slot
+
+    def to(self, device: torch.device | str) -> "Edges":
+        return Edges(self.src.to(device), self.dst.to(device), self.weight.to(device), self.reverse.to(device),
+                     self.self_weight.to(device), self.rows)
+
+
+__all__ = ["Edges", "adjacency", "directed_edges", "fingerprint", "laplacian", "undirected_edges"]

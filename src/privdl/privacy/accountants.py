@@ -1,0 +1,38 @@
+"""The accountants, by name: ``tight`` and ``paper`` (agent-level Gaussian events), ``rdp`` (Gaussian and
+Poisson-subsampled Gaussian events). Each says which events it supports (``supports``) and composes a list of them
+(``account(events, delta=...)``)."""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+from privdl.privacy.agent_accountant import PAPER, TIGHT
+from privdl.privacy.events import PrivacyEvent
+from privdl.privacy.example_accountant import RdpAccountant
+from privdl.registry import Registry
+
+
+class Accountant(Protocol):
+    name: str
+    reference: str
+
+    def supports(self, event: PrivacyEvent) -> bool: ...
+
+    def account(self, events: Sequence[PrivacyEvent], *, delta: float) -> float: ...
+
+
+#: every accountant
+ACCOUNTANTS: Registry[Accountant] = Registry("accountant")
+#: the accountants agent-level mechanisms calibrate with (closed-form inversion to a precision bound)
+AGENT_ACCOUNTANTS: Registry = Registry("accountant")
+for _acc in (TIGHT, PAPER):
+    ACCOUNTANTS.add(_acc.name, _acc)
+    AGENT_ACCOUNTANTS.add(_acc.name, _acc)
+ACCOUNTANTS.add("rdp", RdpAccountant())
+
+
+def get(name: str) -> Accountant:
+    return ACCOUNTANTS.get(name)
+
+
+__all__ = ["ACCOUNTANTS", "AGENT_ACCOUNTANTS", "Accountant", "get"]

@@ -1,0 +1,146 @@
+"""Comm (DESIGN.md "communication"): every backend computes the same combinations as W and the graph say; the sparse
+backend sums in the documented canonical order bit for bit; per-edge pull/push/reduce route values along the right
+edges; observers see every message; a transcript replays one agent's view."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from privdl.comm import SERVER, ByteCounter, DenseComm, ReplayComm, SparseComm, StackedComm, Transcript, make_comm
+from privdl.errors import PrivdlError, ValidationError
+from privdl.network import Network
+
+
+def _net(n=9, p=0.4, seed=3):
+    return Network.from_topology("erdos_renyi", n, p=p, seed=seed)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(3, 12), p=st.floats(0.2, 1.0), seed=st.integers(0, 50))
+def test_edges_are_the_graph_in_canonical_order(n, p, seed):
+    net = Network.from_topology("erdos_renyi", n, p=p, seed=seed)
+    e = net.edges
+    pairs = list(zip(e.dst.tolist(), e.src.tolist()))
+    assert pairs == sorted(pairs)  # receiver, then sender
+    assert {(min(a, b), max(a, b)) for a, b in pairs} == {tuple(sorted(x)) for x in net.graph.edges()}
+    assert torch.equal(e.src[e.reverse], e.dst) and torch.equal(e.dst[e.reverse], e.src)
+    assert torch.equal(e.reverse[e.reverse], torch.arange(len(e)))
+    np.testing.assert_array_equal(e.weight.numpy(), net.W[e.dst.numpy(), e.src.numpy()])
+    np.testing.assert_array_equal(e.degree.numpy(), [d for _, d in sorted(net.graph.degree())])
+
+
+def test_every_backend_mixes_as_w_and_sums_neighbours_as_the_graph():
+    net = _net()
+    x = torch.randn(net.n, 4, 3, dtype=torch.float64)
+    W = torch.as_tensor(net.W)
+    A = torch.as_tensor(np.isin(net.W, 0, invert=True).astype(float) - np.eye(net.n))
+    for comm in (DenseComm(net), SparseComm(net), StackedComm([net])):
+        assert torch.allclose(comm.mix(x, tag="x"), torch.einsum("ij,jab->iab", W, x), atol=1e-14)
+        assert torch.allclose(comm.neighbour_sum(x, tag="x"), torch.einsum("ij,jab->iab", A, x), atol=1e-14)
+
+
+def test_sparse_backend_sums_in_canonical_order_bit_for_bit():
+    """w_ii·x_i first, then + w_ij·x_j for j in increasing order, each term rounded before it is added."""
+    net = _net(12, 0.5, 1)
+    x = torch.randn(12, 257, dtype=torch.float32)
+    out = SparseComm(net).mix(x, tag="x")
+    for i in range(12):
+        acc = float(net.W[i, i]) * x[i]
+        for j in sorted(net.neighbours(i)):
+            acc = acc + float(net.W[i, j]) * x[j]
+        assert torch.equal(out[i], acc), i
+
+
+def test_pull_push_reduce_route_along_the_edges():
+    net = _net()
+    comm = SparseComm(net)
+    x = torch.randn(net.n, 5, dtype=torch.float64)
+    e = comm.edges
+    pulled = comm.pull(x, tag="model")  # edge j → i delivers x_j to i
+    assert torch.equal(pulled, x[e.src])
+    # i computes a value for each incoming edge (here: a function of the sender's model and of i) and sends it back
+    reply = pulled * (1 + e.dst[:, None].double())
+    back = comm.push(reply, tag="reply")  # edge j → i now carries what j computed for i
+    assert torch.equal(back, (x[e.dst] * (1 + e.src[:, None].double())))
+    # each agent sums what it got back: Σ_j (1 + j)·x_i = x_i · Σ_{j ∈ N(i)} (1 + j)
+    expected = x * torch.tensor([sum(1 + j for j in net.neighbours(i)) for i in range(net.n)],
+                                dtype=torch.float64)[:, None]
+    assert torch.allclose(comm.reduce(back), expected, atol=1e-12)
+    # with the mixing weights, reduce of pulled values plus the own term is mix
+    own = torch.as_tensor(np.diag(net.W).copy())[:, None] * x
+    assert torch.allclose(own + comm.reduce(pulled, weight="mixing"), torch.as_tensor(net.W) @ x, atol=1e-14)
+
+
+def test_average_is_per_independent_system():
+    nets = [_net(4, 1.0, 0), Network.from_topology("ring", 4)]
+    comm = StackedComm(nets)
+    x = torch.randn(8, 3, dtype=torch.float64)
+    out = comm.average(x, tag="g")
+    assert torch.allclose(out[:4], x[:4].mean(0).expand(4, 3)) and torch.allclose(out[4:], x[4:].mean(0).expand(4, 3))
+
+
+def test_stacked_comm_equals_its_systems_one_by_one():
+    nets = [_net(6, 0.5, s) for s in range(3)]
+    x = torch.randn(18, 7, dtype=torch.float64)
+    stacked = StackedComm(nets)
+    copies = StackedComm.copies(nets[0], 3)
+    for r, net in enumerate(nets):
+        single = DenseComm(net)
+        rows = slice(6 * r, 6 * r + 6)
+        assert torch.allclose(stacked.mix(x, tag="x")[rows], single.mix(x[rows], tag="x"), atol=1e-14)
+        assert torch.allclose(stacked.neighbour_sum(x, tag="x")[rows], single.neighbour_sum(x[rows], tag="x"))
+        assert torch.allclose(copies.mix(x, tag="x")[rows], DenseComm(nets[0]).mix(x[rows], tag="x"), atol=1e-14)
+    assert torch.equal(stacked.pull(x, tag="p"), x[stacked.edges.src])
+    assert int(stacked.edges.src.max()) < 18 and not bool(((stacked.edges.src // 6) != (stacked.edges.dst // 6)).any())
+    with pytest.raises(ValidationError, match="same number of agents"):
+        StackedComm([nets[0], Network.from_topology("ring", 5)])
+
+
+def test_observers_see_every_message_with_its_tag_and_count_bytes():
+    net = _net()
+    comm = make_comm(net)
+    tr, bc = comm.attach(Transcript()), comm.attach(ByteCounter())
+    x = torch.randn(net.n, 10, dtype=torch.float32)
+    comm.t = 4
+    comm.mix(x, tag="theta")
+    comm.neighbour_sum(x, tag="y")
+    comm.average(x, tag="g")
+    E = len(net.edges)
+    assert tr.tags() == [(4, "theta"), (4, "y"), (4, "g"), (4, "g")]
+    m = tr.messages[0]
+    assert torch.equal(m.payload, x[m.src]) and torch.equal(m.dst, net.edges.dst)
+    up, down = tr.messages[2], tr.messages[3]
+    assert bool((up.dst == SERVER).all()) and bool((down.src == SERVER).all())
+    assert bc.messages["theta"] == E and bc.bytes["theta"] == E * 10 * 4 and bc.total_bytes == 4 * 10 * (2 * E + 2 * net.n)
+    received = tr.received_by(2)
+    assert all(bool((mm.dst == 2).all()) for mm in received) and len(received) == 3
+    comm.detach(tr)
+    comm.mix(x, tag="late")
+    assert len(tr.messages) == 4
+
+
+def test_replay_serves_an_agent_exactly_what_it_received_and_nothing_else():
+    net = _net()
+    comm = SparseComm(net)
+    tr = comm.attach(Transcript())
+    x = torch.randn(net.n, 6, dtype=torch.float64)
+    real = comm.mix(x, tag="a")
+    replay = ReplayComm(tr, comm, agent=5)
+    blind = x.clone()
+    blind[torch.arange(net.n) != 5] = float("nan")  # the agent knows only its own row
+    got = replay.mix(blind, tag="a")
+    assert torch.equal(got[5], real[5]) and bool(torch.isnan(got[torch.arange(net.n) != 5]).all())
+    with pytest.raises(ValidationError, match="no message left"):
+        replay.mix(blind, tag="a")
+    comm.neighbour_sum(x, tag="b")
+    with pytest.raises(ValidationError, match="out of step"):
+        ReplayComm(tr, comm, agent=1).neighbour_sum(blind, tag="zzz")
+
+
+def test_network_mix_points_to_comm():
+    with pytest.raises(PrivdlError, match="Comm"):
+        _net().mix(torch.zeros(9, 2))

@@ -1,0 +1,94 @@
+"""Per-example clipping through the per-layer registry (ghost clipping for Linear and Conv2d by layer type, any
+architecture built from them), checked against per-example gradients from torch.func; the generic path for
+everything else; registering a rule for a new layer type."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from privdl.data.datasets import Dataset
+from privdl.gradients import GHOST_RULES, clipped_example_sum, ghost_clipped_sum, register_ghost, supports_ghost
+from privdl.tasks.models import ModuleModel
+from privdl.tasks.supervised import SupervisedTask
+from tests.conftest import draw_lot
+
+
+def _task(module: torch.nn.Module, shape=(1, 9, 9), n=3, classes=4, l2=0.0) -> SupervisedTask:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, *shape)).astype(np.float32)
+    y = rng.integers(0, classes, 60)
+    ds = Dataset("toy", X, y, X[:4], y[:4], classes)
+    return SupervisedTask("toy", ds, ModuleModel("toy", module, shape), n, partition_name="iid", partition_params={},
+                          batch_size=8, l2=l2, zero_init=False, rng=np.random.default_rng(1), dtype=torch.float64,
+                          eval_train_samples=5)
+
+
+class StridedNet(torch.nn.Module):
+    """Not the paper's CNN: two convolutions with stride, padding, dilation and no bias, pooling, two linears."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(1, 3, 3, stride=2, padding=1)
+        self.c2 = torch.nn.Conv2d(3, 2, 2, dilation=2, bias=False)
+        self.head = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(2 * 1 * 1, 5), torch.nn.Tanh(),
+                                        torch.nn.Linear(5, 4, bias=False))
+
+    def forward(self, x):
+        return self.head(torch.nn.functional.max_pool2d(torch.relu(self.c2(torch.relu(self.c1(x)))), 2))
+
+
+@pytest.mark.parametrize("clip", [0.2, None])
+def test_ghost_clipping_matches_per_example_gradients_on_any_linear_conv_architecture(clip):
+    task = _task(StridedNet())
+    assert supports_ghost(task)
+    gen = torch.Generator().manual_seed(3)
+    x = task.init_params(gen).expand(3, -1).clone() + 0.5 * torch.randn(3, task.dim, generator=gen,
+                                                                          dtype=torch.float64)
+    batch, mask = draw_lot(task, torch.full((3,), 0.4, dtype=torch.float64), seed=2)
+    expected = clipped_example_sum(task, x, batch, mask, clip)
+    assert torch.allclose(ghost_clipped_sum(task, x, batch, mask, clip), expected, atol=1e-10)
+
+
+def test_unregistered_parameterised_layers_fall_back_to_the_generic_path():
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.GroupNorm(1, 2), torch.nn.Flatten(),
+                              torch.nn.Linear(2 * 7 * 7, 4))
+    assert not supports_ghost(_task(net))
+    assert not supports_ghost(_task(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(81, 4)), l2=0.1))
+    grouped = torch.nn.Sequential(torch.nn.Conv2d(2, 2, 3, groups=2), torch.nn.Flatten(), torch.nn.Linear(98, 4))
+    assert not supports_ghost(_task(grouped, shape=(2, 9, 9)))
+
+
+class Scale(torch.nn.Module):
+    """A layer privdl has no rule for: y = a ⊙ x (a learnable vector)."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.ones(k))
+
+    def forward(self, x):
+        return self.a * x
+
+
+def _scale_rule(layer, h, d):
+    g = h * d  # per-example ∂/∂a of Σ_out δ·(a ⊙ h)
+    return (g * g).sum(-1), lambda w: [torch.einsum("rb,rbk->rk", w, g)]
+
+
+def test_a_rule_registered_for_a_new_layer_type_is_used():
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(81, 6), Scale(6), torch.nn.Tanh(),
+                              torch.nn.Linear(6, 4))
+    task = _task(net)
+    assert not supports_ghost(task)
+    register_ghost(Scale, _scale_rule)
+    try:
+        assert supports_ghost(task)
+        gen = torch.Generator().manual_seed(5)
+        x = task.init_params(gen).expand(3, -1).clone() + 0.3 * torch.randn(3, task.dim, generator=gen,
+                                                                              dtype=torch.float64)
+        batch, mask = draw_lot(task, torch.full((3,), 0.5, dtype=torch.float64))
+        assert torch.allclose(ghost_clipped_sum(task, x, batch, mask, 0.5),
+                              clipped_example_sum(task, x, batch, mask, 0.5), atol=1e-10)
+    finally:
+        GHOST_RULES.pop(Scale)
