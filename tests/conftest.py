@@ -29,3 +29,16 @@ def draw_lot(task, rates, seed: int = 0, call: int = 1):
 
     rows = torch.arange(task.n)
     return task.sample_lot(Draws(Keys(seed, task.n), "lot", call, rows.numpy(), rows.numpy()), rows, rates)
+
+
+def assert_ghost_matches_per_example(task, *, seed: int, rate: float, spread: float, clip):
+    """Ghost clipping's clipped lot sums equal the generic per-example path's, at perturbed models on a keyed lot."""
+    from privdl.gradients import clipped_example_sum, ghost_clipped_sum, supports_ghost
+
+    assert supports_ghost(task)
+    gen = torch.Generator().manual_seed(seed)
+    x = task.init_params(gen).expand(task.n, -1).clone() + spread * torch.randn(task.n, task.dim, generator=gen,
+                                                                                  dtype=task.dtype)
+    batch, mask = draw_lot(task, torch.full((task.n,), rate, dtype=torch.float64), seed=seed)
+    expected = clipped_example_sum(task, x, batch, mask, clip)
+    assert torch.allclose(ghost_clipped_sum(task, x, batch, mask, clip), expected, atol=1e-10)

@@ -18,3 +18,19 @@ def test_every_config_key_is_documented():
             assert f"`{name}`" in DOC, f"{section} name {name!r} is not documented"
     missing = sorted(k for k in keys if f"| `{k}` |" not in DOC)
     assert not missing, f"undocumented config keys: {missing}"
+
+
+def test_the_readme_library_example_runs():
+    """The README's Python example, exactly as printed (a user copies it first)."""
+    import contextlib
+    import io
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## The library"):]
+    code = section[section.index("```python") + len("```python"):]
+    code = code[:code.index("```")]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    printed = out.getvalue()
+    assert "DP per agent, agent level" in printed and "'theta'" in printed and "'y'" in printed

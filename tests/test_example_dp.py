@@ -21,7 +21,7 @@ from privdl.schedules import make_schedule
 from privdl.simulator import GradientOracle, simulate
 from privdl.tasks import make_task, quadratic_optimum, quadratic_problem
 from privdl.tasks.models import ModuleModel
-from tests.conftest import draw_batch, draw_lot
+from tests.conftest import assert_ghost_matches_per_example, draw_batch, draw_lot
 
 
 def _oracle(task, mech, seed=0):
@@ -313,16 +313,8 @@ def test_tracking_and_admm_compose_with_agent_level_mechanisms(algorithm, mechan
                                          ("mlp", {"dataset": "digits", "hidden": 16})])
 @pytest.mark.parametrize("clip", [0.3, None])
 def test_ghost_clipping_equals_per_example_gradients(name, params, clip):
-    from privdl.gradients import ghost_clipped_sum, supports_ghost
-
-    task = make_task(name, 4, dtype=torch.float64, **params)
-    assert supports_ghost(task)
-    gen = torch.Generator().manual_seed(7)
-    x = task.init_params(gen).expand(4, -1).clone() + 0.3 * torch.randn(4, task.dim, generator=gen,
-                                                                          dtype=torch.float64)
-    batch, mask = draw_lot(task, torch.full((4,), 0.1, dtype=torch.float64), seed=7)
-    expected = clipped_example_sum(task, x, batch, mask, clip)
-    assert torch.allclose(ghost_clipped_sum(task, x, batch, mask, clip), expected, atol=1e-10)
+    assert_ghost_matches_per_example(make_task(name, 4, dtype=torch.float64, **params), seed=7, rate=0.1,
+                                     spread=0.3, clip=clip)
 
 
 def test_ghost_clipping_is_chosen_only_where_it_applies():
@@ -394,3 +386,36 @@ def test_device_option_keeps_the_draws_and_the_result():
         torch.testing.assert_close(cuda.final, base.final, rtol=1e-6, atol=1e-8)
     with pytest.raises(ValidationError, match="CPU only"):
         make_task("quadratic", 4).to("cuda")
+
+
+@pytest.mark.parametrize("method", ["ghost", "vmap"])
+def test_cross_gradients_evaluate_the_owners_data_at_the_requesters_model(method):
+    """Per-edge models (E, d): agent j's data at neighbour i's model (DPDL's access). Each edge is one noisy access
+    to j's data, keyed by (access, owner j, requester i): j's accesses count deg_j, and the lot and noise of edge
+    (i → j) are the ones j alone would draw for i."""
+    from privdl.comm import SparseComm
+    from privdl.mechanisms import Access
+
+    task = make_task("softmax", 4, dataset="digits", partition="dirichlet", alpha=0.5, seed=2)
+    net = Network.from_topology("star", 4)  # degrees 3, 1, 1, 1
+    comm = SparseComm(net)
+    deg = comm.edges.degree
+    mech = make_mechanism("dp_sgd", steps=deg * 2, task=task, clip=1.0, lot_size=16, noise_multiplier=1.0,
+                          per_example=method)
+    oracle = _oracle(task, mech, seed=4)
+    x = 0.1 * torch.randn(4, task.dim, generator=torch.Generator().manual_seed(0), dtype=task.dtype)
+    models = comm.pull(x, tag="model")  # edge src → dst: the src's model, at the dst (the data owner)
+    g = oracle(models, owners=comm.edges.dst, requesters=comm.edges.src)
+    assert g.shape == (len(comm.edges), task.dim) and bool(torch.isfinite(g).all())
+    assert mech.calls.tolist() == deg.tolist()  # one access per incoming edge, to the owner's data
+    # edge e alone, evaluated by its owner for its requester, draws exactly the same lot and noise
+    e = 2
+    alone = make_mechanism("dp_sgd", steps=deg * 2, task=task, clip=1.0, lot_size=16, noise_multiplier=1.0,
+                           per_example=method)
+    single = _oracle(task, alone, seed=4)
+    got = single(models[e:e + 1], owners=comm.edges.dst[e:e + 1], requesters=comm.edges.src[e:e + 1])
+    assert torch.allclose(got[0], g[e], atol=1e-12)
+    oracle(models, owners=comm.edges.dst, requesters=comm.edges.src)
+    with pytest.raises(AccessBudgetExceeded, match="agent 0"):  # the hub (degree 3) runs out first
+        oracle(models, owners=comm.edges.dst, requesters=comm.edges.src)
+    assert mech.ledger().per_agent()[0]["accesses"] == 6

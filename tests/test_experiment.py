@@ -238,3 +238,51 @@ def test_stacked_runs_equal_runs_alone(tmp_path):
     assert a.keys() == b.keys() and all(a[k] == pytest.approx(b[k], rel=1e-9, abs=1e-12) for k in a)
     man = json.loads(next((tmp_path / "stacked" / "runs").glob("*/manifest.json")).read_text())
     assert man["batch"]["replicas"] == 6
+
+
+def test_accounting_only_runs_record_the_design_and_its_ledger(tmp_path):
+    """train = false: every run is built, calibrated and accounted, never trained; its metrics are the mechanism's
+    facts (fig1's sweep), and a different graph is drawn per seed with network.seed = "run"."""
+    text = """
+name = "design"
+train = false
+iterations = 5000
+seeds = [0, 1]
+[network]
+topology = "erdos_renyi"
+n = 12
+p = 0.5
+seed = "run"
+[mechanism]
+clip = 0.1
+delta = 1e-5
+epsilon = 10.0
+accountant = "paper"
+[schedule]
+name = "constant"
+eta = 1.0
+[sweep]
+"mechanism.name" = ["ldp", "whisper"]
+"""
+    out = tmp_path / "out"
+    s = run_experiment(load_config(_write(tmp_path, text)), out, progress=False)
+    assert s.executed == 4
+    rows = list(csv.DictReader((out / "results.csv").open()))
+    assert {r["iteration"] for r in rows} == {"0"}
+    trace = {(r["mechanism.name"], r["seed"]): float(r["value"]) for r in rows if r["metric"] == "trace"}
+    ldp_bound = get_accountant("paper").bound(epsilon=10.0, delta=1e-5, clip=0.1, steps=5000)
+    for seed in ("0", "1"):
+        assert trace[("whisper", seed)] < trace[("ldp", seed)]  # correlated noise is never worse than LDP
+    fingerprints = {json.loads(p.read_text())["W_fingerprint"] for p in (out / "runs").glob("*/manifest.json")}
+    assert len(fingerprints) == 2  # one graph per seed
+    for p in (out / "runs").glob("*/manifest.json"):
+        man = json.loads(p.read_text())
+        assert man["trained"] is False and man["privacy_ledger"][0]["steps"] == 5000
+        assert man["privacy_ledger"][0]["epsilon"] <= 10.0
+        if man["config"]["mechanism"]["name"] == "ldp":  # LDP's trace is Tr(WWᵀ)/b exactly
+            import numpy as np
+
+            from privdl.experiment.build import build_network
+
+            w = build_network(man["config"]["network"], man["config"]["seed"]).W
+            assert man["final_metrics"]["trace"] == pytest.approx(float(np.sum(w * w)) / ldp_bound, rel=1e-9)

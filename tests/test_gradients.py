@@ -12,7 +12,7 @@ from privdl.data.datasets import Dataset
 from privdl.gradients import GHOST_RULES, clipped_example_sum, ghost_clipped_sum, register_ghost, supports_ghost
 from privdl.tasks.models import ModuleModel
 from privdl.tasks.supervised import SupervisedTask
-from tests.conftest import draw_lot
+from tests.conftest import assert_ghost_matches_per_example, draw_lot
 
 
 def _task(module: torch.nn.Module, shape=(1, 9, 9), n=3, classes=4, l2=0.0) -> SupervisedTask:
@@ -41,14 +41,7 @@ class StridedNet(torch.nn.Module):
 
 @pytest.mark.parametrize("clip", [0.2, None])
 def test_ghost_clipping_matches_per_example_gradients_on_any_linear_conv_architecture(clip):
-    task = _task(StridedNet())
-    assert supports_ghost(task)
-    gen = torch.Generator().manual_seed(3)
-    x = task.init_params(gen).expand(3, -1).clone() + 0.5 * torch.randn(3, task.dim, generator=gen,
-                                                                          dtype=torch.float64)
-    batch, mask = draw_lot(task, torch.full((3,), 0.4, dtype=torch.float64), seed=2)
-    expected = clipped_example_sum(task, x, batch, mask, clip)
-    assert torch.allclose(ghost_clipped_sum(task, x, batch, mask, clip), expected, atol=1e-10)
+    assert_ghost_matches_per_example(_task(StridedNet()), seed=3, rate=0.4, spread=0.5, clip=clip)
 
 
 def test_unregistered_parameterised_layers_fall_back_to_the_generic_path():

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from privdl.data.datasets import Dataset
-from privdl.keys import Draws, Keys, RootKeys, bits, fold, fold_int, normal, uniform
+from privdl.keys import WIDE, Draws, Keys, RootKeys, bits, fold, fold_int, normal, uniform
 from privdl.tasks.models import linear
 from privdl.tasks.supervised import SupervisedTask
 
@@ -61,6 +61,28 @@ def test_a_longer_draw_starts_with_the_shorter_one():
     k = fold(np.arange(5, dtype=np.uint64), 3)
     assert torch.equal(normal(k, 40)[:, :13], normal(k, 13))
     assert torch.equal(uniform(k, 40)[:, :13], uniform(k, 13))
+    assert torch.equal(normal(k, WIDE + 900)[:, :WIDE], normal(k, WIDE))
+
+
+def test_wide_rows_are_philox_draws_of_their_key_in_any_dtype_and_thread_count():
+    """Model-sized rows come from numpy's Philox4x64 keyed by the row's key (what another process must reproduce),
+    follow the normal law, are independent across keys, and do not depend on the dtype (a float32 run sees the
+    float64 draws rounded) or on how many threads drew them."""
+    k = fold(np.arange(6, dtype=np.uint64), 11)
+    z = normal(k, WIDE + 7)
+    for i, key in enumerate(k.tolist()):
+        expected = np.random.Generator(np.random.Philox(key=key)).standard_normal(WIDE + 7)
+        assert np.array_equal(z[i].numpy(), expected)
+    assert stats.kstest(z.numpy().ravel(), "norm").pvalue > 1e-3
+    assert np.abs(np.corrcoef(z.numpy())[np.triu_indices(6, 1)]).max() < 5 / np.sqrt(WIDE)
+    assert torch.equal(normal(k, WIDE + 7, torch.float32), z.float())
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert torch.equal(normal(k, WIDE + 7), z)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(normal(k[2:4], WIDE + 7), z[2:4])
 
 
 def _task(sizes: list[int]) -> SupervisedTask:

@@ -124,3 +124,27 @@ def test_load_edge_list_and_mixing_matrix_files(tmp_path):
     np.savetxt(bad, np.array([[0.5, 0.6], [0.5, 0.4]]), delimiter=",")
     with pytest.raises(ValidationError, match="doubly stochastic"):
         load_network_file(bad, kind="mixing")
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 30), p=st.floats(0.0, 1.0), seed=st.integers(0, 10**6), shuffle=st.booleans())
+def test_adjacency_and_laplacian_match_networkx(n, p, seed, shuffle):
+    """Our edge-list adjacency against networkx's own matrices, with nodes inserted in any order; a network built
+    from a graph with string labels has the same Laplacian and networkx's Fiedler value."""
+    from privdl.network.edges import adjacency, laplacian
+
+    g = nx.gnp_random_graph(n, p, seed=seed)
+    if shuffle:
+        order = np.random.default_rng(seed).permutation(n).tolist()
+        h = nx.Graph()
+        h.add_nodes_from(order)
+        h.add_edges_from(reversed(list(g.edges())))
+        g = h
+    expected = nx.to_numpy_array(g, nodelist=range(n), weight=None)
+    np.testing.assert_array_equal(adjacency(g), expected)
+    np.testing.assert_array_equal(laplacian(g), nx.laplacian_matrix(g, nodelist=range(n)).toarray())
+    labelled = nx.relabel_nodes(g, {i: f"v{i:03d}" for i in range(n)})
+    net = Network.from_graph(labelled) if n > 1 and nx.is_connected(g) else None
+    if net is not None:
+        np.testing.assert_array_equal(net.laplacian, laplacian(g))
+        assert net.fiedler_value == pytest.approx(nx.algebraic_connectivity(g, method="lanczos", tol=1e-12), abs=1e-7)

@@ -85,29 +85,30 @@ class Comm(ABC):
         return self
 
     # ---- transmissions --------------------------------------------------------------------------------------------
+    # Payload gathers index with x[idx]: torch's CPU index_select is ~14× slower on few, wide rows (d ≈ 10⁵).
     def mix(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
         """Σ_j w_ij x_j for every row i (own term included)."""
         e = self.edges
-        self._report(tag, e.src, e.dst, lambda: x.index_select(0, e.src))
+        self._report(tag, e.src, e.dst, lambda: x[e.src])
         return self._mix(x)
 
     def neighbour_sum(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
         """Σ_{j ∈ N(i)} x_j for every row i (neighbours only)."""
         e = self.edges
-        self._report(tag, e.src, e.dst, lambda: x.index_select(0, e.src))
+        self._report(tag, e.src, e.dst, lambda: x[e.src])
         return self._neighbour_sum(x)
 
     def pull(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
         """x_src(e) delivered to dst(e), for every incoming edge e: (E, ...)."""
         e = self.edges
-        v = x.index_select(0, e.src)
+        v = x[e.src]
         self._report(tag, e.src, e.dst, lambda: v)
         return v
 
     def push(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
         """Per-edge values sent back along the reverse edges: out[e] = per_edge[reverse(e)] (from src(e) to dst(e))."""
         e = self.edges
-        v = per_edge.index_select(0, e.reverse)
+        v = per_edge[e.reverse]
         self._report(tag, e.src, e.dst, lambda: v)
         return v
 
@@ -163,7 +164,7 @@ def _slot_sum(out: torch.Tensor, edges: Edges, values: torch.Tensor, weight: tor
         idx = slots[k]
         valid = (idx >= 0)[:, None]
         safe = idx.clamp(min=0)
-        term = values.index_select(0, edges.src.index_select(0, safe) if by_sender else safe)
+        term = values[edges.src.index_select(0, safe) if by_sender else safe]
         if w is not None:
             term = w.index_select(0, safe)[:, None] * term
         out += torch.where(valid, term, zero)

@@ -67,7 +67,10 @@ def verify_covariance(r: np.ndarray, *, bound: float, what: str = "covariance") 
 
     The error names the worst agent and its ratio, so a bad covariance file can be fixed.
     """
-    b = check_bound(bound)
+    return _verified(r, check_bound(bound), what)[0]
+
+
+def _verified(r: np.ndarray, b: float, what: str) -> tuple[float, np.ndarray]:
     diag = precision_diagonal(check_square(r, what))
     worst = int(np.argmax(diag))
     ratio = float(diag[worst] / b)
@@ -75,7 +78,7 @@ def verify_covariance(r: np.ndarray, *, bound: float, what: str = "covariance") 
         raise ValidationError(
             f"{what} violates the privacy constraint: agent {worst} has [R⁻¹]_ii / b = {ratio:.6g} > 1 "
             f"(it needs {ratio:.6g}× more noise)")
-    return ratio
+    return ratio, diag
 
 
 @dataclass
@@ -104,6 +107,8 @@ class CovarianceDesign:
     #: The shared-seed parts of R − σ_mix² I (a list of :class:`privdl.covariance.seeds.SeedComponent`); None
     #: means one global seed drives all of it.
     components: list | None = None
+    #: diag(R⁻¹) as verified (kept for large designs, so accounting need not factor R again)
+    precisions: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def n(self) -> int:
@@ -137,7 +142,7 @@ def finish_design(design: str, w: np.ndarray, r: np.ndarray, b: float, *, sigma_
     step = float(np.max(precision_diagonal(r))) / b
     scale = step * (1 + margin) if step > 1.0 else 1.0
     r, mu = r * scale, mu * scale
-    ratio = verify_covariance(r, bound=b, what=f"the {design} covariance")
+    ratio, precisions = _verified(r, check_bound(b), f"the {design} covariance")
     n = r.shape[0]
     if sigma_mix2 is None:
         sigma_mix2 = float(mu[0])
@@ -150,4 +155,4 @@ def finish_design(design: str, w: np.ndarray, r: np.ndarray, b: float, *, sigma_
     return CovarianceDesign(
         design=design, R=r, bound=b, trace=noise_trace(w, r), trace_ldp=float(np.sum(w * w)) / b,
         cdp_lower_bound=1.0 / (n * b), max_precision_ratio=ratio, sigma_mix2=float(sigma_mix2), extra=dict(extra),
-        components=components, **facts)  # type: ignore[arg-type]
+        components=components, precisions=precisions, **facts)  # type: ignore[arg-type]

@@ -68,10 +68,17 @@ class Access:
     owners: torch.Tensor
     requesters: torch.Tensor
     call: int
+    everyone: bool = False  # every row of the run, each on its own data at its own model
 
     @property
     def is_self(self) -> bool:
-        return bool(torch.equal(self.owners, self.requesters))
+        return self.everyone or bool(torch.equal(self.owners, self.requesters))
+
+    @property
+    def all_rows(self) -> bool:
+        """Every row of the run, each for itself (in row order)."""
+        return self.everyone or (self.is_self and bool(
+            (self.owners.cpu() == torch.arange(self.owners.numel())).all()))
 
 
 @dataclass
@@ -139,16 +146,17 @@ class GradientMechanism(ABC):
         self.calls = torch.zeros(env.rows, dtype=torch.int64)
 
     def count(self, access: Access) -> None:
-        """Count one access per row of ``access`` against its owner's budget; refuse beyond it."""
-        self.calls += torch.bincount(access.owners.cpu(), minlength=self.calls.numel())
+        """Count one access per row of ``access`` against its owner's budget; refuse (and count nothing) beyond it."""
+        after = self.calls + torch.bincount(access.owners.cpu(), minlength=self.calls.numel())
         budget = self.budget()
-        over = (self.calls > budget).nonzero(as_tuple=True)[0]
+        over = (after > budget).nonzero(as_tuple=True)[0]
         if over.numel():
             i = int(over[0])
             raise AccessBudgetExceeded(
-                f"noisy access {int(self.calls[i])} to the data of agent {i} exceeds the {int(budget[i])} accesses "
+                f"noisy access {int(after[i])} to the data of agent {i} exceeds the {int(budget[i])} accesses "
                 f"the privacy accounting of {self.name!r} covers (an algorithm that reads the data more often than "
                 f"it declares?)")
+        self.calls = after
 
     def budget(self) -> torch.Tensor:
         rows = self.calls.numel()

@@ -292,7 +292,8 @@ class CorrelatedGaussian(GradientMechanism):
         if self.coalition_size == 0:
             if generated:
                 return precision_diagonal(self.noise.covariance())
-            return precision_diagonal(self.design.R) / self.variance_scale
+            verified = self.design.precisions  # finish_design's verification already computed it
+            return (precision_diagonal(self.design.R) if verified is None else verified) / self.variance_scale
         comps, mix2 = ((self.noise.generated_components(), self.noise.sigma_mix**2) if generated
                        else (self.components(), self.design.sigma_mix2))
         p = coalition_precisions(mix2, comps, n, coalition_size=self.coalition_size)
@@ -337,8 +338,7 @@ class CorrelatedGaussian(GradientMechanism):
 
     def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
         n = self.network_.n
-        if not (access.is_self and access.owners.numel() == n and
-                bool((access.owners.cpu() == torch.arange(n)).all())):
+        if not (access.owners.numel() == n and access.all_rows):
             raise ValidationError(f"{self.name}: correlated noise is drawn for every agent's own gradient in one "
                                   "access (owners = all rows); cross-gradients need an independent-noise mechanism")
         g = clip_rows(value, self.clip) if self.clip else value

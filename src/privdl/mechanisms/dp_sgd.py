@@ -100,8 +100,7 @@ class DPSGD(GradientMechanism):
                                                                                 device=value.device)
         flat = value.reshape(value.shape[0], -1)
         owners = access.owners.cpu()
-        everyone = access.is_self and owners.numel() == self.env.rows and bool((owners == torch.arange(
-            owners.numel())).all())
+        everyone = owners.numel() == self.env.rows and access.all_rows
         noise = (self.env.keys.normal(self.env.scope, access.call, flat.shape[1], dtype=flat.dtype) if everyone else
                  self.env.keys.normal(self.env.scope, access.call, flat.shape[1], rows=owners,
                                       requesters=access.requesters.cpu(), dtype=flat.dtype)).to(flat.device)

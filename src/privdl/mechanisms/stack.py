@@ -108,7 +108,7 @@ class StackedCorrelated(GradientMechanism):
 
     def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
         rows = value.shape[0]
-        if not (access.is_self and rows == self.calls.numel()):
+        if not (rows == self.calls.numel() and access.all_rows):
             raise ValidationError("stacked replicas take every row's own gradient in one access")
         key = (value.dtype, value.device)
         if key not in self._cast:
@@ -123,7 +123,7 @@ class StackedCorrelated(GradientMechanism):
         noise = factor @ z
         if dense is not None:
             reps, f, gather = dense
-            block = torch.bmm(f, z.index_select(0, gather).view(f.shape[0], f.shape[2], d))
+            block = torch.bmm(f, z[gather].view(f.shape[0], f.shape[2], d))
             noise.view(-1, self.n, d).index_add_(0, reps, block)
         return (out + noise.to(flat.device)).reshape(value.shape)
 

@@ -76,7 +76,7 @@ class Network:
     @cached_property
     def fiedler_value(self) -> float:
         """Algebraic connectivity λ₂ of the unweighted Laplacian."""
-        return fiedler_value(self.graph)
+        return _smallest_but_one(self.laplacian)
 
     @property
     def normalized_fiedler_value(self) -> float:
@@ -84,14 +84,26 @@ class Network:
         return self.fiedler_value / self.n
 
     @cached_property
+    def _symmetric_spectrum(self) -> np.ndarray | None:
+        """W's eigenvalues when W is symmetric (one decomposition serves λ₂(WᵀW) and the SLEM), else None."""
+        return np.linalg.eigvalsh(self.W) if np.allclose(self.W, self.W.T, atol=1e-12) else None
+
+    @cached_property
     def lambda2_WtW(self) -> float:
-        """Second largest eigenvalue of WᵀW (the largest is 1)."""
-        ev = np.sort(np.linalg.eigvalsh(self.W.T @ self.W))
-        return float(ev[-2]) if self.n > 1 else 0.0
+        """Second largest eigenvalue of WᵀW (the largest is 1); for symmetric W the squares of W's eigenvalues."""
+        if self.n < 2:
+            return 0.0
+        ev = self._symmetric_spectrum
+        ev = np.sort(ev * ev) if ev is not None else np.linalg.eigvalsh(self.W.T @ self.W)
+        return float(ev[-2])
 
     @cached_property
     def slem(self) -> float:
-        return slem(self.W) if self.n > 1 else 0.0
+        """Second largest eigenvalue modulus (W's eigenvalue 1 is simple on a connected graph)."""
+        if self.n < 2:
+            return 0.0
+        ev = self._symmetric_spectrum
+        return float(np.sort(np.abs(ev))[-2]) if ev is not None else slem(self.W)
 
     @property
     def spectral_gap(self) -> float:
@@ -126,8 +138,11 @@ def fiedler_value(graph: nx.Graph) -> float:
     n = graph.number_of_nodes()
     if n < 2:
         return 0.0
-    graph = nx.convert_node_labels_to_integers(graph, ordering="sorted")
-    return float(np.sort(np.linalg.eigvalsh(laplacian(graph)))[1])
+    return _smallest_but_one(laplacian(nx.convert_node_labels_to_integers(graph, ordering="sorted")))
+
+
+def _smallest_but_one(lap: np.ndarray) -> float:
+    return float(np.linalg.eigvalsh(lap)[1]) if len(lap) > 1 else 0.0
 
 
 def load_network_file(path: str | Path, *, kind: str = "auto", mixing: str = "metropolis_hastings",

@@ -31,7 +31,8 @@ def _connected(draw: Callable[[int], nx.Graph], seed: int, what: str) -> nx.Grap
     for _ in range(MAX_TRIES):
         g = draw(int(rng.integers(2**31 - 1)))
         if nx.is_connected(g):
-            return nx.convert_node_labels_to_integers(g, ordering="sorted")
+            return g if set(g) == set(range(g.number_of_nodes())) else nx.convert_node_labels_to_integers(
+                g, ordering="sorted")
     raise ValidationError(
         f"{what} was disconnected in all {MAX_TRIES} draws; increase its density parameter"
     )

@@ -33,6 +33,7 @@ class GradientOracle:
     def __init__(self, task: Task, mechanism: GradientMechanism, keys: Keys, *, gradient: str = "auto") -> None:
         self.task, self.mechanism, self.keys = task, mechanism, keys
         self.calls = 0
+        self._all: torch.Tensor | None = None
         self._batch_grad = batch_gradient_fn(task, gradient)
         need = mechanism.need
         if isinstance(need, ClippedSum):
@@ -46,14 +47,12 @@ class GradientOracle:
             self.per_example = ("ghost" if supports_ghost(task) else "vmap") if method == "auto" else method
 
     def _agents(self, owners: torch.Tensor) -> torch.Tensor:
+        if owners is self._all and self.task.n == len(owners):
+            return owners
         return owners.cpu() % self.task.n
 
-    def __call__(self, models: torch.Tensor, *, owners: torch.Tensor | None = None,
-                 requesters: torch.Tensor | None = None, tag: str = "gradient") -> torch.Tensor:
-        """One noisy access: row r of ``models`` evaluated on the data of ``owners[r]`` (default: row r's own), at
-        the model of agent ``requesters[r]`` (default: row r when there is one model per row of the run, else the
-        owner itself)."""
-        rows = models.shape[0]
+    def _check(self, rows: int, owners: torch.Tensor | None,
+               requesters: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         if owners is None:
             if rows != self.keys.rows:
                 raise ValidationError(f"models have {rows} rows, the run has {self.keys.rows}: pass owners= for a "
@@ -70,11 +69,27 @@ class GradientOracle:
         for name, idx in (("owners", owners), ("requesters", requesters)):
             if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.keys.rows):
                 raise ValidationError(f"{name} must be rows 0..{self.keys.rows - 1}")
+        return owners, requesters
+
+    def __call__(self, models: torch.Tensor, *, owners: torch.Tensor | None = None,
+                 requesters: torch.Tensor | None = None, tag: str = "gradient") -> torch.Tensor:
+        """One noisy access: row r of ``models`` evaluated on the data of ``owners[r]`` (default: row r's own), at
+        the model of agent ``requesters[r]`` (default: row r when there is one model per row of the run, else the
+        owner itself)."""
+        rows = models.shape[0]
+        everyone = owners is None and requesters is None and rows == self.keys.rows
+        if everyone:  # the common case: every row, its own data, its own model
+            if self._all is None:
+                self._all = torch.arange(rows)
+            owners = requesters = self._all
+        else:
+            owners, requesters = self._check(rows, owners, requesters)
+            everyone = (rows == self.keys.rows and bool(torch.equal(owners, requesters))
+                        and bool((owners == torch.arange(rows)).all()))
         self.calls += 1
-        access = Access(owners=owners, requesters=requesters, call=self.calls)
+        access = Access(owners=owners, requesters=requesters, call=self.calls, everyone=everyone)
         self.mechanism.count(access)
         need = self.mechanism.need
-        everyone = rows == self.keys.rows and access.is_self and bool((owners == torch.arange(rows)).all())
         self._everyone = everyone
         if isinstance(need, BatchGradient):
             batch = self.task.sample(self._draws("batch", owners, requesters), self._agents(owners))
