@@ -23,19 +23,19 @@ from privdl.covariance.dual import _CACHE
 from privdl.mechanisms.correlated import CorrelatedNoise
 from privdl.network import Network
 from privdl.privacy.agent_accountant import get_accountant
-from privdl.rng import Streams
+from privdl.keys import Keys
 
 
 def bench_solver(sizes: list[int], reference_max: int) -> list[dict]:
     from privdl.covariance.reference import solve_official, solve_precision
 
-    b = get_accountant("paper").bound(10.0, 1e-5, 0.1, 5000)
+    b = get_accountant("paper").bound(epsilon=10.0, delta=1e-5, clip=0.1, steps=5000)
     rows = []
     for n in sizes:
         w = Network.from_topology("erdos_renyi", n, p=0.5, seed=0).W
         _CACHE.clear()
         t0 = time.perf_counter()
-        ours = design_covariance("whisper", w, b)  # solve (uncached) + verification + noise factor facts
+        ours = design_covariance("whisper", w, bound=b)  # solve (uncached) + verification + noise factor facts
         seconds = time.perf_counter() - t0
         row = {"n": n, "ours_seconds": seconds, "ours_solve_seconds": ours.extra["solve_seconds_uncached"],
                "iterations": ours.iterations, "trace": ours.trace,
@@ -63,7 +63,7 @@ def bench_hbc(sizes: list[int], kinds: list[str], q: int = 1) -> list[dict]:
     for n in sizes:
         w = Network.from_topology("erdos_renyi", n, p=0.5, seed=0).W
         for kind in kinds:
-            d = solve_hbc(w, 1.0, seed_groups(kind, w), q, label=kind)
+            d = solve_hbc(w, bound=1.0, groups=seed_groups(kind, w), coalition_size=q, label=kind)
             row = {"n": n, "seeds": kind, "q": q, "m": d.extra["m"], "coalitions": d.extra["coalitions"],
                    "seconds": d.seconds, "trace_over_ldp": d.trace / d.trace_ldp,
                    "worst_coalition_ratio": d.extra["worst_coalition_ratio"]}
@@ -75,11 +75,11 @@ def bench_hbc(sizes: list[int], kinds: list[str], q: int = 1) -> list[dict]:
 def bench_noise(n: int = 100, d: int = 100_000, steps: int = 3) -> dict:
     torch.set_num_threads(2)
     w = Network.from_topology("erdos_renyi", n, p=0.5, seed=0).W
-    design = design_covariance("whisper", w, 1.0)
+    design = design_covariance("whisper", w, bound=1.0)
     out = {"n": n, "d": d}
     for generation in ("per_agent", "matmul"):
         noise = CorrelatedNoise(design.sigma_mix2, design.components, n, generation)
-        noise.start(Streams(0))
+        noise.bind(Keys(0, n))
         noise.network(1, d)
         t0 = time.perf_counter()
         for t in range(steps):
@@ -93,7 +93,12 @@ def bench_noise(n: int = 100, d: int = 100_000, steps: int = 3) -> dict:
     t0 = time.perf_counter()
     for _ in range(steps):
         torch.randn(n, d, generator=g, dtype=torch.float64)
-    out["ldp_network_seconds"] = (time.perf_counter() - t0) / steps
+    out["torch_randn_n_by_d_seconds"] = (time.perf_counter() - t0) / steps  # one unkeyed (n, d) draw, for scale
+    keys = Keys(0, n)
+    t0 = time.perf_counter()
+    for t in range(steps):
+        keys.normal("noise", t + 2, d)
+    out["keyed_own_draws_n_by_d_seconds"] = (time.perf_counter() - t0) / steps  # LDP's draws: one per agent
     print(json.dumps(out), flush=True)
     return out
 

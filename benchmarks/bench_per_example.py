@@ -1,23 +1,56 @@
 """Benchmark: DP-SGD's clipped lot sums (per-example gradients, clip, sum) for n agents at once, seed 004's small
 CNN on Fashion-MNIST (28×28), lot 256 per agent, float32.
 
-Compares, in one process on the same lots: privdl's ghost clipping, privdl's torch.func (vmap) path, and Opacus'
-GradSampleModule (one module per agent, as the authors' code does), checking that all three give the same sums.
+Compares, in one process on the same lots: privdl's ghost clipping (the per-layer registry), privdl's torch.func
+(vmap) path, and Opacus' GradSampleModule (one module per agent, as the authors' code does), checking that all give
+the same sums. ``--old-src PATH`` (a checkout of privdl before the per-layer registry, e.g. ``git worktree add
+/tmp/old f4c4ef3`` then ``/tmp/old/src``) also times that version's hand-written SmallCNN ghost clipping on the same
+lot and parameters, in a subprocess.
 
-    python benchmarks/bench_per_example.py [--agents 10] [--lot 256] [--repeats 5] [--threads 2]
+    python benchmarks/bench_per_example.py [--agents 10] [--lot 256] [--repeats 5] [--threads 2] [--old-src PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import os
+import subprocess
+import sys
+import tempfile
 import time
 
 import torch
 
-from privdl.simulator.ghost import ghost_clipped_sum
-from privdl.simulator.gradients import clipped_example_sum
+from privdl.gradients import clipped_example_sum, ghost_clipped_sum
+from privdl.keys import Draws, Keys
 from privdl.tasks import make_task
+
+OLD = """
+import sys, time, torch
+torch.set_num_threads(int(sys.argv[2]))
+from privdl.simulator.ghost import ghost_clipped_sum
+from privdl.tasks import make_task
+data = torch.load(sys.argv[1])
+task = make_task("cnn", data["n"], dataset="fashion_mnist", partition="a_t", t=1.0, dtype=torch.float32)
+run = lambda: ghost_clipped_sum(task, data["x"], data["batch"], data["mask"], data["clip"])
+run()
+best = float("inf")
+for _ in range(int(sys.argv[3])):
+    t = time.perf_counter(); out = run(); best = min(best, time.perf_counter() - t)
+torch.save({"seconds": best, "sums": out}, sys.argv[1] + ".out")
+"""
+
+
+def old_ghost(src, x, batch, mask, clip, n, threads, repeats):
+    """Time the pre-registry ghost clipping (a privdl checkout at ``src``) on the same inputs, in a subprocess."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "lot.pt")
+        torch.save({"x": x, "batch": batch, "mask": mask, "clip": clip, "n": n}, path)
+        env = {**os.environ, "PYTHONPATH": src}
+        subprocess.run([sys.executable, "-c", OLD, path, str(threads), str(repeats)], check=True, env=env)
+        res = torch.load(path + ".out")
+    return res["seconds"], res["sums"]
 
 
 def opacus_clipped_sum(task, x, batch, mask, clip, modules):
@@ -57,6 +90,7 @@ def main() -> None:
     ap.add_argument("--lot", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--old-src", default=None, help="src/ folder of a privdl checkout before the layer registry")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from opacus import GradSampleModule
@@ -65,20 +99,24 @@ def main() -> None:
     task = make_task("cnn", n, dataset="fashion_mnist", partition="a_t", t=1.0, dtype=torch.float32)
     gen = torch.Generator().manual_seed(0)
     x = task.init_params(gen).expand(n, -1).clone() + 0.05 * torch.randn(n, task.dim, generator=gen)
-    batch, mask = task.sample_lot(gen, (args.lot / task.counts).double())
+    batch, mask = task.sample_lot(Draws(Keys(0, n), "lot", 1), torch.arange(n), (args.lot / task.counts).double())
     examples = int(mask.sum())
     clip = 1.0
     modules = [GradSampleModule(copy.deepcopy(task.model.module)) for _ in range(n)]
     t_ghost, s_ghost = timed(lambda: ghost_clipped_sum(task, x, batch, mask, clip), args.repeats)
     t_vmap, s_vmap = timed(lambda: clipped_example_sum(task, x, batch, mask, clip, 16), args.repeats)
     t_op, s_op = timed(lambda: opacus_clipped_sum(task, x, batch, mask, clip, modules), args.repeats)
+    rows = [("privdl ghost clipping (per-layer registry)", t_ghost, s_ghost), ("privdl torch.func vmap", t_vmap, s_vmap),
+            ("Opacus GradSampleModule (per agent)", t_op, s_op)]
+    if args.old_src:
+        t_old, s_old = old_ghost(args.old_src, x, batch, mask, clip, n, args.threads, args.repeats)
+        rows.insert(1, ("privdl before: hand-written SmallCNN ghost", t_old, s_old))
     scale = float(s_op.abs().max())
     print(f"small CNN (d = {task.dim}), {n} agents, Poisson lots of expected size {args.lot} ({examples} examples "
           f"this draw), clip {clip}, float32, {args.threads} threads, best of {args.repeats}")
     print("| path | seconds per lot sum | examples/s | vs Opacus | max abs diff to Opacus (rel.) |")
     print("|---|---|---|---|---|")
-    for name, t, s in (("privdl ghost clipping", t_ghost, s_ghost), ("privdl torch.func vmap", t_vmap, s_vmap),
-                       ("Opacus GradSampleModule (per agent)", t_op, s_op)):
+    for name, t, s in rows:
         diff = float((s - s_op).abs().max()) / scale
         print(f"| {name} | {t:.4f} | {examples / t:,.0f} | {t_op / t:.2f}× | {diff:.1e} |")
 

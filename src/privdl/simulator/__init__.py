@@ -7,3 +7,9 @@ from privdl.simulator.engine import (
 
 __all__ = ["GradientOracle", "Replica", "ReplicaResult", "SimulationResult", "checkpoints", "resolve_device",
            "simulate", "simulate_replicas", "stackable"]
+
+
+def __getattr__(name: str) -> object:
+    from privdl.moved import moved_attribute
+
+    raise moved_attribute(__name__, name)
