@@ -20,10 +20,11 @@ import sys
 import tempfile
 
 SNIPPET = """
-import json, sys, time, privdl
+import inspect, json, sys, time, privdl
 from privdl.reproductions import REPRODUCTIONS
 name, out, seeds, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-opts = {"seeds": seeds} if name.startswith("quadratic") else {"steps": steps} if name == "fmnist" else {}
+rounds = "iterations" if "iterations" in inspect.signature(REPRODUCTIONS.get(name)).parameters else "steps"
+opts = {"seeds": seeds} if name.startswith("quadratic") else {rounds: steps} if name == "fmnist" else {}
 t = time.perf_counter()
 rows = REPRODUCTIONS.get(name)(out, **opts)
 print(json.dumps({"seconds": time.perf_counter() - t, "rows": len(rows), "privdl": privdl.__file__}))

@@ -1,5 +1,6 @@
 """Seed 004's table reproductions run end to end (tiny settings) and survive interruption."""
 
+import inspect
 import math
 
 import pytest
@@ -82,10 +83,25 @@ def test_unknown_method_is_refused(tmp_path):
         REPRODUCTIONS.get("table2")(tmp_path, methods=("central",), seeds=1, iterations=1, dataset="digits")
 
 
-def test_cli_refuses_table_options_for_other_reproductions(tmp_path):
+def test_cli_refuses_options_a_reproduction_would_ignore(tmp_path):
+    """An option the reproduction does not take is an error naming it (never silently dropped), and an option it
+    does take reaches it (fmnist's --iterations sets its rounds)."""
     from typer.testing import CliRunner
 
     from privdl.cli import app
+    from privdl.reproductions import corn
 
     res = CliRunner().invoke(app, ["reproduce", "fig1", "--device", "cuda", "--out", str(tmp_path)])
-    assert res.exit_code != 0 and "table1 and table2 only" in res.output
+    assert res.exit_code != 0 and "--device does not apply to 'fig1'" in res.output
+    res = CliRunner().invoke(app, ["reproduce", "fmnist", "--tune-seeds", "2", "--clip", "1", "--out", str(tmp_path)])
+    assert res.exit_code != 0 and "--tune-seeds, --clip do not apply to 'fmnist'" in res.output
+    assert "--iterations" in res.output  # what it does take
+    seen = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(REPRODUCTIONS._items, "fmnist", lambda out, *, iterations=1000, seeds=1, progress=False:
+                   seen.update(iterations=iterations, seeds=seeds) or [])
+        res = CliRunner().invoke(app, ["reproduce", "fmnist", "--iterations", "7", "--seeds", "2", "--out",
+                                       str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert seen == {"iterations": 7, "seeds": 2}
+    assert "iterations" in inspect.signature(corn.fmnist).parameters

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import sys
@@ -310,6 +311,13 @@ def covariance(
     _print_facts(facts, fmt, f"{design.value} covariance, n = {facts['n']} ({acc.name} accountant)")
 
 
+#: ``privdl reproduce`` options: keyword of the reproduction function → command-line flag
+REPRODUCE_FLAGS = {"seeds": "--seeds", "tune_seeds": "--tune-seeds", "clip": "--clip", "data_dir": "--data-dir",
+                   "iterations": "--iterations", "epsilons": "--epsilon", "fiedlers": "--fiedler", "ts": "--t",
+                   "dataset": "--dataset", "tune": "--tune", "methods": "--method", "device": "--device",
+                   "shard": "--shard"}
+
+
 @app.command()
 def reproduce(
     name: str = typer.Argument(..., help="fig1, fig2, quadratic, quadratic_at_optimum, a9a, fmnist (seed 001); "
@@ -319,9 +327,10 @@ def reproduce(
     tune_seeds: Optional[int] = typer.Option(None, "--tune-seeds", help="seeds for the step-size search"),
     clip: Optional[float] = typer.Option(None, "--clip", help="quadratic: clipping norm (SPEC: 0.1)"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="where a9a / Fashion-MNIST files are"),
-    iterations: Optional[int] = typer.Option(None, "--iterations", help="table1/table2: rounds (paper: 2000)"),
-    epsilon: list[float] = typer.Option([], "--epsilon", help="table1/table2: ε values (repeatable; inf = "
-                                                              "non-private)"),
+    iterations: Optional[int] = typer.Option(None, "--iterations", help="fmnist, table1/table2: rounds (paper: 5000; "
+                                                                "2000)"),
+    epsilon: list[float] = typer.Option([], "--epsilon", help="a9a, fmnist, table1/table2: ε values "
+                                                              "(repeatable; inf = non-private in tables)"),
     fiedler: list[float] = typer.Option([], "--fiedler", help="table1: normalized Fiedler targets (repeatable)"),
     t: list[float] = typer.Option([], "--t", help="table2: A(t) splits (repeatable)"),
     dataset: Optional[str] = typer.Option(None, "--dataset", help="table1/table2: image dataset "
@@ -341,15 +350,19 @@ def reproduce(
                                  "fiedlers": tuple(fiedler) or None, "ts": tuple(t) or None, "dataset": dataset,
                                  "tune": tune or None, "methods": tuple(method) or None, "device": device,
                                  "shard": shard}.items() if v is not None}
-    if name in ("table1", "table2"):
-        options["progress"] = lambda line: console.print(line)
-    elif method or device or shard:
-        _fail(ValidationError("--method, --device and --shard apply to table1 and table2 only"))
-    else:
-        options["progress"] = sys.stdout.isatty()
-    target = out or Path("results") / "reproduce" / name
     try:
         fn = REPRODUCTIONS.get(name)
+    except PrivdlError as exc:
+        _fail(exc)
+    accepted = inspect.signature(fn).parameters
+    ignored = [REPRODUCE_FLAGS[k] for k in options if k not in accepted]
+    if ignored:
+        takes = ", ".join(REPRODUCE_FLAGS[k] for k in REPRODUCE_FLAGS if k in accepted) or "no option but --out"
+        _fail(ValidationError(f"{', '.join(ignored)} do{'es' if len(ignored) == 1 else ''} not apply to {name!r}; "
+                              f"it takes {takes}"))
+    options["progress"] = (lambda line: console.print(line)) if name in ("table1", "table2") else sys.stdout.isatty()
+    target = out or Path("results") / "reproduce" / name
+    try:
         rows = fn(target, **options)
     except PrivdlError as exc:
         _fail(exc)

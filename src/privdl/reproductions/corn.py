@@ -155,9 +155,10 @@ def quadratic(out: Path, *, seeds: int = 10, clip: float = 0.1, start: str = "ze
 
 
 @REPRODUCTIONS.register("quadratic_at_optimum")
-def quadratic_at_optimum(out: Path, **options: object) -> list[dict]:
+def quadratic_at_optimum(out: Path, *, seeds: int = 10, clip: float = 0.1, progress: bool = False,
+                         **_: object) -> list[dict]:
     """The quadratic sweep started at x*: what remains after T steps is the noise designs' doing."""
-    return quadratic(out, **{**options, "start": "optimum"})
+    return quadratic(out, seeds=seeds, clip=clip, progress=progress, start="optimum")
 
 
 def _tuned(out: Path, name: str, *, metric: str, keys: list[str], seeds: int, tune_seeds: int, etas: list[float],
@@ -206,16 +207,16 @@ def a9a(out: Path, *, seeds: int = 10, tune_seeds: int = 1, etas: list[float] = 
 
 @REPRODUCTIONS.register("fmnist")
 def fmnist(out: Path, *, seeds: int = 1, epsilons: Sequence[float] = (10.0,), etas: Sequence[float] = (0.05, 0.01, 0.001),
-           steps: int = 1000, data_dir: str | None = None, progress: bool = False, **_: object) -> list[dict]:
+           iterations: int = 1000, data_dir: str | None = None, progress: bool = False, **_: object) -> list[dict]:
     """Seed 001 Fig. 5 stand-in: the shallow network on Fashion-MNIST, p = 0.5, every η of ``etas`` (the best per
-    design is plotted); reduced protocol: ``steps`` rounds and ε ∈ ``epsilons``."""
+    design is plotted); reduced protocol: ``iterations`` rounds and ε ∈ ``epsilons``."""
     out = Path(out)
     cfg = with_overrides(packaged_config("fmnist"), {
-        "seeds": int(seeds), "iterations": int(steps), "sweep.mechanism.epsilon": [float(e) for e in epsilons],
+        "seeds": int(seeds), "iterations": int(iterations), "sweep.mechanism.epsilon": [float(e) for e in epsilons],
         "sweep.schedule.eta": [float(e) for e in etas], **({"task.data_dir": data_dir} if data_dir else {})})
     rows = _summarise_runs(finished_runs(run(cfg, out / "runs_fmnist", progress=progress)),
                            ["test_accuracy", "test_loss"])
-    rows = [dict(r, steps=steps) for r in rows]
+    rows = [dict(r, steps=iterations) for r in rows]
     write_csv(out / "fmnist.csv", rows)
     best: dict[tuple, dict] = {}
     for r in sorted(rows, key=lambda r: -r["test_accuracy"]):
