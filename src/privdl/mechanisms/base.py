@@ -144,9 +144,15 @@ class GradientMechanism(ABC):
                                       f"{env.rows} rows")
         self.env = env
         self.calls = torch.zeros(env.rows, dtype=torch.int64)
+        self._budget: torch.Tensor | None = None
+        self._headroom = int(self.budget().min()) if env.rows else 0
 
     def count(self, access: Access) -> None:
         """Count one access per row of ``access`` against its owner's budget; refuse (and count nothing) beyond it."""
+        if access.everyone and getattr(self, "_headroom", 0) >= 1:  # one access per row, known to fit
+            self.calls = self.calls + 1
+            self._headroom -= 1
+            return
         after = self.calls + torch.bincount(access.owners.cpu(), minlength=self.calls.numel())
         budget = self.budget()
         over = (after > budget).nonzero(as_tuple=True)[0]
@@ -157,10 +163,15 @@ class GradientMechanism(ABC):
                 f"the privacy accounting of {self.name!r} covers (an algorithm that reads the data more often than "
                 f"it declares?)")
         self.calls = after
+        self._headroom = int((budget - after).min())
 
     def budget(self) -> torch.Tensor:
+        """Accesses covered per row (the per-owner steps, repeated over replicas), built once per run."""
         rows = self.calls.numel()
-        return self.steps if self.steps.numel() == rows else self.steps.repeat(rows // max(self.steps.numel(), 1))
+        if getattr(self, "_budget", None) is None or self._budget.numel() != rows:
+            self._budget = (self.steps if self.steps.numel() == rows else
+                            self.steps.repeat(rows // max(self.steps.numel(), 1)))
+        return self._budget
 
     def accesses(self) -> torch.Tensor:
         """Accesses per owner to state in the ledger: those made, or the declared budget if none was made yet."""

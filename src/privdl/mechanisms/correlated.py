@@ -350,7 +350,7 @@ class CorrelatedGaussian(GradientMechanism):
         return Sensitivity(2 * self.clip, "agent") if self.clip else before
 
     def step_events(self, before: Sensitivity | None) -> tuple[list[PrivacyEvent], Sensitivity | None]:
-        sens = Sensitivity(2 * self.clip, "agent") if self.clip else before
+        sens = self.sensitivity_after(before)
         if sens is None:
             return obfuscation(self.name, "Gaussian noise on a gradient with no sensitivity bound (no clip before "
                                           "it): no DP guarantee")
