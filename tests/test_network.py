@@ -2,7 +2,7 @@ import networkx as nx
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from privdl.errors import UnknownNameError, ValidationError
@@ -128,6 +128,7 @@ def test_load_edge_list_and_mixing_matrix_files(tmp_path):
 
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(1, 30), p=st.floats(0.0, 1.0), seed=st.integers(0, 10**6), shuffle=st.booleans())
+@example(n=21, p=0.21875, seed=126, shuffle=False)
 def test_adjacency_and_laplacian_match_networkx(n, p, seed, shuffle):
     """Our edge-list adjacency against networkx's own matrices, with nodes inserted in any order; a network built
     from a graph with string labels has the same Laplacian and networkx's Fiedler value."""
@@ -147,4 +148,6 @@ def test_adjacency_and_laplacian_match_networkx(n, p, seed, shuffle):
     net = Network.from_graph(labelled) if n > 1 and nx.is_connected(g) else None
     if net is not None:
         np.testing.assert_array_equal(net.laplacian, laplacian(g))
-        assert net.fiedler_value == pytest.approx(nx.algebraic_connectivity(g, method="lanczos", tol=1e-12), abs=1e-7)
+        # networkx's dense Laplacian spectrum: its iterative algebraic_connectivity (lanczos) starts from a random
+        # vector and sometimes converges to λ₃ (n=21, p=0.21875, seed=126 gave 1.0698 for λ₂ = 0.4548 in CI).
+        assert net.fiedler_value == pytest.approx(np.sort(nx.laplacian_spectrum(g))[1], abs=1e-7)
