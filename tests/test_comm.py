@@ -144,3 +144,30 @@ def test_replay_serves_an_agent_exactly_what_it_received_and_nothing_else():
 def test_network_mix_points_to_comm():
     with pytest.raises(PrivdlError, match="Comm"):
         _net().mix(torch.zeros(9, 2))
+
+
+def test_authors_in_place_averaging_is_gauss_seidel_on_neighbour_averages():
+    """Comm.average_in_place (seed 004's gossip) equals the matrix (I − L)⁻¹(D + U) of the neighbour-average weights
+    W = diag(1/(deg+1))(A + I) split into diagonal D, strictly lower L and upper U — computed here with numpy — on a
+    single network and on every system of a stacked Comm; it is row stochastic but not doubly stochastic."""
+    import networkx as nx
+
+    from privdl.comm import StackedComm, Transcript, make_comm
+
+    nets = [Network.from_topology("erdos_renyi", 7, p=0.4, seed=s) for s in (1, 2)]
+    x = torch.randn(14, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    expected = []
+    for r, net in enumerate(nets):
+        a = nx.to_numpy_array(net.graph, nodelist=range(7))
+        w = (a + np.eye(7)) / (a.sum(1, keepdims=True) + 1)
+        lower, rest = np.tril(w, -1), np.triu(w)
+        m = np.linalg.solve(np.eye(7) - lower, rest)
+        assert np.allclose(m.sum(1), 1) and not np.allclose(m.sum(0), 1)
+        expected.append(m @ x[7 * r:7 * (r + 1)].numpy())
+        single = make_comm(net).average_in_place(x[7 * r:7 * (r + 1)], tag="x")
+        np.testing.assert_allclose(single.numpy(), expected[-1], rtol=1e-12, atol=1e-12)
+    comm = StackedComm(nets)
+    seen = comm.attach(Transcript())
+    out = comm.average_in_place(x, tag="x")
+    np.testing.assert_allclose(out.numpy(), np.concatenate(expected), rtol=1e-12, atol=1e-12)
+    assert sum(int(m.src.numel()) for m in seen.messages) == len(comm.edges)  # every neighbour read once

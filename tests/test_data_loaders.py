@@ -67,3 +67,24 @@ def test_fashion_mnist_from_the_debian_package_passes_checksums():
     ds = load_dataset("fashion_mnist")
     assert ds.X_train.shape == (60000, 1, 28, 28) and ds.X_test.shape == (10000, 1, 28, 28)
     assert np.bincount(ds.y_train).tolist() == [6000] * 10 and 0.0 <= ds.X_train.min() < ds.X_train.max() <= 1.0
+
+
+def test_task_input_normalisation_resize_and_t10k_split_options(shared_data):
+    """normalize = [mean, std] is torchvision's Normalize; resize interpolates images; train_size splits MNIST's
+    test images (and is refused for a dataset with its own split)."""
+    import torch
+
+    from privdl.errors import ValidationError
+    from privdl.tasks import make_task
+
+    plain = make_task("softmax", 4, dataset="mnist_t10k", data_dir=str(shared_data), train_size=8000)
+    norm = make_task("softmax", 4, dataset="mnist_t10k", data_dir=str(shared_data), train_size=8000,
+                     normalize=[0.1307, 0.3081])
+    assert plain.X_test.shape[0] == 2000 and sum(len(p) for p in plain.parts) == 8000
+    torch.testing.assert_close(norm.X_test, (plain.X_test - 0.1307) / 0.3081, rtol=1e-5, atol=1e-5)
+    big = make_task("cnn", 4, dataset="mnist_t10k", data_dir=str(shared_data), resize=32)
+    assert big.X.shape[-2:] == (32, 32) and big.X_test.shape[-2:] == (32, 32)
+    # bilinear: a constant image stays constant, and the mean intensity is kept to within a few percent
+    assert abs(float(big.X_test.mean()) - float(plain.X_test.mean())) < 0.02
+    with pytest.raises(ValidationError, match="train_size splits MNIST's test images"):
+        make_task("softmax", 4, dataset="digits", train_size=100)

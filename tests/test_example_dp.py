@@ -320,7 +320,10 @@ def test_ghost_clipping_equals_per_example_gradients(name, params, clip):
 def test_ghost_clipping_is_chosen_only_where_it_applies():
     digits = make_task("softmax", 3, dataset="digits")
     mech = make_mechanism("dp_sgd", steps=5, task=digits, lot_size=16, noise_multiplier=1.0)
-    assert _oracle(digits, mech).per_example == "ghost"
+    assert _oracle(digits, mech).per_example == "closed_form"  # a linear model without L2: no per-example grads
+    mech = make_mechanism("dp_sgd", steps=5, task=make_task("mlp", 3, dataset="digits", hidden=8), lot_size=16,
+                          noise_multiplier=1.0)
+    assert _oracle(mech.task, mech).per_example == "ghost"
     with_l2 = make_task("softmax", 3, dataset="digits", l2=0.1)
     mech = make_mechanism("dp_sgd", steps=5, task=with_l2, lot_size=16, noise_multiplier=1.0)
     assert _oracle(with_l2, mech).per_example == "vmap"

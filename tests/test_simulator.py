@@ -32,6 +32,21 @@ def test_quadratic_rotation_keeps_the_local_minimisers():
     assert np.allclose(np.linalg.eigvalsh(A[5]), [1, 15]) and not np.allclose(A[5], np.diag([15, 1]))
 
 
+def test_quadratic_offers_both_optimality_gaps():
+    """(1/n)Σ F(x_i) − F* and the seed's (1/n)Σ f_i(x_i) − F*: equal at consensus on x*, and at every agent's own
+    minimiser the seed's metric is −F* (each f_i is 0 there) while the other is the mean of F over the c_i."""
+    task = make_task("quadratic", 6)
+    A, c = quadratic_problem(6)
+    _, f_star = quadratic_optimum(A, c)
+    at_star = task.metrics(torch.as_tensor(task.x_star).expand(6, 2).clone())
+    assert at_star["optimality_gap"] == pytest.approx(0.0, abs=1e-9)
+    assert at_star["local_optimality_gap"] == pytest.approx(0.0, abs=1e-9)
+    own = task.metrics(torch.as_tensor(c))
+    assert own["local_optimality_gap"] == pytest.approx(-f_star, rel=1e-12)
+    F = [np.einsum("ki,kij,kj->k", ci[None] - c, A, ci[None] - c).mean() for ci in c]
+    assert own["optimality_gap"] == pytest.approx(np.mean(F) - f_star, rel=1e-12)
+
+
 @pytest.mark.parametrize("task_name,params", [
     ("logistic", {"dataset": "breast_cancer", "batch_size": 8, "l2": 0.01}),
     ("softmax", {"dataset": "digits", "batch_size": 6}),
@@ -159,3 +174,49 @@ def test_central_sgd_keeps_agents_identical_and_learns():
 ])
 def test_schedules(name, params, t, expected):
     assert make_schedule(name, iterations=11, **params)(t) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("name", ["dsgd", "dsgt"])
+def test_authors_gossip_matches_their_node_by_node_loops(name):
+    """gossip = 'authors' against a literal transcription of seed 004's code (jbayrooti/dp-dec-learning,
+    image_systems.py: DistributedConsensusSystem / DSGTSystem), node by node with in-place updates, on the
+    quadratic task whose gradients are exact: W = neighbour averages 1/(deg+1), DSGT's y⁰ = g⁰ = 0."""
+    import networkx as nx
+
+    from privdl.algorithms import make_algorithm
+    from privdl.mechanisms import make_mechanism
+    from privdl.network import Network
+    from privdl.schedules import make_schedule
+    from privdl.simulator import simulate
+
+    n, T, eta = 6, 7, 0.01
+    net = Network.from_topology("erdos_renyi", n, p=0.5, seed=4)
+    task = make_task("quadratic", n)
+    A, c = quadratic_problem(n)
+    params = {"form": "cta", "gossip": "authors"} if name == "dsgd" else {"gossip": "authors"}
+    res = simulate(task=task, algorithm=make_algorithm(name, **params), mechanism=make_mechanism("none", steps=T),
+                   schedule=make_schedule("constant", eta=eta, iterations=T), iterations=T, network=net, seed=0,
+                   metrics=False)
+    x0 = task.init_params(torch.Generator().manual_seed(0)).numpy()
+    theta = [x0.copy() for _ in range(n)]
+    y = [np.zeros(2) for _ in range(n)]
+    g_old = [np.zeros(2) for _ in range(n)]
+    nbrs = [sorted(net.graph.neighbors(i)) for i in range(n)]
+    w = [1.0 / (len(nb) + 1) for nb in nbrs]
+    grad = lambda i, th: 2 * A[i] @ (th - c[i])  # noqa: E731
+    for _ in range(T):
+        if name == "dsgd":
+            for i in range(n):  # communicate, in place
+                theta[i] = w[i] * theta[i] + sum(w[i] * theta[j] for j in nbrs[i])
+            for i in range(n):  # then each node's SGD step at its averaged model
+                theta[i] = theta[i] - eta * grad(i, theta[i])
+        else:
+            for i in range(n):  # weight_update
+                theta[i] = w[i] * theta[i] - eta * w[i] * y[i] + sum(w[i] * theta[j] - eta * w[i] * y[j]
+                                                                      for j in nbrs[i])
+            for i in range(n):  # gradient_update
+                g = grad(i, theta[i])
+                y[i] = w[i] * y[i] + sum(w[i] * y[j] for j in nbrs[i]) + g - g_old[i]
+                g_old[i] = g
+    assert nx.is_connected(net.graph)
+    np.testing.assert_allclose(res.final.numpy(), np.array(theta), rtol=1e-10, atol=1e-10)

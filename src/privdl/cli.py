@@ -76,7 +76,7 @@ def _print_final(out: Path) -> None:
     fields, rows = read_results(out / "results.csv")
     axes = [f for f in fields if f not in ("run_id", "iteration", "metric", "value", "seed")]
     last = max(int(r["iteration"]) for r in rows)
-    metrics = sorted({r["metric"] for r in rows} - {"consensus_distance", "train_loss"})
+    metrics = sorted({r["metric"] for r in rows} - {"consensus_distance", "train_loss", "local_optimality_gap"})
     cells: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if int(r["iteration"]) == last and r["metric"] in metrics:
@@ -223,6 +223,11 @@ def _account_manifest(path: Path, fmt: "Format") -> None:
               "accountant": again.accountant, "delta": again.delta,
               "epsilon": "inf" if eps is not None and math.isinf(eps) else eps, "guarantee": again.guarantee,
               "stated_epsilon": stated.get("epsilon"), "agents": len(per_agent), "per_agent": per_agent}
+    for b, said in zip(again.beside, stated.get("beside", [])):  # the same noise for another unit
+        other = b.epsilon
+        result[f"{b.unit}_level_epsilon"] = "inf" if other is not None and math.isinf(other) else other
+        result[f"{b.unit}_level_stated_epsilon"] = said.get("epsilon")
+        result[f"{b.unit}_level_accountant"] = b.accountant
     if fmt is Format.json:
         typer.echo(json.dumps(result, indent=2, default=str))
         return
@@ -315,20 +320,22 @@ def covariance(
 REPRODUCE_FLAGS = {"seeds": "--seeds", "tune_seeds": "--tune-seeds", "clip": "--clip", "data_dir": "--data-dir",
                    "iterations": "--iterations", "epsilons": "--epsilon", "fiedlers": "--fiedler", "ts": "--t",
                    "dataset": "--dataset", "tune": "--tune", "methods": "--method", "device": "--device",
-                   "shard": "--shard"}
+                   "shard": "--shard", "gossip": "--gossip", "resize": "--resize"}
 
 
 @app.command()
 def reproduce(
-    name: str = typer.Argument(..., help="fig1, fig2, quadratic, quadratic_at_optimum, a9a, fmnist (seed 001); "
-                                         "table1, table2 (seed 004)"),
+    name: str = typer.Argument(..., help="fig1, fig2, quadratic, quadratic_at_optimum, a9a, fmnist (seed 001, "
+                                         "the paper's text); mnist_authors, a9a_authors (seed 001 as the authors' "
+                                         "code runs it: per-example clipping, example-level DP); table1, table2 "
+                                         "(seed 004)"),
     out: Optional[Path] = typer.Option(None, "--out", help="output directory (default results/reproduce/NAME)"),
     seeds: Optional[int] = typer.Option(None, "--seeds", help="seeds per setting (default: the paper's 10)"),
     tune_seeds: Optional[int] = typer.Option(None, "--tune-seeds", help="seeds for the step-size search"),
     clip: Optional[float] = typer.Option(None, "--clip", help="quadratic: clipping norm (SPEC: 0.1)"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="where a9a / Fashion-MNIST files are"),
-    iterations: Optional[int] = typer.Option(None, "--iterations", help="fmnist, table1/table2: rounds (paper: 5000; "
-                                                                "2000)"),
+    iterations: Optional[int] = typer.Option(None, "--iterations", help="fmnist, *_authors, table1/table2: rounds "
+                                                                "(papers: 5000 / 1000 / 2000)"),
     epsilon: list[float] = typer.Option([], "--epsilon", help="a9a, fmnist, table1/table2: ε values "
                                                               "(repeatable; inf = non-private in tables)"),
     fiedler: list[float] = typer.Option([], "--fiedler", help="table1: normalized Fiedler targets (repeatable)"),
@@ -341,6 +348,9 @@ def reproduce(
     device: Optional[str] = typer.Option(None, "--device", help="table1/table2: cpu, cuda or auto"),
     shard: Optional[str] = typer.Option(None, "--shard", help="table1/table2: I/K runs every K-th cell from I "
                                                               "(K processes share one table)"),
+    gossip: Optional[str] = typer.Option(None, "--gossip", help="table1/table2: synchronous (default) or authors "
+                                                                "(DP-DSGD, DP-DSGT with seed 004's in-place averaging)"),
+    resize: Optional[int] = typer.Option(None, "--resize", help="table1/table2: resize images (the authors: 32)"),
 ) -> None:
     """Reproduce a figure or table of the source papers: writes CSV files (and plots) (see REPRODUCTION.md)."""
     from privdl.reproductions import REPRODUCTIONS
@@ -349,7 +359,7 @@ def reproduce(
                                  "iterations": iterations, "epsilons": tuple(epsilon) or None,
                                  "fiedlers": tuple(fiedler) or None, "ts": tuple(t) or None, "dataset": dataset,
                                  "tune": tune or None, "methods": tuple(method) or None, "device": device,
-                                 "shard": shard}.items() if v is not None}
+                                 "shard": shard, "gossip": gossip, "resize": resize}.items() if v is not None}
     try:
         fn = REPRODUCTIONS.get(name)
     except PrivdlError as exc:

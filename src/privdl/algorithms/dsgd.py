@@ -3,6 +3,11 @@
 - ``form = "atc"`` (adapt then combine; seeds 000/001, Algorithm 1): x ← W (x − η_t (ĝ + v)).
 - ``form = "cta"`` (combine then adapt; seed 004's DP-DSGD, SPEC §4): θ_i ← Σ_j w_ij θ_j − η_k G̃_i(θ_i); the
   gradient step may go through an optimizer (momentum) whose state persists across rounds.
+- ``gossip = "authors"`` (with ``cta``): what seed 004's code runs instead — agents average their own and their
+  neighbours' current models one after the other, in place (:meth:`privdl.comm.Comm.average_in_place`: weights
+  1/(deg + 1), not doubly stochastic, not synchronous), then take the gradient step at the averaged model:
+  θ_i ← θ̄_i − η_k G̃_i(θ̄_i). For comparison with the published numbers only; the guarantees of the synchronous,
+  doubly stochastic form do not carry over.
 
 With the "none" mechanism this is non-private D-SGD; with "gaussian_ldp"/"ldp", LDP D-SGD; with correlated-noise
 mechanisms (DECOR, Whisper) CorN-DSGD; with "dp_sgd", DP-DSGD — all unchanged. One ``mix`` (tag ``x``) per round.
@@ -31,9 +36,14 @@ class DSGDCTAState(NamedTuple):
 
 @ALGORITHMS.register("dsgd")
 def dsgd(*, form: Annotated[str, one_of("atc", "cta")] = "atc",
-         optimizer: Annotated[Any, one_of("sgd", "adam")] = None) -> Algorithm:
+         optimizer: Annotated[Any, one_of("sgd", "adam")] = None,
+         gossip: Annotated[str, one_of("synchronous", "authors")] = "synchronous") -> Algorithm:
     if form not in ("atc", "cta"):
         raise ValidationError(f"dsgd form must be 'atc' (adapt then combine) or 'cta' (combine then adapt), got {form!r}")
+    if gossip not in ("synchronous", "authors"):
+        raise ValidationError(f"dsgd gossip must be 'synchronous' or 'authors', got {gossip!r}")
+    if gossip == "authors" and form != "cta":
+        raise ValidationError("gossip = 'authors' (seed 004's code) is the combine-then-adapt form: set form = 'cta'")
     opt = make_optimizer(optimizer)
     if form == "atc":
         if opt.name != "sgd" or opt.momentum or opt.weight_decay:
@@ -51,4 +61,10 @@ def dsgd(*, form: Annotated[str, one_of("atc", "cta")] = "atc",
         u, opt_state = opt.update(s.opt, ctx.gradient(s.x), ctx.eta, s.x)
         return DSGDCTAState(ctx.comm.mix(s.x, tag="x") + u, opt_state)
 
-    return Algorithm("dsgd", init, step_cta, lambda s: s.x)
+    def step_authors(s: DSGDCTAState, ctx: StepContext) -> DSGDCTAState:
+        # seed 004's code: in-place neighbour averaging agent by agent, then the gradient at the averaged model
+        mixed = ctx.comm.average_in_place(s.x, tag="x")
+        u, opt_state = opt.update(s.opt, ctx.gradient(mixed), ctx.eta, mixed)
+        return DSGDCTAState(mixed + u, opt_state)
+
+    return Algorithm("dsgd", init, step_authors if gossip == "authors" else step_cta, lambda s: s.x)

@@ -92,6 +92,32 @@ class Comm(ABC):
         self._report(tag, e.src, e.dst, lambda: x[e.src])
         return self._mix(x)
 
+    def average_in_place(self, x: torch.Tensor, *, tag: str, offset: torch.Tensor | None = None) -> torch.Tensor:
+        """The seed-004 authors' gossip: agent 0, then 1, …, each replaces its value by the plain average of its own
+        and its neighbours' *current* values, so an agent reads the already-updated values of the neighbours before
+        it (Gauss–Seidel). As a matrix it is (I − L)⁻¹(D + U) for the neighbour-average weights 1/(deg_i + 1) split
+        into diagonal, strictly lower and upper parts: row stochastic, **not doubly stochastic, not synchronous**
+        (the network average is not preserved). ``offset`` (rows, ...) is added to each agent's average as part of its
+        own update, so the agents after it read the sum (seed 004's DSGT adds −η Σ_j w_ij y_j and the gradient change
+        this way). Each system of a stacked Comm is swept in the same agent order; every neighbour's value is
+        reported once, as read."""
+        flat = _flat(x).clone()
+        extra = None if offset is None else _flat(offset)
+        n = self.rows // self.groups
+        e = self.edges
+        if getattr(self, "_sweep", None) is None or self._sweep[0] is not e:
+            dst_agent = e.dst % n
+            self._sweep = (e, [(torch.nonzero(dst_agent == k).reshape(-1),
+                                torch.arange(self.groups, device=e.dst.device) * n + k) for k in range(n)])
+        share = 1.0 / (self.degree.to(flat.dtype) + 1.0)
+        for idx, rows in self._sweep[1]:
+            src, dst = e.src[idx], e.dst[idx]
+            values = flat[src]
+            self._report(tag, src, dst, lambda: values)
+            total = flat[rows].index_add(0, torch.div(dst, n, rounding_mode="floor"), values)
+            flat[rows] = total * share[rows] if extra is None else total * share[rows] + extra[rows]
+        return flat.reshape(x.shape)
+
     def neighbour_sum(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
         """Σ_{j ∈ N(i)} x_j for every row i (neighbours only)."""
         e = self.edges

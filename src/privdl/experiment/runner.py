@@ -26,6 +26,7 @@ from privdl.errors import ValidationError
 from privdl.experiment.build import Components, build, build_network, build_task
 from privdl.experiment.config import RunSpec, expand
 from privdl.experiment.store import ResultStore
+from privdl.mechanisms.stack import need_signature
 from privdl.simulator import Replica, simulate, simulate_replicas, stackable
 
 #: numbers (model state plus one step's batch) a stacked batch may hold, for the automatic ``batch_replicas``
@@ -193,9 +194,9 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool = True, shard: 
                 first = group[0].config
                 task = build_task(first, build_network(first["network"], first["seed"]).n)
                 parts = [build(s.config, task=task) for s in group]
-                by_n: dict[int, list[int]] = {}
+                by_n: dict[tuple, list[int]] = {}  # stacked together: same n, same data access
                 for k, c in enumerate(parts):
-                    by_n.setdefault(c.network.n, []).append(k)
+                    by_n.setdefault((c.network.n, need_signature(c.mechanism.need)), []).append(k)
                 for members in by_n.values():
                     cap = _capacity(group[0].config, parts[members[0]])
                     for lo in range(0, len(members), cap):

@@ -17,14 +17,21 @@ from privdl.mechanisms.stack import stack
 
 
 @functools.lru_cache(maxsize=None)
-def injected(name: str) -> frozenset[str]:
-    """The builder parameters of mechanism ``name`` that the runner supplies (never the user)."""
+def _builder_parameters(name: str) -> tuple[inspect.Parameter, ...]:
     fn = MECHANISMS.get(name)
     targets = [c.__init__ for c in fn.__mro__ if "__init__" in vars(c)] if inspect.isclass(fn) else [fn]
-    params: set[str] = set()
-    for t in targets:
-        params |= set(inspect.signature(t).parameters)
-    return frozenset({"steps"} | ({"network", "task"} & params))
+    return tuple(p for t in targets for p in inspect.signature(t).parameters.values())
+
+
+def injected(name: str) -> frozenset[str]:
+    """The builder parameters of mechanism ``name`` that the runner supplies (never the user)."""
+    return frozenset({"steps"} | ({"network", "task"} & {p.name for p in _builder_parameters(name)}))
+
+
+def _optional(name: str) -> frozenset[str]:
+    """The injected parameters mechanism ``name`` can do without (they have a default)."""
+    return frozenset(p.name for p in _builder_parameters(name)
+                     if p.name in ("network", "task") and p.default is not inspect.Parameter.empty)
 
 
 def make_mechanism(name: str, *, steps, network=None, task=None, **params: object) -> GradientMechanism:
@@ -33,6 +40,8 @@ def make_mechanism(name: str, *, steps, network=None, task=None, **params: objec
     for what, value in (("network", network), ("task", task)):
         if what in injected(name):
             if value is None:
+                if what in _optional(name):
+                    continue
                 raise ValidationError(f"mechanism {name!r} needs the {what}")
             params[what] = value
     return MECHANISMS.build(name, steps=steps, **params)

@@ -39,14 +39,27 @@ class BatchGradient:
 
 @dataclass(frozen=True, eq=False)
 class ClippedSum:
-    """Σ_{b ∈ lot} min(1, C/‖∇l(θ; b)‖)·∇l(θ; b) over a Poisson lot of the owner's data: every example joins with
-    probability ``rates[owner]`` (1: the whole data). ``clip=None`` sums unclipped gradients (audits of a broken
-    mechanism). ``method``: "ghost", "vmap" or "auto" (per-example path); ``chunk`` bounds memory."""
+    """Σ_{b ∈ lot} min(1, C/‖∇l(θ; b)‖)·∇l(θ; b) over a lot of the owner's data. By default a Poisson lot: every
+    example joins with probability ``rates[owner]`` (1: the whole data). With ``batch = B`` instead a uniform batch
+    of min(B, m) distinct examples (a shuffled loader's first batch, as the seed-001 authors' code draws it; the
+    first example is the one :class:`BatchGradient` would draw from the same key). ``clip=None`` sums unclipped
+    gradients (audits of a broken mechanism). ``method``: "ghost", "vmap" or "auto" (per-example path); ``chunk``
+    bounds memory."""
 
     clip: float | None
-    rates: torch.Tensor
+    rates: torch.Tensor | None = None
     method: str = "auto"
     chunk: int | None = None
+    batch: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.rates is None) == (self.batch is None):
+            raise ValidationError("ClippedSum needs exactly one of rates (Poisson lots) or batch (uniform batches)")
+
+    def signature(self) -> tuple:
+        """What two needs must share to be computed in one access (stacked replicas)."""
+        rates = None if self.rates is None else tuple(self.rates.reshape(-1).tolist())
+        return ("clipped_sum", self.clip, rates, self.method, self.chunk, self.batch)
 
 
 Need = BatchGradient | ClippedSum
@@ -212,6 +225,11 @@ class GradientMechanism(ABC):
     def note(self) -> str:
         return ""
 
+    def beside(self, counts: torch.Tensor) -> list[Ledger]:
+        """Statements of the same noise for another privacy unit, for ``counts[i]`` accesses of owner i (e.g. the
+        agent-level ε of per-example clipping); none by default."""
+        return []
+
     def ledger(self, accesses: torch.Tensor | None = None) -> Ledger:
         """The run's privacy statement: every owner's events (one per access), accounted."""
         return _ledger(self, [self], accesses)
@@ -257,9 +275,10 @@ def _ledger(top: GradientMechanism, mechs: Sequence[GradientMechanism], accesses
     else:
         noise = {m.name: m.noise_facts() for m in mechs if m.noise_facts()}
         note = "; ".join(n for n in (m.note() for m in mechs) if n)
+    beside = [b for m in mechs for b in m.beside(counts)] if unit != "none" else []
     return Ledger.build(unit=unit, mechanism=top.name, accountant=top.accountant_name if unit != "none" else "none",
                         delta=top.delta if unit != "none" else 0.0, events=events, noise=noise, note=note,
-                        target_epsilon=top.target_epsilon)
+                        target_epsilon=top.target_epsilon, beside=beside)
 
 
 def _with_count(e: PrivacyEvent, count: int) -> PrivacyEvent:

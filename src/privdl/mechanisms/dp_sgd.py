@@ -26,7 +26,7 @@ from privdl.privacy.events import PrivacyEvent, SubsampledGaussianEvent
 from privdl.privacy.example_accountant import calibrate_noise_multiplier, check_example_params
 from privdl.registry import one_of
 
-PER_EXAMPLE = ("auto", "ghost", "vmap")
+PER_EXAMPLE = ("auto", "closed_form", "ghost", "vmap")
 
 
 @MECHANISMS.register("dp_sgd")
@@ -60,7 +60,7 @@ class DPSGD(GradientMechanism):
         if not unsafe_noise_scale >= 0:
             raise ValidationError(f"unsafe_noise_scale must be >= 0, got {unsafe_noise_scale}")
         if per_example not in PER_EXAMPLE:
-            raise ValidationError(f"per_example must be auto, ghost or vmap, got {per_example!r}")
+            raise ValidationError(f"per_example must be one of {PER_EXAMPLE}, got {per_example!r}")
         m = counts.to(torch.float64)
         small = [i for i, c in enumerate(m.tolist()) if c < lot_size]
         if sample_rate is not None:

@@ -5,8 +5,10 @@ own draws u (keyed by replica r's root) and the same shared draws s as its singl
 combined as one sparse product F s over every replica, so a replica agrees with its single run to rounding (the
 single run adds the same terms elementwise).
 
-Stackable today: ``none`` and the agent-level Gaussian family (gaussian_ldp, ldp, decor, whisper/corn,
-covariance), in any mix. :func:`stack` returns None for anything else; the runner then runs those singly.
+Stackable today: ``none`` and the correlated Gaussian family (gaussian_ldp, ldp, decor, whisper/corn, covariance)
+with batch clipping, in any mix; or members of that family that all clip per example with the same need (clip,
+batch, sampling) — the engine then computes every row's clipped sum in one access and the noise is added to the sum
+before dividing by B. :func:`stack` returns None for anything else; the runner then runs those singly.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class StackedCorrelated(GradientMechanism):
         self.members, self.n = list(mechs), int(n)
         steps = torch.cat([m.steps.expand(n) if m.steps.numel() == 1 else m.steps for m in self.members])
         super().__init__(steps=steps)
+        self.need = self.members[0].need
+        self.divide = getattr(self.members[0], "batch", None)  # per-example members: noise on the sum, then / B
         clips, sig = [], []
         for m in self.members:
             private = isinstance(m, CorrelatedGaussian)
@@ -118,14 +122,17 @@ class StackedCorrelated(GradientMechanism):
         clip, factor, dense = self._cast[key]
         flat = value.reshape(rows, -1)
         d = flat.shape[1]
-        out = clip_rows(flat, clip) if self.clips_any else flat
+        out = clip_rows(flat, clip) if self.clips_any and self.divide is None else flat
         z = normal(fold(self.keys, access.call), d, flat.dtype)
         noise = factor @ z
         if dense is not None:
             reps, f, gather = dense
             block = torch.bmm(f, z[gather].view(f.shape[0], f.shape[2], d))
             noise.view(-1, self.n, d).index_add_(0, reps, block)
-        return (out + noise.to(flat.device)).reshape(value.shape)
+        out = out + noise.to(flat.device)
+        if self.divide is not None:
+            out = out / self.divide
+        return out.reshape(value.shape)
 
     def member_accesses(self, r: int) -> torch.Tensor:
         return self.accesses()[r * self.n:(r + 1) * self.n]
@@ -136,8 +143,16 @@ def stack(mechs: Sequence[GradientMechanism], n: int) -> GradientMechanism | Non
     if all(type(m) is NoPrivacy or isinstance(m, CorrelatedGaussian) for m in mechs):
         if any(isinstance(m, CorrelatedGaussian) and m.network_.n != n for m in mechs):
             return None
+        if len({need_signature(m.need) for m in mechs}) != 1:  # batch and per-example clipping read differently
+            return None
         return StackedCorrelated(mechs, n)
     return None
 
 
-__all__ = ["StackedCorrelated", "stack"]
+def need_signature(need: object) -> tuple:
+    """What mechanisms must share to read the data in one access (see :class:`privdl.mechanisms.base.ClippedSum`)."""
+    sig = getattr(need, "signature", None)
+    return sig() if callable(sig) else (type(need).__name__,)
+
+
+__all__ = ["StackedCorrelated", "need_signature", "stack"]

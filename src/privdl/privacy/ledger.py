@@ -8,6 +8,10 @@ Written into every manifest (``privacy_ledger``), it can be re-accounted from it
   (:class:`ObfuscationEvent`);
 * 0 if its data was never read;
 * otherwise the accountant's ε of the composition of its events.
+
+A ledger may carry statements *beside* its own (``beside``): the same noise accounted for another privacy unit —
+e.g. per-example clipping protects one example (the ledger's unit) and, with a much larger sensitivity, the agent's
+whole data; that agent-level ε is stated next to the example-level one so that neither is read for the other.
 """
 
 from __future__ import annotations
@@ -72,20 +76,23 @@ class Ledger:
     note: str = ""
     target_epsilon: float | None = None
     epsilons: list[float | None] = field(default_factory=list)
+    beside: list["Ledger"] = field(default_factory=list)
 
     @classmethod
     def build(cls, *, unit: str, mechanism: str, accountant: str, delta: float,
               events: Sequence[Sequence[PrivacyEvent]], noise: dict | None = None, note: str = "",
-              target_epsilon: float | None = None) -> "Ledger":
+              target_epsilon: float | None = None, beside: Sequence["Ledger"] = ()) -> "Ledger":
         merged = [merge(list(e)) for e in events]
         return cls(unit, mechanism, accountant, float(delta), merged, dict(noise or {}), note, target_epsilon,
-                   _epsilons(accountant, delta, merged))
+                   _epsilons(accountant, delta, merged), list(beside))
 
     def reaccount(self, accountant: str | None = None) -> "Ledger":
-        """The same events accounted afresh (with ``accountant``, default the ledger's own)."""
+        """The same events accounted afresh (with ``accountant``, default the ledger's own); the statements beside
+        it are re-accounted with their own accountants."""
         name = accountant or self.accountant
         return Ledger(self.unit, self.mechanism, name, self.delta, self.events, self.noise, self.note,
-                      self.target_epsilon, _epsilons(name, self.delta, self.events))
+                      self.target_epsilon, _epsilons(name, self.delta, self.events),
+                      [b.reaccount() for b in self.beside])
 
     @property
     def epsilon(self) -> float | None:
@@ -103,7 +110,12 @@ class Ledger:
             return "none: obfuscation, no DP guarantee"
         if math.isinf(eps):
             return "none: non-private"
-        return f"({eps:.6g}, {self.delta:g})-DP per agent, {self.unit} level"
+        text = f"({eps:.6g}, {self.delta:g})-DP per agent, {self.unit} level"
+        for b in self.beside:
+            other = b.epsilon
+            if other is not None:
+                text += f"; the same noise is ({other:.6g}, {b.delta:g})-DP at {b.unit} level"
+        return text
 
     @property
     def steps(self) -> int:
@@ -128,7 +140,8 @@ class Ledger:
         return {"unit": self.unit, "mechanism": self.mechanism, "accountant": self.accountant,
                 "epsilon": _num(self.epsilon), "delta": self.delta, "steps": self.steps,
                 "guarantee": self.guarantee, "target_epsilon": self.target_epsilon, "noise": self.noise,
-                "note": self.note, "per_agent": self.per_agent()}
+                "note": self.note, "per_agent": self.per_agent(),
+                **({"beside": [b.to_dict() for b in self.beside]} if self.beside else {})}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Ledger":
@@ -140,7 +153,8 @@ class Ledger:
         events = [[event_from_dict(e) for e in r["events"]] for r in rows]
         eps = [_from_num(r["epsilon"]) for r in rows]
         return cls(data["unit"], data["mechanism"], data["accountant"], float(data["delta"]), events,
-                   data.get("noise", {}), data.get("note", ""), data.get("target_epsilon"), eps)
+                   data.get("noise", {}), data.get("note", ""), data.get("target_epsilon"), eps,
+                   [cls.from_dict(b) for b in data.get("beside", [])])
 
 
 def _num(v: float | None) -> float | str | None:

@@ -2,8 +2,8 @@
 ε and normalized Fiedler value, one class per agent) and Table 2 (accuracy versus the A(t) split on a sparse graph).
 
 The packaged configs ``table1`` / ``table2`` hold the protocol: N = 10 agents, lot L = 256 (Poisson, q_i = L/m_i),
-δ = 1e-5, C = 10 (1 for central), the small CNN, one bundle per (method, ε) with the authors' tuned geometric step
-sizes (their configs). This layer filters and overrides them (methods, ε, graphs, splits, seeds, dataset), optionally
+δ = 1e-5, C = 10 (1 for central), the small CNN, inputs normalised as the authors' transform does, one bundle per
+(method, ε) with the authors' tuned geometric step sizes (their configs, every ε). This layer filters and overrides them (methods, ε, graphs, splits, seeds, dataset), optionally
 searches lr × {½, 1, 2} per cell first (``tune``), runs them through the ordinary runner — finished runs survive
 interruption, ``shard`` I/K splits the runs over K processes sharing one folder — and writes the table beside the
 paper's. MNIST's training images are not available here, so Fashion-MNIST stands in by default (``dataset``).
@@ -27,6 +27,9 @@ INF = math.inf
 METHODS = ("central", "dsgd", "dsgt", "dinno")
 METHOD_LABEL = {"central": "Central", "dsgd": "DP-DSGD", "dsgt": "DP-DSGT", "dinno": "DP-DiNNO"}
 SCALES = (0.5, 1.0, 2.0)
+#: input normalisation (mean, std) per dataset, as the authors' transforms.Normalize: MNIST's own constants for MNIST
+#: (their code); Fashion-MNIST's own mean and std for the stand-in (the same transform, its dataset's statistics)
+NORMALIZE = {"mnist": [0.1307, 0.3081], "mnist_t10k": [0.1307, 0.3081], "fashion_mnist": [0.2860, 0.3530]}
 
 
 def parse_shard(shard: str | None) -> tuple[int, int] | None:
@@ -66,6 +69,7 @@ def _row(r: FinishedRun, name: str) -> dict:
     return {"method": method, "epsilon": eps, "fiedler_target": float(cfg["network"].get("fiedler", 1.0)),
             "t": float(cfg["task"].get("t", 1.0)), "seed": cfg["seed"], "lr_scale": scale,
             "iterations": cfg["iterations"], "dataset": cfg["task"]["dataset"],
+            "gossip": cfg["algorithm"].get("gossip", "synchronous"), "resize": cfg["task"].get("resize", ""),
             "accuracy": r.final["test_accuracy"],
             "fiedler": net["normalized_fiedler_value"] if net["n"] > 1 else "",
             "epsilon_achieved": ledger["epsilon"], "unit": ledger["unit"], "accountant": ledger["accountant"],
@@ -75,10 +79,13 @@ def _row(r: FinishedRun, name: str) -> dict:
 
 def _table(out: Path, name: str, cfg: dict, axis: str, values: Sequence[float], *, methods: Sequence[str],
            epsilons: Sequence[float], seeds: int, iterations: int, dataset: str, data_dir: str | None, tune: bool,
-           lot: int, device: str, shard: str | None, progress: bool | Callable) -> list[dict]:
+           lot: int, device: str, shard: str | None, progress: bool | Callable, gossip: str = "synchronous",
+           resize: int | None = None) -> list[dict]:
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValidationError(f"unknown method(s) {unknown}; choose from {sorted(METHODS)}")
+    if gossip not in ("synchronous", "authors"):
+        raise ValidationError(f"gossip must be 'synchronous' or 'authors', got {gossip!r}")
     # the config's own cells, then any other (method, ε) with the authors' step sizes from Table 1's cells
     packaged = {_cell(b): b for b in packaged_config("table1")["sweep"]["cell"]}
     packaged.update({_cell(b): b for b in cfg["sweep"]["cell"]})
@@ -100,8 +107,12 @@ def _table(out: Path, name: str, cfg: dict, axis: str, values: Sequence[float], 
         b.setdefault("mechanism", {})
         if b["mechanism"].get("name") == "dp_sgd":
             b["mechanism"]["lot_size"] = lot
+        if gossip == "authors" and _cell(b)[0] in ("dsgd", "dsgt"):  # their DiNNO is synchronous already
+            b["algorithm"] = {**b["algorithm"], "gossip": "authors"}
     base = with_overrides(cfg, {"iterations": int(iterations), "task.dataset": dataset, "task.batch_size": lot,
-                                "device": device, **({"task.data_dir": data_dir} if data_dir else {})})
+                                "device": device, **({"task.data_dir": data_dir} if data_dir else {}),
+                                **({"task.normalize": NORMALIZE[dataset]} if dataset in NORMALIZE else {}),
+                                **({"task.resize": int(resize)} if resize else {})})
     shards = parse_shard(shard)
     out = Path(out)
     if tune:  # lr × {½, 1, 2} on a tuning seed per (cell, axis value), the best kept for the table's seeds
@@ -185,12 +196,14 @@ def table1(out: Path, *, seeds: int = 3, iterations: int = 2000, epsilons: tuple
            fiedlers: tuple[float, ...] = (1.0, 0.7, 0.39, 0.06), methods: tuple[str, ...] = METHODS,
            dataset: str = "fashion_mnist", data_dir: str | None = None, tune: bool = False,
            progress: bool | Callable = False, lot: int = 256, device: str = "cpu", shard: str | None = None,
-           **_: object) -> list[dict]:
+           gossip: str = "synchronous", resize: int | None = None, **_: object) -> list[dict]:
     """Seed 004 Table 1: accuracy versus ε and normalized Fiedler value, one class per agent (A(1)); central DP-SGD
-    on the pooled data is the same for every graph and is run once per ε."""
+    on the pooled data is the same for every graph and is run once per ε. ``gossip = "authors"``: DP-DSGD and DP-DSGT
+    with the authors' in-place neighbour averaging (their DiNNO is synchronous, as ours); ``resize``: images resized
+    (the authors use 32)."""
     return _table(Path(out), "table1", packaged_config("table1"), "network.fiedler", fiedlers, methods=methods,
                   epsilons=epsilons, seeds=seeds, iterations=iterations, dataset=dataset, data_dir=data_dir,
-                  tune=tune, lot=lot, device=device, shard=shard, progress=progress)
+                  tune=tune, lot=lot, device=device, shard=shard, progress=progress, gossip=gossip, resize=resize)
 
 
 @REPRODUCTIONS.register("table2")
@@ -198,12 +211,13 @@ def table2(out: Path, *, seeds: int = 3, iterations: int = 2000, epsilons: tuple
            ts: tuple[float, ...] = PAPER_TS, fiedler: float = 0.06,
            methods: tuple[str, ...] = ("dsgd", "dsgt", "dinno"), dataset: str = "fashion_mnist",
            data_dir: str | None = None, tune: bool = False, progress: bool | Callable = False, lot: int = 256,
-           device: str = "cpu", shard: str | None = None, **_: object) -> list[dict]:
+           device: str = "cpu", shard: str | None = None, gossip: str = "synchronous", resize: int | None = None,
+           **_: object) -> list[dict]:
     """Seed 004 Table 2: accuracy versus the A(t) split at ε ∈ {0.5, 10} on a graph of normalized Fiedler value
-    0.06."""
+    0.06 (``gossip``, ``resize``: as :func:`table1`)."""
     if "central" in methods:
         raise ValidationError("unknown method(s) ['central'] for table2; choose from ['dinno', 'dsgd', 'dsgt']")
     cfg = with_overrides(packaged_config("table2"), {"network.fiedler": float(fiedler)})
     return _table(Path(out), "table2", cfg, "task.t", ts, methods=methods, epsilons=epsilons, seeds=seeds,
                   iterations=iterations, dataset=dataset, data_dir=data_dir, tune=tune, lot=lot, device=device,
-                  shard=shard, progress=progress)
+                  shard=shard, progress=progress, gossip=gossip, resize=resize)

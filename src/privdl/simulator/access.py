@@ -5,7 +5,8 @@ the mechanism needs at ``models`` (m, d) on the data of ``owners`` (m global row
 keyed per owner, then lets the mechanism protect it. Every call is one noisy access per row, counted against the
 owner's budget, with index ``call`` (1, 2, …, the same in every process of a run) that keys the draws:
 
-* mini-batches: purpose ``batch``, key (call, owner, requester) — uniform with replacement from the owner's data;
+* mini-batches: purpose ``batch``, key (call, owner, requester) — uniform with replacement from the owner's data
+  (or, for a per-example clipped batch, distinct examples by a partial shuffle of the same uniforms);
 * Poisson lots: purpose ``lot``, same key — example k of the owner joins when its k-th uniform is below q;
 * noise: the mechanism's own purpose (``noise``), same key.
 
@@ -44,7 +45,13 @@ class GradientOracle:
             if method == "ghost" and not supports_ghost(task):
                 raise ValidationError(f"ghost clipping does not support task {task.name!r} (model layers or L2 "
                                       "term); use per_example = 'vmap'")
-            self.per_example = ("ghost" if supports_ghost(task) else "vmap") if method == "auto" else method
+            if method == "closed_form" and not task.has_closed_form_clipped_sum():
+                raise ValidationError(f"task {task.name!r} has no closed-form clipped sum (linear models without "
+                                      "L2 have one); use per_example = 'ghost' or 'vmap'")
+            if method == "auto":
+                method = ("closed_form" if task.has_closed_form_clipped_sum() else
+                          "ghost" if supports_ghost(task) else "vmap")
+            self.per_example = method
 
     def _agents(self, owners: torch.Tensor) -> torch.Tensor:
         if owners is self._all and self.task.n == len(owners):
@@ -106,12 +113,18 @@ class GradientOracle:
 
     def clipped_sum(self, models: torch.Tensor, owners: torch.Tensor, requesters: torch.Tensor,
                     need: ClippedSum) -> torch.Tensor:
-        draws = self._draws("lot", owners, requesters)
-        rates = need.rates.reshape(-1)
-        row_rates = rates.index_select(0, owners % rates.numel())
-        batch, mask = self.task.sample_lot(draws, self._agents(owners), row_rates)
+        if need.batch is not None:  # a uniform batch of distinct examples, from the mini-batch key
+            batch, mask = self.task.sample_subset(self._draws("batch", owners, requesters), self._agents(owners),
+                                                  need.batch)
+        else:
+            rates = need.rates.reshape(-1)
+            row_rates = rates.index_select(0, owners % rates.numel())
+            batch, mask = self.task.sample_lot(self._draws("lot", owners, requesters), self._agents(owners),
+                                               row_rates)
         mask = mask.to(models.dtype)
         clip = need.clip
+        if self.per_example == "closed_form":
+            return self.task.clipped_sum(models, batch, mask, clip)
         if self.per_example == "ghost":
             return ghost_clipped_sum(self.task, models, batch, mask, clip)
         m, d = models.shape

@@ -69,6 +69,31 @@ class Task(ABC):
         idx = (u * self.counts.index_select(0, agents.cpu())[:, None]).long()
         return self.gather(agents, idx)
 
+    def sample_subset(self, draws: Draws, agents: torch.Tensor, size: int) -> tuple[Batch, torch.Tensor]:
+        """A uniform batch of min(size, m) *distinct* examples per row (what a shuffled data loader's first batch
+        is): a partial Fisher–Yates shuffle driven by the row's keyed uniforms u_k — pick k swaps position k with
+        k + ⌊u_k·(m − k)⌋ — so its first example is the one :meth:`sample` draws from the same key. Returns the batch
+        (m, size, ...) and a 0/1 mask (m, size) (rows with fewer than ``size`` examples use them all)."""
+        agents = agents.cpu()
+        counts = self.counts.index_select(0, agents)
+        rows = len(agents)
+        k = int(size)
+        width = max(int(counts.max()), k)
+        u = draws.uniform(k)
+        perm = torch.arange(width).expand(rows, width).clone()
+        ar = torch.arange(rows)
+        for j in range(k):
+            live = counts > j
+            pick = j + (u[:, j] * (counts - j).clamp(min=1)).long()
+            pick = torch.where(live, pick, torch.full_like(pick, j))
+            a, b = perm[ar, j].clone(), perm[ar, pick]
+            perm[ar, j] = b
+            perm[ar, pick] = a
+        idx = perm[:, :k]
+        mask = torch.arange(k)[None, :] < counts[:, None]
+        idx = torch.where(mask, idx, torch.zeros_like(idx))  # padding points at a real example, masked
+        return self.gather(agents, idx), mask.to(self.dtype).to(self.device)
+
     def sample_lot(self, draws: Draws, agents: torch.Tensor, rates: torch.Tensor) -> tuple[Batch, torch.Tensor]:
         """Poisson sampling (DP-SGD's lots): each of the row's agent's m examples joins independently with
         probability ``rates[row]`` — example k joins when the row's k-th keyed uniform is below the rate. Lots are
@@ -99,6 +124,15 @@ class Task(ABC):
         return None
 
     def has_closed_form_gradient(self) -> bool:
+        return False
+
+    def clipped_sum(self, x: torch.Tensor, batch: Batch, mask: torch.Tensor,
+                    clip: float | None) -> torch.Tensor | None:
+        """Optional closed form of Σ_b mask_b·min(1, C/‖∇l(x; b)‖)·∇l(x; b) per row (m, d); None: the engine's
+        per-example paths (ghost clipping, torch.func) compute it."""
+        return None
+
+    def has_closed_form_clipped_sum(self) -> bool:
         return False
 
     def to(self, device: str | torch.device) -> "Task":

@@ -101,10 +101,20 @@ class Quadratic(Task):
         diff = x[:, None, :] - self.c[None]  # (m, n, 2)
         return torch.einsum("mki,kij,mkj->mk", diff, self.A, diff).mean(dim=1)
 
+    def local_objective(self, x: torch.Tensor) -> torch.Tensor:
+        """f_i(x_i) for each agent i (x is (n, 2)): every agent on its own function."""
+        diff = x - self.c
+        return torch.einsum("ki,kij,kj->k", diff, self.A, diff)
+
     def metrics(self, x: torch.Tensor) -> dict[str, float]:
-        f = self.objective(x.to(self.dtype))
+        """``optimality_gap`` (1/n) Σ_i F(x_i) − F* (≥ 0: every agent's model on the whole objective) and
+        ``local_optimality_gap`` (1/n) Σ_i f_i(x_i) − F*, the seed's printed metric (each agent on its own f_i; it can
+        be negative when the agents disagree, since each f_i is minimised away from x*)."""
+        x = x.to(self.dtype)
+        f = self.objective(x)
         return {
             "optimality_gap": float(f.mean()) - self.f_star,
+            "local_optimality_gap": float(self.local_objective(x).mean()) - self.f_star,
             "consensus_distance": consensus_distance(x),
         }
 

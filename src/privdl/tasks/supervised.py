@@ -8,7 +8,7 @@ draws (``counts`` and the offsets stay there), so a run draws the same lots on e
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Sequence
 
 import numpy as np
 import torch
@@ -124,22 +124,47 @@ class SupervisedTask(Task):
         """Closed form for linear models: ∇ = [Xᵀ r, Σ r] / B + l2·θ with r = σ(z) − y or softmax(z) − onehot(y)."""
         if not self.has_closed_form_gradient():
             return None
+        Xf, r = self._linear_residuals(x, batch)
+        n, B, f = Xf.shape
+        k = r.shape[-1]
+        r = r / B
+        gW = torch.bmm(r.transpose(1, 2), Xf).reshape(n, k * f)
+        g = torch.cat([gW, r.sum(dim=1)], dim=1)
+        return g + self.l2 * x if self.l2 else g
+
+    def has_closed_form_clipped_sum(self) -> bool:
+        return self.model.name == "linear" and not self.l2
+
+    def clipped_sum(self, x: torch.Tensor, batch: Batch, mask: torch.Tensor,
+                    clip: float | None) -> torch.Tensor | None:
+        """Closed form for linear models without L2: example b's gradient is r_b [x_bᵀ, 1] (r_b = σ(z_b) − y_b or
+        softmax(z_b) − onehot(y_b)), so ‖g_b‖² = ‖r_b‖²(‖x_b‖² + 1) and Σ_b c_b g_b = [(c ⊙ r)ᵀ X, Σ_b c_b r_b], with
+        c_b = mask_b·min(1, C/‖g_b‖) — no per-example gradient is formed (BENCHMARKS.md: against ghost clipping)."""
+        if not self.has_closed_form_clipped_sum():
+            return None
+        Xf, r = self._linear_residuals(x, batch)
+        n, _, f = Xf.shape
+        k = r.shape[-1]
+        c = mask.to(r.dtype)
+        if clip is not None:
+            sq = (r * r).sum(-1) * ((Xf * Xf).sum(-1) + 1.0)
+            c = c * torch.clamp(clip / sq.sqrt().clamp_min(torch.finfo(r.dtype).tiny), max=1.0)
+        rc = r * c[..., None]
+        return torch.cat([torch.bmm(rc.transpose(1, 2), Xf).reshape(n, k * f), rc.sum(dim=1)], dim=1)
+
+    def _linear_residuals(self, x: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """A linear model's flat inputs X (n, B, f) and per-example residuals r = ∂loss/∂logits (n, B, k): σ(z) − y
+        (binary) or softmax(z) − onehot(y); example b's gradient is r_b [x_bᵀ, 1]."""
         X, y = batch
         n, B = y.shape
         Xf = X.reshape(n, B, -1)
         k = self.model.shapes[-1][0]
         f = Xf.shape[-1]
         W = x[:, : k * f].reshape(n, k, f)
-        b = x[:, k * f:]
-        z = torch.baddbmm(b[:, None, :], Xf, W.transpose(1, 2))  # (n, B, k)
+        z = torch.baddbmm(x[:, k * f:][:, None, :], Xf, W.transpose(1, 2))  # (n, B, k)
         if self.binary:
-            r = torch.sigmoid(z) - y[..., None].to(z.dtype)
-        else:
-            r = torch.softmax(z, dim=-1) - F.one_hot(y, k).to(z.dtype)
-        r = r / B
-        gW = torch.bmm(r.transpose(1, 2), Xf).reshape(n, k * f)
-        g = torch.cat([gW, r.sum(dim=1)], dim=1)
-        return g + self.l2 * x if self.l2 else g
+            return Xf, torch.sigmoid(z) - y[..., None].to(z.dtype)
+        return Xf, torch.softmax(z, dim=-1) - F.one_hot(y, k).to(z.dtype)
 
     # ---- evaluation -----------------------------------------------------------------------------------------
     def _eval(self, x: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
@@ -180,19 +205,55 @@ def _image_shape(ds: Dataset) -> tuple[int, ...]:
 
 
 def _common(n: int, dataset: str, data_dir: str | None, partition_name: str, alpha: float, t: float,
-            seed: int) -> tuple[Dataset, dict, np.random.Generator]:
-    kwargs = {"data_dir": data_dir} if data_dir and dataset in FILE_DATASETS else {}
+            seed: int, normalize: Sequence[float] | None = None, train_size: int | None = None,
+            resize: int | None = None) -> tuple[Dataset, dict, np.random.Generator]:
+    kwargs: dict = {"data_dir": data_dir} if data_dir and dataset in FILE_DATASETS else {}
+    if train_size is not None:
+        if dataset != "mnist_t10k":
+            raise ValidationError(f"train_size splits MNIST's test images (dataset 'mnist_t10k'); dataset "
+                                  f"{dataset!r} has its own train/test split")
+        kwargs["train_size"] = int(train_size)
     ds = load_dataset(dataset, **kwargs)
+    if resize is not None:
+        ds = resized(ds, resize)
+    if normalize is not None:
+        ds = normalized(ds, normalize)
     params = {"dirichlet": {"alpha": alpha}, "a_t": {"t": t}}.get(partition_name, {})
     return ds, params, np.random.default_rng(seed)
+
+
+def resized(ds: Dataset, side: int) -> Dataset:
+    """Images resized to side × side by bilinear interpolation (seed 004's authors resize MNIST to 32 × 32)."""
+    if not (isinstance(side, int) and side >= 1):
+        raise ValidationError(f"resize takes an image side >= 1, got {side!r}")
+    shape = _image_shape(ds)  # (C, H, W); flat square features read as one channel
+
+    def one(X: np.ndarray) -> np.ndarray:
+        images = torch.as_tensor(X).reshape(len(X), *shape)
+        return F.interpolate(images, size=(side, side), mode="bilinear", align_corners=False).numpy()
+
+    return Dataset(ds.name, one(ds.X_train), ds.y_train, one(ds.X_test), ds.y_test, ds.n_classes,
+                   source=f"{ds.source}, resized to {side}×{side}")
+
+
+def normalized(ds: Dataset, mean_std: Sequence[float]) -> Dataset:
+    """The dataset with inputs (x − mean)/std, as torchvision's Normalize((mean,), (std,)) (e.g. MNIST's
+    (0.1307, 0.3081), which the seed-001 and seed-004 authors use)."""
+    if len(mean_std) != 2 or not float(mean_std[1]) > 0:
+        raise ValidationError(f"normalize takes [mean, std] with std > 0, got {list(mean_std)}")
+    mean, std = (np.float32(v) for v in mean_std)
+    return Dataset(ds.name, (ds.X_train - mean) / std, ds.y_train, (ds.X_test - mean) / std, ds.y_test,
+                   ds.n_classes, source=f"{ds.source}, normalised ({float(mean):g}, {float(std):g})")
 
 
 @TASKS.register("logistic")
 def logistic(n: int, *, dataset: Dataset_ = "a9a", partition: Partition_ = "iid", alpha: float = 10.0, t: float = 0.5,
              batch_size: int = 128, l2: float = 0.0, data_dir: str | None = None, seed: int = 0,
+             normalize: list[float] | None = None, train_size: int | None = None, resize: int | None = None,
              dtype: torch.dtype = torch.float64) -> SupervisedTask:
     """Binary logistic regression with bias (labels {0, 1}); optional L2 penalty (l2/2)‖θ‖²."""
-    ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed)
+    ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
+                              resize)
     if ds.n_classes != 2:
         raise ValidationError(f"logistic regression needs a binary dataset; {dataset!r} has {ds.n_classes} classes")
     return SupervisedTask("logistic", ds, linear(_features(ds), 1), n, partition_name=partition,
@@ -202,9 +263,11 @@ def logistic(n: int, *, dataset: Dataset_ = "a9a", partition: Partition_ = "iid"
 @TASKS.register("softmax")
 def softmax(n: int, *, dataset: Dataset_ = "digits", partition: Partition_ = "iid", alpha: float = 10.0, t: float = 0.5,
             batch_size: int = 128, l2: float = 0.0, data_dir: str | None = None, seed: int = 0,
+            normalize: list[float] | None = None, train_size: int | None = None, resize: int | None = None,
             dtype: torch.dtype = torch.float64) -> SupervisedTask:
     """Multinomial (softmax) regression."""
-    ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed)
+    ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
+                              resize)
     return SupervisedTask("softmax", ds, linear(_features(ds), ds.n_classes), n, partition_name=partition,
                           partition_params=params, batch_size=batch_size, l2=l2, zero_init=True, rng=rng, dtype=dtype)
 
@@ -212,9 +275,12 @@ def softmax(n: int, *, dataset: Dataset_ = "digits", partition: Partition_ = "ii
 @TASKS.register("mlp")
 def mlp_task(n: int, *, dataset: Dataset_ = "digits", partition: Partition_ = "iid", alpha: float = 10.0, t: float = 0.5,
              batch_size: int = 128, l2: float = 0.0, hidden: int = 128, data_dir: str | None = None,
-             seed: int = 0, dtype: torch.dtype = torch.float32) -> SupervisedTask:
+             seed: int = 0, normalize: list[float] | None = None, train_size: int | None = None,
+             resize: int | None = None,
+             dtype: torch.dtype = torch.float32) -> SupervisedTask:
     """One-hidden-layer ReLU network (784 → 128 → 10 on MNIST-like data: seed 001's shallow network)."""
-    ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed)
+    ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
+                              resize)
     return SupervisedTask("mlp", ds, mlp(_features(ds), (hidden,), ds.n_classes), n, partition_name=partition,
                           partition_params=params, batch_size=batch_size, l2=l2, zero_init=False, rng=rng, dtype=dtype)
 
@@ -222,9 +288,12 @@ def mlp_task(n: int, *, dataset: Dataset_ = "digits", partition: Partition_ = "i
 @TASKS.register("cnn")
 def cnn_task(n: int, *, dataset: Dataset_ = "fashion_mnist", partition: Partition_ = "iid", alpha: float = 10.0, t: float = 0.5,
              batch_size: int = 256, l2: float = 0.0, filters: int = 3, kernel: int = 5, width: int = 64,
-             data_dir: str | None = None, seed: int = 0, dtype: torch.dtype = torch.float32) -> SupervisedTask:
+             data_dir: str | None = None, seed: int = 0, normalize: list[float] | None = None,
+             train_size: int | None = None, resize: int | None = None,
+             dtype: torch.dtype = torch.float32) -> SupervisedTask:
     """Seed 004's small CNN (one 5×5 convolution with 3 filters, Mish, max-pool, 64 hidden units) on images."""
-    ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed)
+    ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
+                              resize)
     model = cnn(_image_shape(ds), ds.n_classes, filters=filters, kernel=kernel, width=width)
     return SupervisedTask("cnn", ds, model, n, partition_name=partition, partition_params=params,
                           batch_size=batch_size, l2=l2, zero_init=False, rng=rng, dtype=dtype)
@@ -233,9 +302,12 @@ def cnn_task(n: int, *, dataset: Dataset_ = "fashion_mnist", partition: Partitio
 @TASKS.register("resnet9")
 def resnet9_task(n: int, *, dataset: Dataset_ = "cifar100", partition: Partition_ = "iid", alpha: float = 10.0, t: float = 0.5,
                  batch_size: int = 50, l2: float = 0.0, width: int = 64, groups: int = 32,
-                 data_dir: str | None = None, seed: int = 0, dtype: torch.dtype = torch.float32) -> SupervisedTask:
+                 data_dir: str | None = None, seed: int = 0, normalize: list[float] | None = None,
+                 train_size: int | None = None, resize: int | None = None,
+             dtype: torch.dtype = torch.float32) -> SupervisedTask:
     """GroupNorm ResNet-9 (seed 004's CIFAR-100 model)."""
-    ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed)
+    ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
+                              resize)
     model = resnet9(_image_shape(ds), ds.n_classes, width=width, groups=groups)
     return SupervisedTask("resnet9", ds, model, n, partition_name=partition, partition_params=params,
                           batch_size=batch_size, l2=l2, zero_init=False, rng=rng, dtype=dtype)
