@@ -71,25 +71,23 @@ class Task(ABC):
 
     def sample_subset(self, draws: Draws, agents: torch.Tensor, size: int) -> tuple[Batch, torch.Tensor]:
         """A uniform batch of min(size, m) *distinct* examples per row (what a shuffled data loader's first batch
-        is): a partial Fisher–Yates shuffle driven by the row's keyed uniforms u_k — pick k swaps position k with
-        k + ⌊u_k·(m − k)⌋ — so its first example is the one :meth:`sample` draws from the same key. Returns the batch
-        (m, size, ...) and a 0/1 mask (m, size) (rows with fewer than ``size`` examples use them all)."""
+        is). From the row's keyed uniforms u_0, u_1, …: the first example is ⌊u_0·m⌋ — the one :meth:`sample` draws
+        from the same key — and the others are the size − 1 examples with the smallest u_{1+k} among the remaining
+        m − 1 (a uniform subset of them), so the batch is a uniform size-subset. Returns the batch (m, size, ...) and
+        a 0/1 mask (m, size) (rows with fewer than ``size`` examples use them all)."""
         agents = agents.cpu()
         counts = self.counts.index_select(0, agents)
-        rows = len(agents)
         k = int(size)
         width = max(int(counts.max()), k)
-        u = draws.uniform(k)
-        perm = torch.arange(width).expand(rows, width).clone()
-        ar = torch.arange(rows)
-        for j in range(k):
-            live = counts > j
-            pick = j + (u[:, j] * (counts - j).clamp(min=1)).long()
-            pick = torch.where(live, pick, torch.full_like(pick, j))
-            a, b = perm[ar, j].clone(), perm[ar, pick]
-            perm[ar, j] = b
-            perm[ar, pick] = a
-        idx = perm[:, :k]
+        u = draws.uniform(1 + width)
+        first = (u[:, 0] * counts).long().clamp(max=(counts - 1).clamp(min=0))
+        order = u[:, 1:].clone()
+        pos = torch.arange(width)[None, :]
+        order[pos >= counts[:, None]] = 2.0  # not an example of this row
+        order.scatter_(1, first[:, None], 3.0)  # already drawn
+        rest = torch.topk(order, k - 1, dim=1, largest=False, sorted=True).indices if k > 1 else pos[:, :0].expand(
+            len(agents), 0)
+        idx = torch.cat([first[:, None], rest], dim=1)
         mask = torch.arange(k)[None, :] < counts[:, None]
         idx = torch.where(mask, idx, torch.zeros_like(idx))  # padding points at a real example, masked
         return self.gather(agents, idx), mask.to(self.dtype).to(self.device)

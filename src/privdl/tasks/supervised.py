@@ -147,7 +147,7 @@ class SupervisedTask(Task):
         k = r.shape[-1]
         c = mask.to(r.dtype)
         if clip is not None:
-            sq = (r * r).sum(-1) * ((Xf * Xf).sum(-1) + 1.0)
+            sq = (r * r).sum(-1) * (torch.linalg.vector_norm(Xf, dim=-1) ** 2 + 1.0)  # no (n, B, f) temporary
             c = c * torch.clamp(clip / sq.sqrt().clamp_min(torch.finfo(r.dtype).tiny), max=1.0)
         rc = r * c[..., None]
         return torch.cat([torch.bmm(rc.transpose(1, 2), Xf).reshape(n, k * f), rc.sum(dim=1)], dim=1)
