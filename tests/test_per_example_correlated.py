@@ -60,6 +60,22 @@ def test_noise_on_the_averaged_update_has_covariance_R_over_B_squared(net):
     assert np.trace(emp) < 1.1 * np.trace(mech.noise.covariance()) / B**2
 
 
+def test_per_example_ldp_noise_matches_an_independent_calibration(net):
+    """LDP, paper accountant: b = (√(L+ε) − √L)²/(2TC²) written out here (seed 001, Theorem 2 inverted), so the
+    update's noise has variance 1/(b·B²) per coordinate — measured on the noise actually added."""
+    B, T, C, eps, delta = 16, 400, 0.1, 10.0, 1e-5
+    mech = make_mechanism("ldp", steps=T, network=net, task=_task(B), clip=C, epsilon=eps, delta=delta,
+                          accountant="paper", clipping="per_example")
+    L = math.log(1 / delta)
+    b = (math.sqrt(L + eps) - math.sqrt(L)) ** 2 / (2 * T * C**2)
+    mech.bind(MechanismEnv(Keys(11, N)))
+    rows = torch.arange(N)
+    noise = torch.cat([mech.privatize(torch.zeros(N, 2000, dtype=torch.float64), Access(rows, rows, call=c,
+                                                                                          everyone=True))
+                       for c in range(1, 11)], dim=1)  # 160 000 draws
+    assert float(noise.var()) == pytest.approx(1 / (b * B**2), rel=0.02)
+
+
 def test_with_one_example_per_batch_both_clipping_modes_agree_bit_for_bit(net):
     """B = 1: clipping the mini-batch gradient is clipping the example, the sum is the mean; the per-example batch
     draws the same example from the same key. Same models, bit for bit, on both per-example paths."""

@@ -24,6 +24,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from privdl.comm.base import Comm
+from privdl.errors import ValidationError
 from privdl.keys import Keys
 from privdl.network.edges import Edges
 from privdl.registry import Registry
@@ -36,6 +37,16 @@ class StepContext:
     comm: Comm
     gradient: Callable[..., torch.Tensor]
     keys: Keys | None = None
+
+
+#: how agents combine: ``synchronous`` (one doubly stochastic ``mix``) or ``authors`` (seed 004's code: in-place
+#: neighbour averaging, :meth:`privdl.comm.Comm.average_in_place`)
+GOSSIPS = ("synchronous", "authors")
+
+
+def check_gossip(algorithm: str, gossip: str) -> None:
+    if gossip not in GOSSIPS:
+        raise ValidationError(f"{algorithm} gossip must be one of {GOSSIPS}, got {gossip!r}")
 
 
 def per_round(rounds_factor: int = 1, extra: int = 0) -> Callable[[int, Edges], torch.Tensor]:

@@ -19,7 +19,7 @@ from typing import Annotated, Any, NamedTuple
 
 import torch
 
-from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext
+from privdl.algorithms.base import ALGORITHMS, GOSSIPS, Algorithm, StepContext, check_gossip
 from privdl.algorithms.optimizers import OptState, make_optimizer
 from privdl.errors import ValidationError
 from privdl.registry import one_of
@@ -37,11 +37,10 @@ class DSGDCTAState(NamedTuple):
 @ALGORITHMS.register("dsgd")
 def dsgd(*, form: Annotated[str, one_of("atc", "cta")] = "atc",
          optimizer: Annotated[Any, one_of("sgd", "adam")] = None,
-         gossip: Annotated[str, one_of("synchronous", "authors")] = "synchronous") -> Algorithm:
+         gossip: Annotated[str, one_of(*GOSSIPS)] = "synchronous") -> Algorithm:
     if form not in ("atc", "cta"):
         raise ValidationError(f"dsgd form must be 'atc' (adapt then combine) or 'cta' (combine then adapt), got {form!r}")
-    if gossip not in ("synchronous", "authors"):
-        raise ValidationError(f"dsgd gossip must be 'synchronous' or 'authors', got {gossip!r}")
+    check_gossip("dsgd", gossip)
     if gossip == "authors" and form != "cta":
         raise ValidationError("gossip = 'authors' (seed 004's code) is the combine-then-adapt form: set form = 'cta'")
     opt = make_optimizer(optimizer)

@@ -20,8 +20,7 @@ from typing import Annotated, NamedTuple
 
 import torch
 
-from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext, per_round
-from privdl.errors import ValidationError
+from privdl.algorithms.base import ALGORITHMS, GOSSIPS, Algorithm, StepContext, check_gossip, per_round
 from privdl.registry import one_of
 
 
@@ -32,9 +31,8 @@ class DSGTState(NamedTuple):
 
 
 @ALGORITHMS.register("dsgt")
-def dsgt(*, gossip: Annotated[str, one_of("synchronous", "authors")] = "synchronous") -> Algorithm:
-    if gossip not in ("synchronous", "authors"):
-        raise ValidationError(f"dsgt gossip must be 'synchronous' or 'authors', got {gossip!r}")
+def dsgt(*, gossip: Annotated[str, one_of(*GOSSIPS)] = "synchronous") -> Algorithm:
+    check_gossip("dsgt", gossip)
     if gossip == "authors":
         return _dsgt_authors()
 

@@ -53,6 +53,7 @@ class Comm(ABC):
         self.edges, self.rows, self.groups = edges, edges.rows, int(groups)
         self.t = 0
         self._observers: list[Observer] = []
+        self._sweep: tuple | None = None  # average_in_place's per-agent edge lists, built once per edge set
 
     # ---- observation ----------------------------------------------------------------------------------------------
     def attach(self, observer: Observer) -> Observer:
@@ -103,19 +104,21 @@ class Comm(ABC):
         reported once, as read."""
         flat = _flat(x).clone()
         extra = None if offset is None else _flat(offset)
-        n = self.rows // self.groups
         e = self.edges
-        if getattr(self, "_sweep", None) is None or self._sweep[0] is not e:
-            dst_agent = e.dst % n
-            self._sweep = (e, [(torch.nonzero(dst_agent == k).reshape(-1),
-                                torch.arange(self.groups, device=e.dst.device) * n + k) for k in range(n)])
+        if self._sweep is None or self._sweep[0] is not e:
+            n = self.rows // self.groups
+            plan = []
+            for k in range(n):  # agent k of every system: its incoming edges, its rows, their systems
+                idx = torch.nonzero(e.dst % n == k).reshape(-1)
+                plan.append((e.src[idx], e.dst[idx], torch.div(e.dst[idx], n, rounding_mode="floor"),
+                             torch.arange(self.groups, device=e.dst.device) * n + k))
+            self._sweep = (e, plan)
         share = 1.0 / (self.degree.to(flat.dtype) + 1.0)
-        for idx, rows in self._sweep[1]:
-            src, dst = e.src[idx], e.dst[idx]
+        for src, dst, system, rows in self._sweep[1]:
             values = flat[src]
             self._report(tag, src, dst, lambda: values)
-            total = flat[rows].index_add(0, torch.div(dst, n, rounding_mode="floor"), values)
-            flat[rows] = total * share[rows] if extra is None else total * share[rows] + extra[rows]
+            total = flat[rows].index_add(0, system, values) * share[rows]
+            flat[rows] = total if extra is None else total + extra[rows]
         return flat.reshape(x.shape)
 
     def neighbour_sum(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:

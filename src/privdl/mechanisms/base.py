@@ -43,8 +43,8 @@ class ClippedSum:
     example joins with probability ``rates[owner]`` (1: the whole data). With ``batch = B`` instead a uniform batch
     of min(B, m) distinct examples (a shuffled loader's first batch, as the seed-001 authors' code draws it; the
     first example is the one :class:`BatchGradient` would draw from the same key). ``clip=None`` sums unclipped
-    gradients (audits of a broken mechanism). ``method``: "ghost", "vmap" or "auto" (per-example path); ``chunk``
-    bounds memory."""
+    gradients (audits of a broken mechanism). ``method``: "closed_form", "ghost", "vmap" or "auto" (per-example
+    path); ``chunk`` bounds memory."""
 
     clip: float | None
     rates: torch.Tensor | None = None

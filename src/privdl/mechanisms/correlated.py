@@ -247,7 +247,7 @@ class CorrelatedGaussian(GradientMechanism):
     divides by B: example-level DP (module doc). ``sampling`` picks the batch: ``uniform`` (B distinct examples, as
     the authors' shuffled loader; accounted with ``accountant``, no amplification claimed) or ``poisson`` (each
     example joins with rate B/m_i; b is calibrated with the subsampled-Gaussian RDP accountant). ``per_example``
-    picks the per-example gradient path (ghost clipping or torch.func).
+    picks the per-example gradient path (closed form for linear models, ghost clipping or torch.func).
     """
 
     design_name = "custom"
@@ -414,14 +414,11 @@ class CorrelatedGaussian(GradientMechanism):
         if not (access.owners.numel() == n and access.all_rows):
             raise ValidationError(f"{self.name}: correlated noise is drawn for every agent's own gradient in one "
                                   "access (owners = all rows); cross-gradients need an independent-noise mechanism")
-        if self.batch is not None:  # the clipped sum of the batch: noise on the sum, then the mean over B
-            flat = value.reshape(n, -1)
-            noise = self.noise.network(access.call, flat.shape[1], flat.dtype).to(flat.device)
-            return ((flat + noise) / self.batch).reshape(value.shape)
-        g = clip_rows(value, self.clip) if self.clip else value
+        # per-example: the value is already the clipped sum of the batch; the noise goes on the sum, then / B
+        g = clip_rows(value, self.clip) if self.clip and self.batch is None else value
         flat = g.reshape(n, -1)
-        noise = self.noise.network(access.call, flat.shape[1], flat.dtype).to(flat.device)
-        return (flat + noise).reshape(g.shape)
+        out = flat + self.noise.network(access.call, flat.shape[1], flat.dtype).to(flat.device)
+        return (out if self.batch is None else out / self.batch).reshape(value.shape)
 
     def sensitivity_after(self, before: Sensitivity | None) -> Sensitivity | None:
         if self.batch is not None:  # replace one example (uniform batch) / add or remove one (Poisson lot)

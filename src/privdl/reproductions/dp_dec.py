@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Callable, Sequence
 
+from privdl.algorithms.base import check_gossip
 from privdl.errors import ValidationError
 from privdl.experiment.summary import summarise
 from privdl.reproductions.common import (
@@ -84,11 +85,10 @@ def _table(out: Path, name: str, cfg: dict, axis: str, values: Sequence[float], 
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValidationError(f"unknown method(s) {unknown}; choose from {sorted(METHODS)}")
-    if gossip not in ("synchronous", "authors"):
-        raise ValidationError(f"gossip must be 'synchronous' or 'authors', got {gossip!r}")
+    check_gossip("table", gossip)
     # the config's own cells, then any other (method, ε) with the authors' step sizes from Table 1's cells
     packaged = {_cell(b): b for b in packaged_config("table1")["sweep"]["cell"]}
-    packaged.update({_cell(b): b for b in cfg["sweep"]["cell"]})
+    packaged.update({_cell(b): b for b in cfg["sweep"].get("cell", [])})
     cells = []
     for m in METHODS:
         if m not in methods:

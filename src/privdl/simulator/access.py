@@ -6,7 +6,7 @@ keyed per owner, then lets the mechanism protect it. Every call is one noisy acc
 owner's budget, with index ``call`` (1, 2, …, the same in every process of a run) that keys the draws:
 
 * mini-batches: purpose ``batch``, key (call, owner, requester) — uniform with replacement from the owner's data
-  (or, for a per-example clipped batch, distinct examples by a partial shuffle of the same uniforms);
+  (or, for a per-example clipped batch, distinct examples from the same uniforms: Task.sample_subset);
 * Poisson lots: purpose ``lot``, same key — example k of the owner joins when its k-th uniform is below q;
 * noise: the mechanism's own purpose (``noise``), same key.
 

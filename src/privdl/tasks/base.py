@@ -85,8 +85,7 @@ class Task(ABC):
         pos = torch.arange(width)[None, :]
         order[pos >= counts[:, None]] = 2.0  # not an example of this row
         order.scatter_(1, first[:, None], 3.0)  # already drawn
-        rest = torch.topk(order, k - 1, dim=1, largest=False, sorted=True).indices if k > 1 else pos[:, :0].expand(
-            len(agents), 0)
+        rest = torch.topk(order, k - 1, dim=1, largest=False, sorted=True).indices
         idx = torch.cat([first[:, None], rest], dim=1)
         mask = torch.arange(k)[None, :] < counts[:, None]
         idx = torch.where(mask, idx, torch.zeros_like(idx))  # padding points at a real example, masked

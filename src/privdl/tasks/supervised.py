@@ -304,7 +304,7 @@ def resnet9_task(n: int, *, dataset: Dataset_ = "cifar100", partition: Partition
                  batch_size: int = 50, l2: float = 0.0, width: int = 64, groups: int = 32,
                  data_dir: str | None = None, seed: int = 0, normalize: list[float] | None = None,
                  train_size: int | None = None, resize: int | None = None,
-             dtype: torch.dtype = torch.float32) -> SupervisedTask:
+                 dtype: torch.dtype = torch.float32) -> SupervisedTask:
     """GroupNorm ResNet-9 (seed 004's CIFAR-100 model)."""
     ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
                               resize)
