@@ -330,7 +330,7 @@ def _choices(name: str, *values: str) -> type[Enum]:
 
 
 AttackMethod = _choices("AttackMethod", "dlg", "idlg")
-AttackerKind = _choices("AttackerKind", "curious_neighbour", "eavesdropper")
+AttackerKind = _choices("AttackerKind", "curious_neighbour", "eavesdropper", "generous")
 
 
 @app.command()
@@ -339,10 +339,13 @@ def attack(
     config: Path = typer.Option(..., "--config", help="an ordinary run config (its first run is attacked)"),
     attacker: int = typer.Option(..., "--attacker", help="the attacking agent (a curious neighbour's index)"),
     victim: int = typer.Option(..., "--victim", help="the agent whose samples are reconstructed"),
-    round_: int = typer.Option(..., "--round", help="the first attacked round (≥ 2)"),
+    round_: int = typer.Option(..., "--round", help="the first attacked round (≥ 1)"),
     images: int = typer.Option(1, "--images", help="K: attack the victim's samples of K consecutive rounds"),
-    kind: AttackerKind = typer.Option(AttackerKind.curious_neighbour, "--kind", help="whose view"),
+    kind: AttackerKind = typer.Option(AttackerKind.curious_neighbour, "--kind",
+                                      help="whose view; generous = the victim's true model and gradient (seed 002's "
+                                           "assumption for EDSG-RMS, not a view)"),
     iterations: int = typer.Option(300, "--iterations", help="L-BFGS iterations"),
+    restarts: int = typer.Option(1, "--restarts", help="restarts from new dummies (the best match is kept)"),
     loss: str = typer.Option("l2", "--loss", help="gradient matching: l2 or cosine"),
     out: Path = typer.Option(Path("results/attack"), "--out", help="folder for the PNG grid and the JSON"),
     overrides: list[str] = typer.Option([], "--set", help="config override key=value (repeatable)"),
@@ -359,9 +362,9 @@ def attack(
     try:
         cfg = load_config(config, overrides)
         with Progress(transient=True, disable=fmt is Format.json) as bar:
-            task = bar.add_task("L-BFGS", total=iterations)
+            task = bar.add_task("L-BFGS", total=iterations * restarts)
             result = attack_run(cfg, attacker=attacker, victim=victim, round=round_, images=images, kind=kind.value,
-                                method=method.value, iterations=iterations, loss=loss,
+                                method=method.value, iterations=iterations, loss=loss, restarts=restarts,
                                 progress=lambda done, total: bar.update(task, completed=done, total=total))
     except PrivdlError as exc:
         _fail(exc)

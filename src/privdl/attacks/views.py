@@ -1,29 +1,46 @@
 """What an attacker really sees, turned into the (model, gradient) pair a gradient-inversion attack needs (seed 002
-§3.2, §5.2), for the D-SGD family (``dsgd`` in its adapt-then-combine form, ``dsg_rms``).
+§3.2, §5.2). Every view of every supported algorithm is defined here, in one place.
 
-Two attackers, each with a view and nothing else:
+**Attackers.** Each has a view and nothing else:
 
-* **eavesdropper** — taps every link: the whole transcript (every message of every round), the public W and γ;
-* **curious neighbour** — agent a: the messages addressed to it (``Transcript.received_by(a)``), its own state (its
-  models w_a(t), its own transmissions), the public W and γ, and the public protection law and τ.
+* ``eavesdropper`` — taps every link: the whole transcript (every message of every round), the public W, the step
+  sizes γ(n), the public initial model w(0) (all agents start from one w(0)) and nothing of any agent's state;
+* ``curious_neighbour`` — agent a: the messages addressed to it and those it sent (``Transcript.view_of(a)``), its
+  own models w_a(t), the public W, γ(n) and the public protection law and τ;
+* ``generous`` — not a view: the victim's true model and the gradient it really used (after its mechanism's noise
+  and its random matrix step-size), seed 002 §5.2's assumption for EDSG-RMS ("we applied w'_2(n−1) and
+  M_2(n)∇J_2(w'_2(n−1); x_2(n))"). An upper bound on what any view can give; labelled as such in every result.
 
-For a victim v at round n (D-SGD: v sends ψ_v(n) = w_v(n−1) − γ ĝ_v(n); DSG-RMS: ψ^c_v(n) = ψ_v(n) + p_v(n)):
+**Views per algorithm family** (victim v, attacked round n; values a view lacks are replaced as stated, and the
+replacement is written in the observation's ``note``):
 
-* the victim's model w_v(n−1) = Σ_ℓ a_ℓv ψ_ℓ(n−1) (own term included; DSG-RMS: ψ^c, minus p_v(n−1) for the own
-  term). The eavesdropper has every ψ_ℓ(n−1). The curious neighbour has those of the victim, of itself and of their
-  common neighbours; for the victim's other neighbours it uses its own ψ_a(n−1) (near consensus they agree) — an
-  approximation, stated in the observation's ``note``;
-* the gradient estimate (w_v(n−1) − ψ_v(n))/γ (seed 002 §3.2.2). Under DSG-RMS the curious neighbour removes the
-  protection it cannot see with its own: p̂_v(t) = p(w_a(t−1)) (seed 002 §5.2's estimate, (τ/√L)‖w_1(n−1)‖·1 for
-  the norm law); the eavesdropper, without an own model, uses none (it sees the protected values only).
+* **diffusion** — ``dsgd`` (adapt then combine; under any gradient mechanism: LDP / DECOR / Whisper / DP-SGD noise
+  is part of what is sent), ``dsg_rms``, ``pd_lms``. v sends ψ_v(n) (+ its protection p_v(n), + PD-LMS's per-edge
+  Laplace term). Model w_v(n−1) = Σ_ℓ a_ℓv (value ℓ sent to v in round n − 1) (own term: v's value sent to the
+  attacker), minus p̂_v(n−1); gradient (w_v(n−1) − value v sent in round n + p̂_v(n))/γ(n) (seed 002 §3.2.2). The
+  curious neighbour uses its own transmission for a neighbour of v it cannot hear, and removes the protection it
+  cannot see with its own: p̂_v(t) = p(w_a(t − 1)) (seed 002 §5.2's (τ/√L)‖w_1(n−1)‖·1); the eavesdropper has no
+  model of its own and removes none.
+* **exact diffusion** — ``exact_diffusion``, ``edsg_rms`` (tag ``phi``). v sends φ^c_v(t) = φ_v(t) + p_v(t) with
+  φ_v(t) = ψ_v(t) + w_v(t−1) − ψ_v(t−1), ψ_v(0) = w_v(0). The view rebuilds w_v(t) = Σ_ℓ a_ℓv φ^c_ℓ(t) − p̂_v(t)
+  and ψ_v(t) = φ^c_v(t) − p̂_v(t) − w_v(t−1) + ψ_v(t−1) from round 1 on, then the gradient (w_v(n−1) − ψ_v(n))/γ(n).
+  Exact for an eavesdropper on unprotected exact diffusion; under EDSG-RMS the protection is from w'_v(t−2) and
+  c'_v(−1) is random, so p̂_v(t) = p(w_a(max(t − 2, 0))) is a guess and the errors accumulate (seed 002: "agent 1
+  is unable to estimate ψ'_2(n)"). That is why the seed attacks EDSG-RMS with the ``generous`` assumption.
+* **tracking** — ``dsgt`` (synchronous gossip). In round n agents send u(n) = θ(n−1) − η y(n−1) (tag ``theta``) and
+  y(n−1) (tag ``y``); θ_v(n) = Σ_j w_vj u_j(n) and g_v(n) (the gradient at θ_v(n), noise included) telescopes:
+  g_v(0) = y_v(0), g_v(t) = y_v(t) − Σ_j w_vj y_j(t−1) + g_v(t−1) — the difference of consecutive messages, summed.
+  Attacking round n therefore reads the y messages up to round n + 1. The curious neighbour uses its own y_a and
+  u_a for neighbours of v it cannot hear.
 
-What the attack then recovers is M_v(n)·ĝ_v(n) at best (the random matrix step-size is never visible).
+What any view recovers is, at best, the gradient as sent: M_v(n)·ĝ_v(n) under a random matrix step-size (never
+visible), and the noisy gradient under a DP mechanism.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -32,99 +49,226 @@ from privdl.comm.observers import Message
 from privdl.errors import ValidationError
 from privdl.network.edges import Edges
 
-KINDS = ("eavesdropper", "curious_neighbour")
+KINDS = ("eavesdropper", "curious_neighbour", "generous")
+#: algorithm → (view family, the tag of the message the view reads first, whether values differ per edge)
+FAMILIES = {"dsgd": ("diffusion", "x", False), "dsg_rms": ("diffusion", "x", False),
+            "pd_lms": ("diffusion", "psi", True), "exact_diffusion": ("exact", "phi", False),
+            "edsg_rms": ("exact", "phi", False), "dsgt": ("tracking", "theta", False)}
+#: algorithms whose messages :func:`observe` can read
+SUPPORTED = tuple(FAMILIES)
+GENEROUS_NOTE = ("generous assumption (seed 002 §5.2): the victim's true model and the gradient it used (M·ĝ), "
+                 "not a view")
 
 
 @dataclass(frozen=True)
 class Observation:
-    model: torch.Tensor  # the attacker's estimate of w_v(n−1) (d,)
-    gradient: torch.Tensor  # its estimate of the victim's gradient at round n (d,)
+    model: torch.Tensor  # the attacker's estimate of the model the victim's gradient was computed at (d,)
+    gradient: torch.Tensor  # its estimate of that gradient (d,)
     note: str
 
 
-def _sent(messages: Sequence[Message], tag: str, t: int) -> dict[int, torch.Tensor]:
-    """Every sender's value in round t on ``tag`` as the view has it (a broadcast: the same on all its links)."""
-    out: dict[int, torch.Tensor] = {}
-    for m in messages:
-        if m.t == t and m.tag == tag:
-            for k, s in enumerate(m.src.tolist()):
-                out.setdefault(int(s), m.payload[k].to(torch.float64))
+class _View:
+    """The attacker's messages indexed by (tag, round) and (sender, receiver), with the replacements a partial view
+    needs, each recorded as a note."""
+
+    def __init__(self, messages: Sequence[Message], edges: Edges, *, kind: str, victim: int, attacker: int | None,
+                 own: dict[int, torch.Tensor] | None, protection: Any, lag: int, per_edge: bool) -> None:
+        self.pairs: dict[tuple[str, int], dict[tuple[int, int], torch.Tensor]] = {}
+        self.first: dict[tuple[str, int], dict[int, torch.Tensor]] = {}
+        for m in messages:
+            pairs = self.pairs.setdefault((m.tag, m.t), {})
+            first = self.first.setdefault((m.tag, m.t), {})
+            for k, (s, d) in enumerate(zip(m.src.tolist(), m.dst.tolist())):
+                pairs.setdefault((int(s), int(d)), m.payload[k])
+                first.setdefault(int(s), m.payload[k])
+        self.edges, self.kind, self.v, self.a = edges, kind, int(victim), attacker
+        self.own, self.per_edge, self.lag = own, per_edge, lag
+        self.protection = protection if kind == "curious_neighbour" else None
+        into = (edges.dst == self.v).nonzero(as_tuple=True)[0]
+        self.neighbours = {int(edges.src[e]): float(edges.weight[e]) for e in into}
+        self.notes: set[str] = set()
+
+    def value(self, tag: str, t: int, src: int, dst: int | None) -> torch.Tensor | None:
+        """What ``src`` sent to ``dst`` in round t on ``tag`` as the view has it (a broadcast: any of its links)."""
+        if dst is not None and (src, dst) in self.pairs.get((tag, t), {}):
+            return self.pairs[(tag, t)][(src, dst)].to(torch.float64)
+        got = self.first.get((tag, t), {}).get(src)
+        if got is not None and self.per_edge and dst is not None:
+            self.notes.add(f"per-edge values sent to another agent stand in for those sent to agent {dst}")
+        return None if got is None else got.to(torch.float64)
+
+    def victim_sent(self, tag: str, t: int) -> torch.Tensor:
+        got = self.value(tag, t, self.v, self.a if self.kind == "curious_neighbour" else None)
+        if got is None:
+            raise ValidationError(f"the view has no message of agent {self.v} on {tag!r} in round {t}"
+                                  + (f": agent {self.a} is not its neighbour" if self.kind == "curious_neighbour"
+                                     else ""))
+        if self.per_edge and self.kind == "eavesdropper":
+            self.notes.add("the victim's per-edge values differ: the first tapped link's value is used")
+        return got
+
+    def combine(self, tag: str, t: int) -> torch.Tensor:
+        """Σ_ℓ a_ℓv (value ℓ sent to v in round t) + a_vv (the victim's own transmission)."""
+        out = float(self.edges.self_weight[self.v]) * self.victim_sent(tag, t)
+        if self.per_edge:
+            self.notes.add("the victim's own (unsent) term: its transmission stands in")
+        for ell, weight in self.neighbours.items():
+            got = self.value(tag, t, ell, self.v)
+            if got is None:  # only a curious neighbour lacks one: its own transmission stands in
+                got = self.value(tag, t, int(self.a), None)
+                if got is None:
+                    raise ValidationError(f"agent {self.a} sent nothing in round {t} on {tag!r}")
+                self.notes.add(f"unheard neighbours of agent {self.v}: agent {self.a}'s own transmission used")
+            out = out + weight * got
+        return out
+
+    def protection_of_victim(self, t: int) -> torch.Tensor | float:
+        """p̂_v(t): the curious neighbour's guess from its own w_a(t − lag); 0 for anyone who cannot guess."""
+        if self.protection is None:
+            return 0.0
+        if self.own is None:
+            raise ValidationError("a curious neighbour of a protected algorithm needs its own models (own_models)")
+        self.notes.add("victim's protection estimated from the attacker's own models (seed 002 §5.2)")
+        ref = self.own[max(t - self.lag, 0)]
+        return self.protection.vector(ref[None].to(torch.float64))[0]
+
+
+def _diffusion(view: _View, tag: str, n: int, eta: Callable[[int], float], initial) -> tuple[torch.Tensor, ...]:
+    model = _initial(initial) if n == 1 else view.combine(tag, n - 1) - view.protection_of_victim(n - 1)
+    sent = view.victim_sent(tag, n) - view.protection_of_victim(n)
+    return model, (model - sent) / eta(n)
+
+
+def _exact(view: _View, tag: str, n: int, eta: Callable[[int], float], initial) -> tuple[torch.Tensor, ...]:
+    w = _initial(initial)
+    psi = w
+    for t in range(1, n + 1):
+        p = view.protection_of_victim(t)
+        psi_t = view.victim_sent(tag, t) - p - w + psi
+        if t < n:
+            w = view.combine(tag, t) - p
+        psi = psi_t
+    return w, (w - psi) / eta(n)
+
+
+def _tracking(view: _View, tag: str, n: int, eta: Callable[[int], float], initial) -> tuple[torch.Tensor, ...]:
+    model = view.combine(tag, n)  # θ_v(n) = Σ_j w_vj (θ_j(n−1) − η y_j(n−1))
+    g = view.victim_sent("y", 1)  # y_v(0) = g_v(0)
+    for t in range(1, n + 1):  # y_v(t) travels in round t + 1; round t's y messages carry y(t − 1)
+        g = view.victim_sent("y", t + 1) - view.combine("y", t) + g
+    return model, g
+
+
+_VIEWS = {"diffusion": _diffusion, "exact": _exact, "tracking": _tracking}
+
+
+def _initial(initial: torch.Tensor | None) -> torch.Tensor:
+    if initial is None:
+        raise ValidationError("this view starts from the public initial model: pass initial=w(0)")
+    return initial.to(torch.float64)
+
+
+def observe(kind: str, messages: Sequence[Message], edges: Edges, *, victim: int, round: int,
+            eta: float | Callable[[int], float], attacker: int | None = None,
+            own_models: dict[int, torch.Tensor] | None = None, protection: Any = None, algorithm: str = "dsgd",
+            initial: torch.Tensor | None = None, lag: int = 1) -> Observation:
+    """The (model, gradient) estimate of ``victim``'s gradient of ``round`` from ``messages`` — the attacker's view:
+    the whole transcript for an eavesdropper, ``Transcript.view_of(attacker)`` for a curious neighbour.
+    ``own_models[t]`` is the curious neighbour's own w_a(t); ``protection`` the public law of a protected algorithm
+    (``Algorithm.wire``) and ``lag`` the round lag of its reference model; ``initial`` the public w(0); ``eta`` γ(n)
+    (a number or a function of n). See the module's docstring for each family's formulas."""
+    if kind not in KINDS:
+        raise ValidationError(f"attacker kind must be one of {KINDS}, got {kind!r}")
+    if kind == "generous":
+        raise ValidationError("'generous' is not a view of the wire: attack_run(kind='generous') reads the victim's "
+                              "state")
+    if algorithm not in FAMILIES:
+        raise ValidationError(f"views exist for {', '.join(SUPPORTED)}, not {algorithm!r}")
+    if round < 1:
+        raise ValidationError(f"round must be >= 1, got {round}")
+    if kind == "curious_neighbour" and attacker is None:
+        raise ValidationError("a curious neighbour view needs the attacker's index")
+    family, tag, per_edge = FAMILIES[algorithm]
+    step = eta if callable(eta) else (lambda _n, e=float(eta): e)
+    view = _View(messages, edges, kind=kind, victim=victim, attacker=attacker, own=own_models,
+                 protection=protection, lag=lag, per_edge=per_edge)
+    model, gradient = _VIEWS[family](view, tag, int(round), step, initial)
+    return Observation(model, gradient, "; ".join(sorted(view.notes)) or "exact")
+
+
+def _recording(algorithm, victim: int, calls: list) -> Any:
+    """``algorithm`` with every gradient call's victim row recorded as (counter, keys, model, gradient) — the
+    generous assumption's oracle; the run itself is unchanged."""
+    def step(s, ctx):
+        raw = ctx.gradient
+
+        def grad(models: torch.Tensor, **kw: Any) -> torch.Tensor:
+            g = raw(models, **kw)
+            calls.append((len(calls) + 1, ctx.keys, models[victim].detach().clone(), g[victim].detach().clone()))
+            return g
+        return algorithm.step(s, replace(ctx, gradient=grad))
+    return algorithm._replace(step=step)
+
+
+def _generous(algorithm, calls: list, victim: int, rounds: range) -> list[Observation]:
+    """The victim's true model and M_v(n)·ĝ_v(n) (the run's own draw of M, from its keys) for each round."""
+    from privdl.mechanisms.rms import RandomMatrixStepSize
+
+    facts = algorithm.facts
+    rms = (RandomMatrixStepSize(**{k: facts[k] for k in ("mu", "sigma_mu", "sigma_z", "structure", "law")})
+           if "structure" in facts else None)
+    out = []
+    for n in rounds:
+        counter, keys, model, g = calls[n - 1]
+        g = g.reshape(1, -1).to(torch.float64)
+        if rms is not None and not rms.identity:
+            g = rms.apply(g, keys, counter, np.array([victim]))
+        out.append(Observation(model.to(torch.float64), g[0], GENEROUS_NOTE))
     return out
 
 
-def observe(kind: str, messages: Sequence[Message], edges: Edges, *, victim: int, round: int, eta: float,
-            attacker: int | None = None, own_models: dict[int, torch.Tensor] | None = None,
-            protection: Any = None, tag: str = "x") -> Observation:
-    """The (model, gradient) estimate of ``victim`` at ``round`` from ``messages`` (the attacker's view: the whole
-    transcript for an eavesdropper, ``received_by(attacker)`` for a curious neighbour). ``own_models[t]`` is the
-    curious neighbour's own w_a(t) (its state); ``protection`` the public law of a protected algorithm."""
-    if kind not in KINDS:
-        raise ValidationError(f"attacker kind must be one of {KINDS}, got {kind!r}")
-    if round < 2:
-        raise ValidationError(f"round must be >= 2 (the attack reads round n − 1's messages), got {round}")
-    n, v = round, int(victim)
-    now, before = _sent(messages, tag, n), _sent(messages, tag, n - 1)
-    if v not in now or v not in before:
-        raise ValidationError(f"the view has no message of agent {v} in rounds {n - 1} and {n}"
-                              + (f": agent {attacker} is not its neighbour" if kind == "curious_neighbour" else ""))
-    into = (edges.dst == v).nonzero(as_tuple=True)[0]
-    neighbours = [int(edges.src[e]) for e in into]
-    weights = {int(edges.src[e]): float(edges.weight[e]) for e in into}
-    notes = []
-    prot = protection if kind == "curious_neighbour" else None
-    if prot is not None and own_models is None:
-        raise ValidationError("a curious neighbour of a protected algorithm needs its own models (own_models)")
+@dataclass(frozen=True)
+class Observed:
+    """What :func:`observations` returns: one observation per attacked round, the victim's true samples, the run."""
 
-    def proxy(t: int) -> torch.Tensor:  # p̂_v(t) from the attacker's own w_a(t − 1)
-        return prot.vector(own_models[t - 1][None].to(torch.float64))[0]
-
-    if kind == "curious_neighbour":
-        a = int(attacker)
-        mine = before.get(a)
-        if mine is None:
-            raise ValidationError(f"agent {a} sent nothing in round {n - 1} on {tag!r}")
-    # w_v(n−1) = Σ_ℓ a_ℓv ψ^c_ℓ(n−1) − ψ^c_v(n−1) + ψ_v(n−1) = Σ_ℓ a_ℓv ψ^c_ℓ(n−1) − p_v(n−1)  (eq. (5c))
-    model = float(edges.self_weight[v]) * before[v]
-    if prot is not None:
-        model = model - proxy(n - 1)
-    for ell in neighbours:
-        value = before.get(ell)
-        if value is None:  # only a curious neighbour lacks one: its own transmission stands in
-            value = mine
-            notes.append(f"ψ_{ell}({n - 1}) unseen: own ψ_{attacker}({n - 1}) used")
-        model = model + weights[ell] * value
-    sent = now[v] - (proxy(n) if prot is not None else 0.0)
-    if prot is not None:
-        notes.append("victim's protection estimated from the attacker's own models (seed 002 §5.2)")
-    return Observation(model, (model - sent) / eta, "; ".join(notes) or "exact")
+    algorithm: str
+    observations: list[Observation]
+    inputs: torch.Tensor  # (K, *input_shape)
+    labels: torch.Tensor  # (K,)
+    task: Any
 
 
-
-
-#: algorithms whose messages :func:`observe` can read (one broadcast of the model estimate per round, tag ``x``)
-SUPPORTED = ("dsgd", "dsg_rms")
-
-
-def attack_run(cfg: dict, *, attacker: int, victim: int, round: int, images: int = 1, kind: str = "curious_neighbour",
-               method: str = "idlg", iterations: int = 300, loss: str = "l2", progress=None) -> dict:
-    """Run the first run of an ordinary config up to round ``round + images − 1``, then attack ``victim``'s samples of
-    rounds ``round`` … from ``attacker``'s view with DLG/iDLG (one batched optimisation). Returns the per-image and
-    mean metrics, the originals and the reconstructions."""
-    from privdl.attacks.gradient_inversion import dlg, idlg, reconstruction_metrics
+def observations(cfg: dict, *, attacker: int, victim: int, round: int, images: int = 1,
+                 kind: str = "curious_neighbour") -> Observed:
+    """Run the first run of an ordinary config as far as the attack needs and return ``attacker``'s estimates of
+    ``victim``'s gradients of rounds ``round`` … ``round + images − 1`` beside the samples they were computed on."""
     from privdl.comm.observers import Transcript
     from privdl.experiment.build import build
     from privdl.experiment.config import expand
     from privdl.keys import Draws, Keys
+    from privdl.mechanisms.base import BatchGradient
     from privdl.simulator import simulate
 
+    if kind not in KINDS:
+        raise ValidationError(f"attacker kind must be one of {KINDS}, got {kind!r}")
     spec = expand(cfg)[0][0]
     c = build(spec.config)
-    name = spec.config["algorithm"]["name"]
+    params = spec.config["algorithm"]
+    name = params["name"]
     n = c.network.n
-    if name not in SUPPORTED or spec.config["algorithm"].get("form", "atc") != "atc":
-        raise ValidationError(f"views exist for {SUPPORTED} (adapt then combine) so far, not {name!r}")
-    if c.task.batch_size != 1 or not hasattr(c.task, "model"):
-        raise ValidationError("the attack inverts single-sample gradients of a model task: set [task] batch_size = 1")
+    if name not in FAMILIES or params.get("form", "atc") != "atc" or params.get("gossip",
+                                                                              "synchronous") != "synchronous":
+        raise ValidationError(f"views exist for {', '.join(SUPPORTED)} (D-SGD adapt then combine, DSGT with "
+                              f"synchronous gossip), not {name!r} with {params}")
+    family = FAMILIES[name][0]
+    if kind == "generous" and family == "tracking":
+        raise ValidationError("the generous assumption is defined for one gradient per round (D-SGD, exact "
+                              "diffusion families), not for dsgt")
+    need = c.mechanism.need
+    if c.task.batch_size != 1 or not hasattr(c.task, "model") or not (
+            isinstance(need, BatchGradient) or getattr(need, "batch", None) == 1):
+        raise ValidationError("the attack inverts single-sample gradients of a model task: set [task] batch_size = 1 "
+                              "(and, for dp_sgd, uniform batches of 1: Poisson lots have no single sample)")
     for who, value in (("attacker", attacker), ("victim", victim)):
         if not 0 <= value < n:
             raise ValidationError(f"{who} must be an agent 0..{n - 1}, got {value}")
@@ -134,36 +278,61 @@ def attack_run(cfg: dict, *, attacker: int, victim: int, round: int, images: int
         raise ValidationError(f"agent {attacker} is not a neighbour of agent {victim} (neighbours: "
                               f"{sorted(c.network.neighbours(victim))}); it sees none of its messages — use "
                               "--kind eavesdropper, or a neighbour")
-    last = round + images - 1
-    if last > spec.config["iterations"]:
-        raise ValidationError(f"rounds {round}..{last} go beyond the run's {spec.config['iterations']} iterations")
     if images < 1:
         raise ValidationError("images must be >= 1")
-    transcript, own = Transcript(), {}
-    simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism, schedule=c.schedule,
-             iterations=last, seed=spec.config["seed"], metrics=False, eval_every=1, observers=[transcript],
+    if round < 1:
+        raise ValidationError(f"round must be >= 1, got {round}")
+    extra = 1 if family == "tracking" else 0  # g_v(n) of DSGT is read from round n + 1's y message
+    last = round + images - 1
+    if last + extra > spec.config["iterations"]:
+        raise ValidationError(f"rounds {round}..{last} (+{extra} to read them) go beyond the run's "
+                              f"{spec.config['iterations']} iterations")
+    transcript, own, calls = Transcript(), {}, []
+    algorithm = _recording(c.algorithm, victim, calls) if kind == "generous" else c.algorithm
+    simulate(task=c.task, network=c.network, algorithm=algorithm, mechanism=c.mechanism, schedule=c.schedule,
+             iterations=last + extra, seed=spec.config["seed"], metrics=False, eval_every=1,
+             observers=[] if kind == "generous" else [transcript],
              on_record=lambda t, x: own.__setitem__(t, x[attacker].clone()))
-    view = transcript.messages if kind == "eavesdropper" else transcript.view_of(attacker)
-    obs = [observe(kind, view, c.network.edges, victim=victim, round=r, eta=float(c.schedule(r)), attacker=attacker,
-                   own_models=own, protection=c.algorithm.wire) for r in range(round, last + 1)]
+    rounds = range(round, last + 1)
+    if kind == "generous":
+        obs = _generous(c.algorithm, calls, victim, rounds)
+    else:
+        view = transcript.messages if kind == "eavesdropper" else transcript.view_of(attacker)
+        obs = [observe(kind, view, c.network.edges, victim=victim, round=r, eta=lambda t: float(c.schedule(t)),
+                       attacker=attacker, own_models=own, protection=c.algorithm.wire, algorithm=name,
+                       initial=own[0], lag=int(c.algorithm.facts.get("protection_lag", 1))) for r in rounds]
     rows = np.array([victim])
     keys = Keys(spec.config["seed"], n)
-    truth = [c.task.sample(Draws(keys, "batch", r, rows, rows), torch.tensor([victim])) for r in range(round, last + 1)]
+    truth = [c.task.sample(Draws(keys, "batch", r + extra, rows, rows), torch.tensor([victim])) for r in rounds]
     x = torch.cat([t[0][0] for t in truth]).reshape(images, *c.task.model.input_shape).to(torch.float64)
     y = torch.cat([t[1][0] for t in truth]).long()
-    theta = torch.stack([o.model for o in obs])
-    grads = torch.stack([o.gradient for o in obs])
+    return Observed(name, obs, x, y, c.task)
+
+
+def attack_run(cfg: dict, *, attacker: int, victim: int, round: int, images: int = 1, kind: str = "curious_neighbour",
+               method: str = "idlg", iterations: int = 300, loss: str = "l2", restarts: int = 1,
+               progress=None) -> dict:
+    """:func:`observations`, then DLG/iDLG on all K of them as one batched optimisation. Returns the per-image and
+    mean metrics, the originals and the reconstructions."""
+    from privdl.attacks.gradient_inversion import dlg, idlg, reconstruction_metrics
+
+    if method not in ("dlg", "idlg"):
+        raise ValidationError(f"attack method must be 'dlg' or 'idlg', got {method!r}")
+    got = observations(cfg, attacker=attacker, victim=victim, round=round, images=images, kind=kind)
+    theta = torch.stack([o.model for o in got.observations])
+    grads = torch.stack([o.gradient for o in got.observations])
     fn = idlg if method == "idlg" else dlg
-    rec = fn(c.task.model, theta, grads, classes=int(c.task.dataset.n_classes), iterations=iterations, loss=loss,
-             progress=progress)
-    per = reconstruction_metrics(x, rec.inputs)
-    for m, guess, truth_label in zip(per, rec.labels.tolist(), y.tolist()):
+    rec = fn(got.task.model, theta, grads, classes=int(got.task.dataset.n_classes), iterations=iterations,
+             loss=loss, restarts=restarts, progress=progress)
+    per = reconstruction_metrics(got.inputs, rec.inputs)
+    for m, guess, truth_label in zip(per, rec.labels.tolist(), got.labels.tolist()):
         m["label_correct"] = bool(guess == truth_label)
         m["label"], m["true_label"] = int(guess), int(truth_label)
     mean = {k: float(np.mean([m[k] for m in per])) for k in ("mse", "psnr", "ssim", "label_correct")}
-    return {"algorithm": name, "kind": kind, "attacker": attacker, "victim": victim, "rounds": [round, last],
-            "method": method, "iterations": iterations, "notes": sorted({o.note for o in obs}), **mean,
-            "images": per, "originals": x, "reconstructions": rec.inputs}
+    return {"algorithm": got.algorithm, "kind": kind, "attacker": attacker, "victim": victim,
+            "rounds": [round, round + images - 1], "method": method, "iterations": iterations,
+            "notes": sorted({o.note for o in got.observations}), **mean, "images": per, "originals": got.inputs,
+            "reconstructions": rec.inputs}
 
 
 def save_grid(path, originals: torch.Tensor, reconstructions: torch.Tensor) -> None:
@@ -187,4 +356,5 @@ def save_grid(path, originals: torch.Tensor, reconstructions: torch.Tensor) -> N
     plt.close(fig)
 
 
-__all__ = ["KINDS", "Observation", "SUPPORTED", "attack_run", "observe", "save_grid"]
+__all__ = ["FAMILIES", "GENEROUS_NOTE", "KINDS", "Observation", "Observed", "SUPPORTED", "attack_run", "observations",
+           "observe", "save_grid"]
