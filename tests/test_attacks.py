@@ -240,11 +240,21 @@ def test_the_generous_oracle_is_what_an_eavesdropper_reads_off_unprotected_edsg_
     plain = example_gradient(oracle.task.model, torch.stack([o.model for o in oracle.observations]), oracle.inputs,
                              onehot)
     assert not torch.allclose(plain[0], oracle.observations[0].gradient, atol=1e-3)  # M really acted
-    protected = _attack_config("edsg_rms", {"sigma_z": 0.1, "tau": 0.1, "structure": "sparse"}, lazy=True)
-    for kind in ("eavesdropper", "curious_neighbour"):
-        got = observations(protected, attacker=0, victim=1, round=3, kind=kind).observations[0]
-        true = observations(protected, attacker=0, victim=1, round=3, kind="generous").observations[0]
-        assert not torch.allclose(got.gradient, true.gradient, rtol=0.5), kind  # seed 002: "unable to estimate"
+    # With protection (seed 002 Fig. 2's τ = 0.1, norm law) the seed says the curious neighbour cannot estimate ψ':
+    # its first round (the random c'(−1)) is indeed off, but the protection guesses' errors telescope, and from round
+    # 3 on it has M·ĝ within 1 % and the model within 1e-3 — the oracle's numbers, read off its real view.
+    protected = _attack_config("edsg_rms", {"sigma_z": 0.1, "tau": 0.1, "structure": "sparse"}, lazy=True,
+                               rounds=8)
+    true = observations(protected, attacker=0, victim=1, round=2, images=6, kind="generous").observations
+    got = observations(protected, attacker=0, victim=1, round=2, images=6, kind="curious_neighbour").observations
+    spy = observations(protected, attacker=0, victim=1, round=2, images=6, kind="eavesdropper").observations
+
+    def rel(a, b):
+        return float((a - b).norm() / b.norm())
+    assert rel(got[0].gradient, true[0].gradient) > 1.0
+    assert max(rel(g.gradient, t.gradient) for g, t in zip(got[1:], true[1:])) < 0.01
+    assert max(rel(g.model, t.model) for g, t in zip(got[1:], true[1:])) < 1e-3
+    assert min(rel(g.model, t.model) for g, t in zip(spy[1:], true[1:])) > 0.05  # the eavesdropper's model is off
 
 
 def test_a_dp_protected_message_at_small_epsilon_leaks_no_more_than_random_guessing(mnist):

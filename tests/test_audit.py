@@ -109,3 +109,17 @@ def test_audit_flags_a_broken_mechanism(audits, broken):
     res = audits[broken]
     assert res.violation and res.threshold.epsilon_lower > 1.0, res.threshold
     assert "BROKEN" in res.ledger[0]["note"]
+
+
+def test_audit_measures_methods_that_claim_no_guarantee():
+    """DSG-RMS states no ε (obfuscation only): the audit runs it without a DP mechanism, reports nominal ε = ∞, never
+    calls it a violation, and its lower bound shows what membership inference gets — with the bright canary, far
+    more than the ε = 1 the DP methods above are held to. Breaking a mechanism it does not have is refused."""
+    setup = AuditSetup(algorithm="dsg_rms", model="softmax", dataset="digits", per_class=30, iterations=60,
+                       canary="bright")
+    res = membership_audit(setup, models=200, batch=400)
+    assert res.nominal_epsilon == float("inf") and not res.violation
+    assert "obfuscation, no DP guarantee" in res.ledger[0]["guarantee"]
+    assert res.threshold.epsilon_lower > 1.0, res.threshold
+    with pytest.raises(ValidationError, match="no DP mechanism"):
+        AuditSetup(algorithm="pd_lms", broken="noise").check()

@@ -39,6 +39,14 @@ DEFAULTS: dict[str, tuple[dict, dict]] = {
     "central": ({"name": "dsgd", "form": "cta", "optimizer": {"name": "sgd", "momentum": 0.9, "weight_decay": 1e-4}},
                 {"name": "constant", "eta": 0.194}),
 }
+#: methods that claim no DP guarantee (seed 002's obfuscations, PD-LMS's unbounded Laplace perturbations), audited
+#: without a DP mechanism: each step uses a uniform mini-batch of the agent's whole data size (with replacement); the
+#: audit's ε lower bound is then what membership inference shows against a method that states none (D-SGD's schedule)
+NO_CLAIM: dict[str, tuple[dict, dict]] = {
+    "dsg_rms": ({"name": "dsg_rms", "sigma_z": 0.1, "tau": 0.1, "structure": "sparse"}, DEFAULTS["dsgd"][1]),
+    "edsg_rms": ({"name": "edsg_rms", "sigma_z": 0.1, "tau": 0.1, "structure": "sparse"}, DEFAULTS["dsgd"][1]),
+    "pd_lms": ({"name": "pd_lms", "scheme": "nullspace", "variance": 1e-4}, DEFAULTS["dsgd"][1]),
+}
 #: pixel value of the "bright" canary: its gradient norm exceeds C = 10 many times over, so disabled clipping shows
 BRIGHT = 10.0
 BROKEN = {"none": {}, "noise": {"unsafe_noise_scale": 0.1}, "clip": {"unsafe_no_clip": True}}
@@ -46,7 +54,7 @@ BROKEN = {"none": {}, "noise": {"unsafe_noise_scale": 0.1}, "clip": {"unsafe_no_
 
 @dataclass
 class AuditSetup:
-    algorithm: str = "dsgd"  # dsgd | dsgt | dinno | central
+    algorithm: str = "dsgd"  # dsgd | dsgt | dinno | central, or a method claiming no DP: dsg_rms | edsg_rms | pd_lms
     epsilon: float = 1.0
     delta: float = 1e-2
     clip: float = 10.0
@@ -61,14 +69,27 @@ class AuditSetup:
     eta_scale: float = 1.0
 
     def check(self) -> None:
-        if self.algorithm not in DEFAULTS:
-            raise ValidationError(f"unknown audit algorithm {self.algorithm!r}; valid: {', '.join(DEFAULTS)}")
+        if self.algorithm not in DEFAULTS and self.algorithm not in NO_CLAIM:
+            raise ValidationError(f"unknown audit algorithm {self.algorithm!r}; valid: "
+                                  f"{', '.join([*DEFAULTS, *NO_CLAIM])}")
         if self.broken not in BROKEN:
             raise ValidationError(f"unknown broken mode {self.broken!r}; valid: {', '.join(BROKEN)}")
+        if self.claims_none and self.broken != "none":
+            raise ValidationError(f"{self.algorithm} has no DP mechanism to break (broken = {self.broken!r})")
         if self.canary not in ("blank", "bright"):
             raise ValidationError(f"unknown canary {self.canary!r}; valid: blank, bright")
         if self.model not in ("cnn", "softmax"):
             raise ValidationError(f"unknown audit model {self.model!r}; valid: cnn, softmax")
+
+
+    @property
+    def claims_none(self) -> bool:
+        """True for methods that state no DP guarantee (nominal ε = ∞)."""
+        return self.algorithm in NO_CLAIM
+
+    @property
+    def nominal_epsilon(self) -> float:
+        return float("inf") if self.claims_none else self.epsilon
 
 
 def _audit_data(setup: AuditSetup, extra: int = 0, seed: int = 0) -> tuple[Dataset, list[np.ndarray], list[int]]:
@@ -101,31 +122,40 @@ def _model(setup: AuditSetup, ds: Dataset):
 
 
 def _train(setup: AuditSetup, ds: Dataset, agent_parts: list[list[np.ndarray]], seed: int,
-           init_seed: int, device: str = "cpu") -> tuple[SupervisedTask, torch.Tensor, int, GradientMechanism]:
-    """Train len(agent_parts) independent systems at once; returns the task, final models (copies·n₀, d), n₀ and
-    the mechanism (its ledger states what the training guaranteed)."""
+           init_seed: int, device: str = "cpu") -> tuple:
+    """Train len(agent_parts) independent systems at once; returns the task, final models (copies·n₀, d), n₀, the
+    mechanism and the algorithm (:func:`_ledger` states what the training guaranteed)."""
     central = setup.algorithm == "central"
     n0 = len(agent_parts[0])
     copies = len(agent_parts)
     flat_parts = [p for system in agent_parts for p in system]
     model = _model(setup, ds)
+    lot = setup.per_class * (len(setup.classes) if central else 1)
     task = SupervisedTask("audit", ds, model, copies * n0, partition_name="explicit",
-                          partition_params={"parts": flat_parts}, batch_size=1, l2=0.0, zero_init=False,
-                          rng=np.random.default_rng(0), dtype=torch.float32, eval_train_samples=1)
-    base = Network.from_topology("complete", n0)
-    alg_params, sched = DEFAULTS[setup.algorithm]
+                          partition_params={"parts": flat_parts}, batch_size=lot if setup.claims_none else 1,
+                          l2=0.0, zero_init=False, rng=np.random.default_rng(0), dtype=torch.float32,
+                          eval_train_samples=1)
+    alg_params, sched = NO_CLAIM[setup.algorithm] if setup.claims_none else DEFAULTS[setup.algorithm]
     algorithm = make_algorithm(alg_params["name"], **{k: v for k, v in alg_params.items() if k != "name"})
+    base = Network.from_topology("complete", n0, lazy="positive_definite" in algorithm.requires)
     comm = StackedComm.copies(base, copies)
     calls = algorithm.accesses(setup.iterations, comm.edges)
-    lot = setup.per_class * (len(setup.classes) if central else 1)
-    mechanism = make_mechanism("dp_sgd", steps=calls, task=task, clip=setup.clip, lot_size=lot, sample_rate=1.0,
-                               epsilon=setup.epsilon, delta=setup.delta, **BROKEN[setup.broken])
+    if setup.claims_none:
+        mechanism = make_mechanism("none", steps=calls)
+    else:
+        mechanism = make_mechanism("dp_sgd", steps=calls, task=task, clip=setup.clip, lot_size=lot,
+                                   sample_rate=1.0, epsilon=setup.epsilon, delta=setup.delta, **BROKEN[setup.broken])
     sched_params = {k: (v * setup.eta_scale if k.startswith("eta") else v) for k, v in sched.items() if k != "name"}
     schedule = make_schedule(sched["name"], iterations=setup.iterations, **sched_params)
     x0 = model.init(torch.Generator().manual_seed(init_seed), torch.float32).expand(copies * n0, -1).clone()
     res = simulate(task=task, comm=comm, algorithm=algorithm, mechanism=mechanism, schedule=schedule,
                    iterations=setup.iterations, seed=seed, x0=x0, metrics=False, device=device)
-    return task, res.final, n0, mechanism
+    return task, res.final, n0, mechanism, algorithm
+
+
+def _ledger(mechanism: GradientMechanism, algorithm) -> list[dict]:
+    """What the training states: the mechanism's ledger with the algorithm's own parts (RMS, protection, Laplace)."""
+    return [mechanism.ledger().with_parts(algorithm.privacy, algorithm.name).to_dict()]
 
 
 def _losses(task: SupervisedTask, models: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -173,9 +203,9 @@ def membership_audit(setup: AuditSetup, models: int = 1000, *, held_out: float =
         k = min(batch, total - done)
         worlds = [(done + c) % 2 == 0 for c in range(k)]  # alternate in/out inside every batch
         systems = [with_z if w else parts for w in worlds]
-        task, final, n0, mechanism = _train(setup, ds, systems, seed=derive_seed(seed, "audit", chunk),
-                                            init_seed=seed, device=device)
-        ledger = [mechanism.ledger().to_dict()]
+        task, final, n0, mechanism, algorithm = _train(setup, ds, systems, seed=derive_seed(seed, "audit", chunk),
+                                                       init_seed=seed, device=device)
+        ledger = _ledger(mechanism, algorithm)
         agent0 = final.reshape(k, n0, -1)[:, 0]
         loss = _losses(task, agent0, torch.as_tensor(ds.X_train[z:z + 1]), torch.as_tensor(ds.y_train[z:z + 1]))[:, 0]
         for w, s in zip(worlds, (-loss).tolist()):
@@ -186,7 +216,8 @@ def membership_audit(setup: AuditSetup, models: int = 1000, *, held_out: float =
             progress(done, total)
     s_in, s_out = np.array(scores[True]), np.array(scores[False])
     audit = threshold_audit(s_in, s_out, setup.delta, held_out=held_out, confidence=confidence, seed=seed)
-    return MembershipAuditResult(setup, audit, setup.epsilon, s_in, s_out, time.perf_counter() - start, ledger)
+    return MembershipAuditResult(setup, audit, setup.nominal_epsilon, s_in, s_out, time.perf_counter() - start,
+                                 ledger)
 
 
 def one_run_membership_audit(setup: AuditSetup, canaries: int = 200, *, seed: int = 0,
@@ -200,10 +231,10 @@ def one_run_membership_audit(setup: AuditSetup, canaries: int = 200, *, seed: in
     if setup.algorithm == "central":
         parts = [np.concatenate(parts)]
     system = [np.concatenate([parts[0], np.array(cands)[included]])] + parts[1:]
-    task, final, n0, mechanism = _train(setup, ds, [system], seed=derive_seed(seed, "one-run", "train"),
-                                        init_seed=seed, device=device)
+    task, final, n0, mechanism, algorithm = _train(setup, ds, [system], seed=derive_seed(seed, "one-run", "train"),
+                                                   init_seed=seed, device=device)
     X = torch.as_tensor(ds.X_train[cands])
     y = torch.as_tensor(ds.y_train[cands])
     loss = _losses(task, final[:1], X, y)[0]
     result = one_run_audit((-loss).numpy(), included, setup.delta, confidence=confidence)
-    return result, [mechanism.ledger().to_dict()]
+    return result, _ledger(mechanism, algorithm)

@@ -32,13 +32,14 @@ class SupervisedTask(Task):
 
     def __init__(self, name: str, dataset: Dataset, model: ModuleModel, n: int, *, partition_name: str,
                  partition_params: dict, batch_size: int, l2: float, zero_init: bool, rng: np.random.Generator,
-                 dtype: torch.dtype, eval_train_samples: int = 5000) -> None:
+                 dtype: torch.dtype, eval_train_samples: int = 5000, grad_norm: bool = False) -> None:
         if batch_size < 1:
             raise ValidationError(f"batch_size must be >= 1, got {batch_size}")
         if l2 < 0:
             raise ValidationError(f"l2 must be >= 0, got {l2}")
         self.name, self.dataset, self.model, self.n = name, dataset, model, n
         self.dim, self.batch_size, self.l2, self.zero_init, self.dtype = model.dim, batch_size, l2, zero_init, dtype
+        self.grad_norm = bool(grad_norm)
         self.binary = model.shapes[-1] == (1,)
         if self.binary and not model.squeeze:
             raise ValidationError(f"model {model.name!r} has one output but does not squeeze it (binary logits)")
@@ -180,8 +181,19 @@ class SupervisedTask(Task):
         with torch.no_grad():
             test_loss, test_acc = self._eval(x, self.X_test, self.y_test)
             train_loss, _ = self._eval(x, self.X_train_eval, self.y_train_eval)
-        return {"test_loss": test_loss, "test_accuracy": test_acc, "train_loss": train_loss,
-                "consensus_distance": consensus_distance(x)}
+        out = {"test_loss": test_loss, "test_accuracy": test_acc, "train_loss": train_loss,
+               "consensus_distance": consensus_distance(x)}
+        if self.grad_norm:
+            out["grad_norm_sq"] = self.grad_norm_sq(x)
+        return out
+
+    def grad_norm_sq(self, x: torch.Tensor) -> float:
+        """‖∇F(x̄)‖²: the squared norm of the training loss's gradient (on the training-evaluation subset) at the
+        agents' average model — seed 002 Fig. 2(a)'s "squared gradient norm"."""
+        mean = x.to(self.dtype).mean(dim=0)
+        with torch.enable_grad():
+            g = torch.func.grad(lambda th: self.loss(th, self.X_train_eval, self.y_train_eval))(mean)
+        return float((g.to(torch.float64) ** 2).sum())
 
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "dataset": self.dataset.name, "model": self.model.name,
@@ -303,17 +315,18 @@ def cnn_task(n: int, *, dataset: Dataset_ = "fashion_mnist", partition: Partitio
 def sigmoid_cnn_task(n: int, *, dataset: Dataset_ = "mnist_t10k", partition: Partition_ = "iid", alpha: float = 10.0,
                      t: float = 0.5, batch_size: int = 1, l2: float = 0.0, data_dir: str | None = None, seed: int = 0,
                      normalize: list[float] | None = None, train_size: int | None = None, resize: int | None = None,
-                     init: Annotated[str, one_of("dlg", "default")] = "dlg",
+                     init: Annotated[str, one_of("dlg", "default")] = "dlg", grad_norm: bool = False,
                      dtype: torch.dtype = torch.float32) -> SupervisedTask:
     """Seed 002's CNN (three 5×5 convolutions with 12 filters and sigmoid, one linear layer; one sample per step by
     default, as seed 002 §5.2), the model its gradient-inversion experiment attacks; ``init = "dlg"`` draws every
-    parameter uniform on [−0.5, 0.5] as the DLG authors do."""
+    parameter uniform on [−0.5, 0.5] as the DLG authors do. ``grad_norm = true`` adds the metric ``grad_norm_sq``
+    (‖∇F(x̄)‖² on the training-evaluation subset, seed 002 Fig. 2(a))."""
     ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
                               resize)
     model = sigmoid_cnn(_image_shape(ds), ds.n_classes, init=init)
     return SupervisedTask("sigmoid_cnn", ds, model, n, partition_name=partition,
                           partition_params=params, batch_size=batch_size, l2=l2, zero_init=False, rng=rng,
-                          dtype=dtype)
+                          dtype=dtype, grad_norm=grad_norm)
 
 
 @TASKS.register("resnet9")
