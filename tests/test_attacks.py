@@ -278,3 +278,29 @@ def test_a_dp_protected_message_at_small_epsilon_leaks_no_more_than_random_guess
     random = [m["psnr"] for k in range(0, 63, 3) for m in reconstruction_metrics(x, lo + (hi - lo) * guesses[k:k + 3])]
     assert got["psnr"] < float(np.mean(random)) + 3.0, (got["psnr"], float(np.mean(random)))
     assert got["ssim"] < 0.1
+
+
+def test_dlg_refuses_a_model_it_cannot_differentiate_through_and_more_images_than_the_victim_holds():
+    from privdl.tasks.models import ModuleModel
+
+    class Rounded(torch.nn.Module):  # the input enters through round(): ∂/∂x of the matched gradient is 0
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(torch.round(x.reshape(x.shape[0], -1)))
+
+    model = ModuleModel("rounded", Rounded(), (1, 2, 2))
+    theta = torch.randn(model.dim, dtype=torch.float64)
+    with pytest.raises(ValidationError, match="no usable derivative with respect to the input"):
+        dlg(model, theta, torch.randn(1, model.dim, dtype=torch.float64), classes=3, iterations=2)
+
+
+def test_an_attack_asks_for_no_more_images_than_the_victim_holds(mnist):
+    from privdl.attacks.views import observations
+
+    cfg = _attack_config("dsgd", {}, rounds=3000)
+    cfg["task"]["train_size"] = 100  # 100 training digits over 5 agents: agent 1 holds fewer than 40
+    with pytest.raises(ValidationError, match="more than agent 1's"):
+        observations(cfg, attacker=0, victim=1, round=1, images=40)

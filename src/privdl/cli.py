@@ -423,7 +423,8 @@ def reproduce(
                                          "the paper's text); mnist_authors, a9a_authors (seed 001 as the authors' "
                                          "code runs it: per-example clipping, example-level DP); table1, table2 "
                                          "(seed 004); rms_filtering, rms_localization, rms_dlg (seed 002); "
-                                         "attack_table (gradient inversion under every method)"),
+                                         "attack_table (gradient inversion under every method); dpdl (seed 003, our "
+                                         "benchmark)"),
     out: Optional[Path] = typer.Option(None, "--out", help="output directory (default results/reproduce/NAME)"),
     seeds: Optional[int] = typer.Option(None, "--seeds", help="seeds per setting (default: the paper's 10)"),
     tune_seeds: Optional[int] = typer.Option(None, "--tune-seeds", help="seeds for the step-size search"),
@@ -435,11 +436,12 @@ def reproduce(
                                                               "(repeatable; inf = non-private in tables)"),
     fiedler: list[float] = typer.Option([], "--fiedler", help="table1: normalized Fiedler targets (repeatable)"),
     t: list[float] = typer.Option([], "--t", help="table2: A(t) splits (repeatable)"),
-    dataset: Optional[str] = typer.Option(None, "--dataset", help="table1/table2: image dataset "
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="table1/table2/dpdl: image dataset "
                                                                   "(default fashion_mnist; mnist where present)"),
     tune: bool = typer.Option(False, "--tune", help="table1/table2: try lr × {½, 1, 2} per cell first"),
     method: list[str] = typer.Option([], "--method", help="table1/table2: methods to run (repeatable; central, "
-                                                          "dsgd, dsgt, dinno)"),
+                                                          "dsgd, dsgt, dinno); dpdl: method labels (DPDL, "
+                                                          "'DPDL self-noise', …, CGA)"),
     device: Optional[str] = typer.Option(None, "--device", help="table1/table2: cpu, cuda or auto"),
     shard: Optional[str] = typer.Option(None, "--shard", help="table1/table2: I/K runs every K-th cell from I "
                                                               "(K processes share one table)"),
@@ -490,6 +492,8 @@ class AuditAlgorithm(str, Enum):
     dsg_rms = "dsg_rms"
     edsg_rms = "edsg_rms"
     pd_lms = "pd_lms"
+    dpdl = "dpdl"
+    dpdl_self_noise = "dpdl_self_noise"
 
 
 @app.command()

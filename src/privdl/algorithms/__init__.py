@@ -1,6 +1,8 @@
 """Decentralized and centralized optimisation algorithms on the agent axis."""
 
-from privdl.algorithms import central_sgd, dinno, dsgd, dsgt, exact_diffusion, pd_lms, psgt, rms  # noqa: F401
+from privdl.algorithms import (  # noqa: F401  (register)
+    central_sgd, cga, dinno, dpdl, dsgd, dsgt, exact_diffusion, pd_lms, psgt, rms,
+)
 from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext, per_round
 
 

@@ -72,6 +72,11 @@ class Algorithm(NamedTuple):
     wire: Any = None
     #: the algorithm's resolved parameters, written in the manifest
     facts: dict = {}
+    #: accesses to the data made WITHOUT the mechanism's noise (``ctx.gradient(..., protect=False)``):
+    #: (counts per owner in T rounds, like ``accesses``, and the reason stated in the ledger); None: there are none
+    unprotected: tuple[Callable[[int, Edges], torch.Tensor], str] | None = None
+    #: False when its accesses are not every row's own gradient (cross-gradients): the runner then runs it alone
+    stackable: bool = True
 
     def gradient_calls(self, iterations: int) -> int:
         """The most noisy accesses any agent's data gets in ``iterations`` rounds (on a 2-agent complete graph for

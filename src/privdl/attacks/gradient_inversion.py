@@ -77,6 +77,21 @@ def _matching(dummy_grads: torch.Tensor, target: torch.Tensor, loss: str) -> tor
     return 1.0 - cos
 
 
+def _check_twice_differentiable(model: ModuleModel, closure, x: torch.Tensor) -> None:
+    """DLG differentiates the gradient-matching loss, a function of ∇_θ loss, with respect to the input: the model
+    must be differentiable twice, and the input must reach the matched gradient."""
+    try:
+        closure()
+    except RuntimeError as exc:
+        raise ValidationError(f"model {model.name!r} cannot be differentiated twice, which DLG needs (it "
+                              f"differentiates ∇_θ loss with respect to the input): {exc}") from None
+    if x.grad is None or not bool(torch.isfinite(x.grad).all()) or not bool((x.grad != 0).any()):
+        raise ValidationError(f"model {model.name!r}: the gradient-matching loss has no usable derivative with "
+                              "respect to the input (its second derivative vanishes or is not finite), so DLG "
+                              "cannot move the dummy input")
+    x.grad = None
+
+
 def invert(model: ModuleModel, theta: torch.Tensor, gradients: torch.Tensor, *, classes: int,
            labels: torch.Tensor | None = None, loss: str = "l2", iterations: int = 300, restarts: int = 1,
            seed: int = 0, lr: float = 1.0, progress=None) -> Reconstruction:
@@ -118,6 +133,8 @@ def invert(model: ModuleModel, theta: torch.Tensor, gradients: torch.Tensor, *, 
             value.backward()
             return value
 
+        if r == 0:
+            _check_twice_differentiable(model, closure, x)
         for it in range(iterations):
             opt.step(closure)
             if progress is not None:

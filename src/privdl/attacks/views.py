@@ -91,6 +91,9 @@ class _View:
         into = (edges.dst == self.v).nonzero(as_tuple=True)[0]
         self.neighbours = {int(edges.src[e]): float(edges.weight[e]) for e in into}
         self.notes: set[str] = set()
+        if kind == "eavesdropper" and protection is not None:
+            self.notes.add("protected values used as they are (an eavesdropper has no model to guess the "
+                           "protection from)")
 
     def value(self, tag: str, t: int, src: int, dst: int | None) -> torch.Tensor | None:
         """What ``src`` sent to ``dst`` in round t on ``tag`` as the view has it (a broadcast: any of its links)."""
@@ -296,6 +299,10 @@ def observations(cfg: dict, *, attacker: int, victim: int, round: int, images: i
                               "--kind eavesdropper, or a neighbour")
     if images < 1:
         raise ValidationError("images must be >= 1")
+    held = int(c.task.counts[victim]) if hasattr(c.task, "counts") else images
+    if images > held:
+        raise ValidationError(f"--images {images} is more than agent {victim}'s {held} samples: K consecutive rounds "
+                              "would attack some samples twice")
     if round < 1:
         raise ValidationError(f"round must be >= 1, got {round}")
     extra = 1 if family == "tracking" else 0  # g_v(n) of DSGT is read from round n + 1's y message

@@ -24,6 +24,7 @@ from privdl.data.datasets import Dataset
 from privdl.errors import ValidationError
 from privdl.mechanisms import GradientMechanism, make_mechanism
 from privdl.network import Network
+from privdl.privacy.ledger import statement
 from privdl.keys import derive_seed
 from privdl.schedules import make_schedule
 from privdl.simulator import simulate
@@ -38,6 +39,11 @@ DEFAULTS: dict[str, tuple[dict, dict]] = {
               {"name": "geometric", "eta_start": 0.01, "eta_end": 0.0005}),
     "central": ({"name": "dsgd", "form": "cta", "optimizer": {"name": "sgd", "momentum": 0.9, "weight_decay": 1e-4}},
                 {"name": "constant", "eta": 0.194}),
+    # seed 003 (our step sizes: D-SGD's schedule): the published form's ε is that of its cross-gradients only (its
+    # self-gradient is un-noised); the audit shows whether it leaks beyond it. With self-noise: fully accounted.
+    "dpdl": ({"name": "dpdl"}, {"name": "geometric", "eta_start": 0.0365, "eta_end": 0.005}),
+    "dpdl_self_noise": ({"name": "dpdl", "self_noise": True}, {"name": "geometric", "eta_start": 0.0365,
+                                                                "eta_end": 0.005}),
 }
 #: methods that claim no DP guarantee (seed 002's obfuscations, PD-LMS's unbounded Laplace perturbations), audited
 #: without a DP mechanism: each step uses a uniform mini-batch of the agent's whole data size (with replacement); the
@@ -54,7 +60,8 @@ BROKEN = {"none": {}, "noise": {"unsafe_noise_scale": 0.1}, "clip": {"unsafe_no_
 
 @dataclass
 class AuditSetup:
-    algorithm: str = "dsgd"  # dsgd | dsgt | dinno | central, or a method claiming no DP: dsg_rms | edsg_rms | pd_lms
+    algorithm: str = "dsgd"  # dsgd | dsgt | dinno | central | dpdl | dpdl_self_noise, or a method claiming no DP:
+    # dsg_rms | edsg_rms | pd_lms
     epsilon: float = 1.0
     delta: float = 1e-2
     clip: float = 10.0
@@ -150,12 +157,13 @@ def _train(setup: AuditSetup, ds: Dataset, agent_parts: list[list[np.ndarray]], 
     x0 = model.init(torch.Generator().manual_seed(init_seed), torch.float32).expand(copies * n0, -1).clone()
     res = simulate(task=task, comm=comm, algorithm=algorithm, mechanism=mechanism, schedule=schedule,
                    iterations=setup.iterations, seed=seed, x0=x0, metrics=False, device=device)
-    return task, res.final, n0, mechanism, algorithm
+    return task, res.final, n0, mechanism, (algorithm, setup.iterations, comm.edges)
 
 
-def _ledger(mechanism: GradientMechanism, algorithm) -> list[dict]:
+def _ledger(mechanism: GradientMechanism, trained) -> list[dict]:
     """What the training states: the mechanism's ledger with the algorithm's own parts (RMS, protection, Laplace)."""
-    return [mechanism.ledger().with_parts(algorithm.privacy, algorithm.name).to_dict()]
+    algorithm, iterations, edges = trained
+    return [statement(mechanism, algorithm, iterations=iterations, edges=edges).to_dict()]
 
 
 def _losses(task: SupervisedTask, models: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -27,6 +27,7 @@ from privdl.experiment.build import Components, build, build_network, build_task
 from privdl.experiment.config import RunSpec, expand
 from privdl.experiment.store import ResultStore
 from privdl.mechanisms.stack import need_signature
+from privdl.privacy.ledger import statement
 from privdl.simulator import Replica, simulate, simulate_replicas, stackable
 
 #: numbers (model state plus one step's batch) a stacked batch may hold, for the automatic ``batch_replicas``
@@ -55,7 +56,8 @@ def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[i
     cfg = spec.config
     last = max((r[0] for r in rows), default=0)
     final = {m: v for t, m, v in rows if t == last}
-    ledger = c.mechanism.ledger(accesses).with_parts(c.algorithm.privacy, c.algorithm.name)
+    ledger = statement(c.mechanism, c.algorithm, iterations=cfg["iterations"], edges=c.network.edges,
+                       accesses=accesses)
     return {
         "run_id": spec.run_id,
         "status": "complete",
@@ -104,7 +106,7 @@ def run_one(spec: RunSpec, on_step: Callable[[int], None] | None = None, *,
     c = components or build(cfg)
     if not cfg.get("train", True):
         start = time.perf_counter()
-        ledger = c.mechanism.ledger().with_parts(c.algorithm.privacy, c.algorithm.name)
+        ledger = statement(c.mechanism, c.algorithm, iterations=cfg["iterations"], edges=c.network.edges)
         facts = {**_numeric(c.mechanism.describe()), **({"epsilon": ledger.epsilon} if ledger.epsilon is not None
                                                          and math.isfinite(ledger.epsilon) else {})}
         rows = [(0, k, v) for k, v in facts.items()]
@@ -222,7 +224,8 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool = True, shard: 
                     for lo in range(0, len(members), cap):
                         chunk = members[lo:lo + cap]
                         specs, comps = [group[k] for k in chunk], [parts[k] for k in chunk]
-                        if len(chunk) > 1 and stackable([c.mechanism for c in comps], comps[0].network.n):
+                        if (len(chunk) > 1 and comps[0].algorithm.stackable
+                                and stackable([c.mechanism for c in comps], comps[0].network.n)):
                             save_all([(spec, rows, man) for spec, (rows, man)
                                       in zip(specs, run_batch(specs, comps, on_step=tick))])
                         else:

@@ -195,6 +195,12 @@ class GradientMechanism(ABC):
     def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
         """The protected value of the access's rows (what the agents use and share)."""
 
+    def unprotected(self, value: torch.Tensor, access: Access) -> torch.Tensor:
+        """What :meth:`privatize` returns without its noise (an access the algorithm declares unprotected, e.g. seed
+        003's published DPDL self-gradient). Mechanisms without such a release refuse."""
+        raise ValidationError(f"mechanism {self.name!r} has no un-noised release; an algorithm that reads the data "
+                              "without noise (dpdl with self_noise = false) needs 'dp_sgd' or 'none'")
+
     # ---- privacy --------------------------------------------------------------------------------------------------
     def sensitivity_after(self, before: Sensitivity | None) -> Sensitivity | None:
         """The sensitivity bound of this mechanism's output given its input's (default: unchanged)."""
@@ -301,6 +307,9 @@ class NoPrivacy(GradientMechanism):
         super().__init__(steps=steps)
 
     def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
+        return value
+
+    def unprotected(self, value: torch.Tensor, access: Access) -> torch.Tensor:
         return value
 
 

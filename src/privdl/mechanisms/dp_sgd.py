@@ -107,6 +107,10 @@ class DPSGD(GradientMechanism):
         scale = self._scales[key].index_select(0, (owners % self.sigmas.numel()).to(flat.device))[:, None]
         return ((flat + scale * noise) / self.lot_size).reshape(value.shape)
 
+    def unprotected(self, value: torch.Tensor, access: Access) -> torch.Tensor:
+        """The clipped lot sum divided by the expected lot size, without noise."""
+        return value / self.lot_size
+
     def step_events(self, before: Sensitivity | None) -> tuple[list[PrivacyEvent], Sensitivity | None]:
         if before is None:
             return obfuscation(self.name, "per-example clipping disabled (unsafe_no_clip): no sensitivity bound")

@@ -115,6 +115,21 @@ class Ledger:
                             events=events, noise=self.noise,
                             note=f"{name}: {names}; no DP mechanism reads the data, so no ε is stated")
 
+    def with_unprotected(self, counts: Sequence[int], reason: str, name: str) -> "Ledger":
+        """This statement for a run whose algorithm also reads agent i's data ``counts[i]`` times **without** noise
+        (seed 003's published DPDL self-gradient): those accesses are non-private events, so no ε covers the agent;
+        the note keeps what the noisy accesses alone would give."""
+        if not any(int(c) for c in counts):
+            return self
+        alone = self.epsilon
+        events = [list(evs) + ([NonPrivateEvent(reason=reason, count=int(c))] if int(c) else [])
+                  for evs, c in zip(self.events, counts)]
+        said = (f"the noisy accesses alone: ε = {alone:.6g} per agent at δ = {self.delta:g} ({self.unit} level)"
+                if alone is not None and math.isfinite(alone) else "")
+        note = "; ".join(x for x in (self.note, f"{name}: {reason} — no overall ε", said) if x)
+        return Ledger.build(unit=self.unit, mechanism=self.mechanism, accountant=self.accountant, delta=self.delta,
+                            events=events, noise=self.noise, note=note, target_epsilon=self.target_epsilon)
+
     @property
     def epsilon(self) -> float | None:
         """The worst agent's ε (``None``: some agent has no DP guarantee; ∞: some agent is not protected)."""
@@ -193,4 +208,16 @@ def non_private(mechanism: str, n: int, accesses_per_agent: Sequence[int] | int)
                         note="no privacy protection")
 
 
-__all__ = ["Ledger", "non_private"]
+
+def statement(mechanism, algorithm, *, iterations: int, edges, accesses=None) -> Ledger:
+    """A run's whole privacy statement: the mechanism's ledger over ``accesses`` (default: those it counted), the
+    algorithm's own parts (:meth:`Ledger.with_parts`) and its declared un-noised accesses
+    (:meth:`Ledger.with_unprotected`)."""
+    ledger = mechanism.ledger(accesses).with_parts(algorithm.privacy, algorithm.name)
+    if algorithm.unprotected is not None:
+        counts, reason = algorithm.unprotected
+        ledger = ledger.with_unprotected(counts(iterations, edges).tolist(), reason, algorithm.name)
+    return ledger
+
+
+__all__ = ["Ledger", "non_private", "statement"]

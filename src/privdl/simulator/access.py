@@ -79,10 +79,13 @@ class GradientOracle:
         return owners, requesters
 
     def __call__(self, models: torch.Tensor, *, owners: torch.Tensor | None = None,
-                 requesters: torch.Tensor | None = None, tag: str = "gradient") -> torch.Tensor:
+                 requesters: torch.Tensor | None = None, tag: str = "gradient", protect: bool = True) -> torch.Tensor:
         """One noisy access: row r of ``models`` evaluated on the data of ``owners[r]`` (default: row r's own), at
         the model of agent ``requesters[r]`` (default: row r when there is one model per row of the run, else the
-        owner itself)."""
+        owner itself). ``protect=False`` is an access without the mechanism's noise (seed 003's published DPDL
+        self-gradient): its own draws (a call index of its own), not counted against the privacy budget, released
+        by :meth:`GradientMechanism.unprotected` — the algorithm must declare it (``Algorithm.unprotected``), and
+        the ledger then states that no ε covers the agent."""
         rows = models.shape[0]
         everyone = owners is None and requesters is None and rows == self.keys.rows
         if everyone:  # the common case: every row, its own data, its own model
@@ -94,7 +97,8 @@ class GradientOracle:
             everyone = rows == self.keys.rows and Access(owners=owners, requesters=requesters, call=0).all_rows
         self.calls += 1
         access = Access(owners=owners, requesters=requesters, call=self.calls, everyone=everyone)
-        self.mechanism.count(access)
+        if protect:
+            self.mechanism.count(access)
         need = self.mechanism.need
         self._everyone = everyone
         if isinstance(need, BatchGradient):
@@ -104,7 +108,7 @@ class GradientOracle:
             value = self.clipped_sum(models, owners, requesters, need)
         else:  # pragma: no cover - the Need union is closed
             raise ValidationError(f"unknown need {need!r}")
-        return self.mechanism.privatize(value, access)
+        return self.mechanism.privatize(value, access) if protect else self.mechanism.unprotected(value, access)
 
     def _draws(self, purpose: str, owners: torch.Tensor, requesters: torch.Tensor) -> Draws:
         if self._everyone:  # every row for itself: the keys' deduplicated fast path
