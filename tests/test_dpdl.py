@@ -170,3 +170,13 @@ def test_cga_trains_through_the_real_data_flow_and_counts_its_accesses():
     assert [m.tag for m in tr.messages[:3]] == ["model", "cross_gradient", "x"]
     before = task.metrics(task.init_params(torch.Generator().manual_seed(0)).expand(4, -1))["train_loss"]
     assert task.metrics(res.final)["train_loss"] < before
+
+
+def test_reproduce_dpdl_refuses_unknown_methods_graphs_and_splits(tmp_path):
+    from privdl.reproductions.dpdl import dpdl
+
+    for kw, match in (({"methods": ("DPDL", "FedAvg")}, "unknown method"), ({"graphs": ("torus",)}, "unknown graph"),
+                      ({"splits": ("iid",)}, "unknown split")):
+        with pytest.raises(ValidationError, match=match):
+            dpdl(tmp_path, **kw)
+    assert not any(tmp_path.iterdir())  # nothing was run or written

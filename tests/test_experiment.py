@@ -3,6 +3,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -304,3 +305,102 @@ eta = 1.0
 
             w = build_network(man["config"]["network"], man["config"]["seed"]).W
             assert man["final_metrics"]["trace"] == pytest.approx(float(np.sum(w * w)) / ldp_bound, rel=1e-9)
+
+
+@pytest.mark.parametrize("axis,match", [("mechanism.epsilom", r"'mechanism.epsilom' is not a key of any \[mechanism\]"),
+                                        ("network.pp", r"'network.pp' is not a key of any \[network\]"),
+                                        ("mechanismm.epsilon", r"unknown section \[mechanismm\]")])
+def test_a_misspelled_sweep_axis_is_an_error_not_a_collapsed_grid(tmp_path, axis, match):
+    """A sweep key no component accepts used to be dropped: the grid collapsed to the base value, silently."""
+    from typer.testing import CliRunner
+
+    from privdl.cli import app
+    from privdl.errors import ConfigError
+    from privdl.experiment.config import expand
+
+    cfg = {"iterations": 2, "network": {"topology": "ring", "n": 4}, "task": {"name": "quadratic"},
+           "mechanism": {"name": "gaussian_ldp", "epsilon": 10.0, "clip": 1.0},
+           "schedule": {"name": "constant", "eta": 0.01}, "sweep": {axis: [1.0, 30.0]}}
+    with pytest.raises(ConfigError, match=match):
+        expand(cfg)
+    bundle = {**cfg, "sweep": {"method": [{"label": "a", "mechanism": {"epsilom": 1.0}}]}}
+    with pytest.raises(ConfigError, match="epsilom"):
+        expand(bundle)
+    path = tmp_path / "c.toml"
+    path.write_text('iterations = 2\n[network]\ntopology = "ring"\nn = 4\n[task]\nname = "quadratic"\n'
+                    f'[sweep]\n"{axis}" = [1.0, 30.0]\n')
+    res = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2 and axis in res.output and "[" in res.output  # bracketed words survive the markup
+
+
+def test_a_damaged_manifest_is_run_again_and_a_cut_results_csv_is_refused(tmp_path):
+    from privdl.errors import ValidationError
+    from privdl.experiment.runner import run_experiment
+    from privdl.experiment.store import read_results
+
+    cfg = {"iterations": 3, "eval_every": 3, "seeds": 2, "network": {"topology": "ring", "n": 4},
+           "task": {"name": "quadratic"}, "schedule": {"name": "constant", "eta": 0.01}}
+    first = run_experiment(cfg, tmp_path / "o")
+    manifests = sorted((tmp_path / "o" / "runs").glob("*/manifest.json"))
+    assert first.executed == 2 and len(manifests) == 2
+    manifests[0].write_text("{")  # damaged: used to count as finished
+    with pytest.warns(UserWarning, match="damaged or incomplete"):
+        again = run_experiment(cfg, tmp_path / "o")
+    assert again.executed == 1 and json.loads(manifests[0].read_text())["status"] == "complete"
+    results = tmp_path / "o" / "results.csv"
+    fields, rows = read_results(results)
+    assert len({r["run_id"] for r in rows}) == 2
+    results.write_text(results.read_text()[:-4])  # cut in the middle of a number
+    with pytest.raises(ValidationError, match="cut short"):
+        read_results(results)
+    metrics = manifests[1].parent / "metrics.csv"
+    metrics.write_text(metrics.read_text().replace("\n0,", "\nzero,", 1))
+    with pytest.raises(ValidationError, match="is damaged"):
+        run_experiment(cfg, tmp_path / "o")
+
+
+def test_a_network_file_defines_the_graph_and_conflicting_keys_are_refused(tmp_path):
+    """A 4-agent W file under `topology = "ring", n = 5` used to run 4 agents while the manifest said ring, n = 5."""
+    from privdl.errors import ConfigError
+    from privdl.experiment.runner import run_experiment
+
+    np.save(tmp_path / "w4.npy", np.full((4, 4), 0.25))
+    base = {"iterations": 2, "eval_every": 2, "task": {"name": "quadratic"},
+            "schedule": {"name": "constant", "eta": 0.01}}
+    for extra in ({"topology": "ring", "n": 5}, {"n": 5}, {"seed": 3}):
+        with pytest.raises(ConfigError, match="defines the graph"):
+            run_experiment({**base, "network": {"file": str(tmp_path / "w4.npy"), **extra}}, tmp_path / "bad")
+    res = run_experiment({**base, "network": {"file": str(tmp_path / "w4.npy")}}, tmp_path / "ok")
+    man = json.loads(next((tmp_path / "ok" / "runs").glob("*/manifest.json")).read_text())
+    assert res.executed == 1 and man["network"]["n"] == 4 and "topology" not in man["config"]["network"]
+
+
+def test_two_processes_on_one_out_never_run_the_same_run_twice(tmp_path):
+    """Each run is claimed with a lock file before it is executed; a second process skips what the first holds (and
+    says so), and takes over a lock whose process is gone."""
+    import subprocess
+    import sys
+
+    from privdl.experiment.store import ResultStore
+
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text('iterations = 20000\neval_every = 20000\nseeds = 6\nbatch_replicas = 1\n[network]\n'
+                        'topology = "ring"\nn = 4\n[task]\nname = "quadratic"\n[schedule]\nname = "constant"\n'
+                        'eta = 0.01\n')
+    out = tmp_path / "o"
+    cmd = [sys.executable, "-m", "privdl.cli", "run", str(cfg_path), "--out", str(out), "--no-plot"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    texts = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), texts
+    executed = [int(t.split("runs (")[1].split(" executed")[0]) for t in texts]
+    assert sum(executed) == 6, texts  # every run executed exactly once across the two processes
+    assert min(executed) >= 1, texts  # they did overlap (else the test would prove nothing)
+    store = ResultStore(out)
+    runs = sorted((out / "runs").iterdir())
+    assert len(runs) == 6 and not any((r / ".lock").exists() for r in runs)
+    # a lock left by a dead process is taken over
+    (runs[0] / ".lock").write_text(f"{__import__('socket').gethostname()} 999999999")
+    assert store.lock(runs[0].name)
+    (runs[1] / ".lock").write_text(f"{__import__('socket').gethostname()} 1")
+    assert not store.lock(runs[1].name)  # pid 1 is alive: another process holds it
+    (runs[1] / ".lock").unlink()

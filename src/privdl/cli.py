@@ -47,7 +47,9 @@ def _network(mixing: Optional[Path], topology: str, n: int, p: float, graph_seed
 
 
 def _fail(exc: Exception) -> None:
-    err.print(f"[bold red]error:[/] {exc}")
+    from rich.markup import escape
+
+    err.print(f"[bold red]error:[/] {escape(str(exc))}")  # messages name [sections] and 'pkg[extra]' literally
     raise typer.Exit(code=2)
 
 
@@ -66,8 +68,10 @@ def run(
         cfg = load_config(config, set_)
         out = out or Path("results") / config.stem
         summary = run_experiment(cfg, out, progress=not quiet)
-        console.print(f"{summary.runs} runs ({summary.executed} executed, {summary.skipped} already done) in "
-                      f"{summary.seconds:.1f} s → {summary.results}")
+        console.print(f"{summary.runs} runs ({summary.executed} executed, {summary.skipped} already done"
+                      + (f", {summary.busy} being run by another process: run the command again when it has "
+                         "finished to collect them" if summary.busy else "")
+                      + f") in {summary.seconds:.1f} s → {summary.results}")
         _print_final(summary.out)
         if not no_plot:
             files = plot_experiment(summary.out)
@@ -582,7 +586,9 @@ def audit(
 
 def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
     """Warnings as one line on stderr (each distinct message once), e.g. an RMS run outside seed 002's bounds."""
-    err.print(f"[yellow]warning:[/] {message}", soft_wrap=True, highlight=False)
+    from rich.markup import escape
+
+    err.print(f"[yellow]warning:[/] {escape(str(message))}", soft_wrap=True, highlight=False)
 
 
 def main() -> None:

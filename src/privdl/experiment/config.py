@@ -297,6 +297,19 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
         name_key = "topology" if section == "network" else "name"
         name = table.get(name_key, default_name)
         registry = TOPOLOGIES if section == "network" else SECTIONS[section]
+        if section == "network" and table.get("file"):
+            given = sorted(k for k in ("topology", "n", "seed") if k in table)
+            if given:
+                raise ConfigError(f"[network] file = {table['file']!r} defines the graph: remove "
+                                  f"{', '.join('network.' + k for k in given)} (they would be ignored, and the "
+                                  "manifest would say otherwise)")
+            allowed = {"file", "file_kind", "mixing", "lazy", "sparse"}
+            extra = sorted(k for k in table if k not in allowed and f"network.{k}" not in swept)
+            if extra:
+                raise ConfigError(f"unknown key(s) {', '.join('network.' + k for k in extra)} for a network read "
+                                  f"from a file; valid keys: {', '.join(sorted(allowed))}")
+            out[section] = {k: v for k, v in table.items() if k in allowed}
+            continue
         try:
             params = _component_keys(section, name)
         except PrivdlError as exc:
@@ -355,6 +368,24 @@ def _keys_accepted_anywhere(points: list[tuple[dict, dict, set[str]]]) -> dict[s
     return used
 
 
+def _check_swept_keys(points: list[tuple[dict, dict, set[str]]], used: dict[str, set[str]]) -> None:
+    """Every key a sweep sets (an axis like ``"mechanism.epsilon"`` or a key inside a bundle) must be accepted by some
+    component of the experiment: a misspelled axis would otherwise be dropped and the grid collapse silently."""
+    for _, _, swept in points:
+        for dotted in sorted(swept):
+            if "." not in dotted:
+                continue  # a top-level key, checked with the config
+            section, key = dotted.split(".", 1)
+            if section not in ("network", *SECTIONS):
+                raise ConfigError(f"sweep key {dotted!r}: unknown section [{section}]; sections: network, "
+                                  f"{', '.join(SECTIONS)}")
+            fixed = NETWORK_FIXED if section == "network" else {"name": None}
+            if "." in key or not (key in fixed or key in used.get(section, set())):
+                valid = sorted(used.get(section, set()) | set(fixed))
+                raise ConfigError(f"sweep key {dotted!r} is not a key of any [{section}] component in this "
+                                  f"experiment (misspelled?); valid keys: {', '.join(valid)}")
+
+
 def run_id(effective: dict) -> str:
     payload = {k: v for k, v in effective.items() if k not in ("name", "description", "threads", "device", "batch_replicas")}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
@@ -365,6 +396,7 @@ def expand(cfg: dict) -> tuple[list[RunSpec], list[str]]:
     axes = [a.name for a in _axes(cfg)]
     points = _grid(cfg)
     used = _keys_accepted_anywhere(points)
+    _check_swept_keys(points, used)
     runs: dict[tuple, RunSpec] = {}
     for merged, values, swept in points:
         eff = _resolve(merged, swept, used)

@@ -44,6 +44,7 @@ class ExperimentSummary:
     skipped: int
     results: Path
     seconds: float
+    busy: int = 0  # runs another process was running (not executed here, not in results.csv yet)
 
 
 def _numeric(facts: dict) -> dict[str, float]:
@@ -197,7 +198,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool = True, shard: 
                 for spec, rows, man in items:
                     on_done(spec.run_id, rows, man)
 
-        for group in plan(todo):
+        def _execute(group: list[RunSpec]) -> None:
             iters = group[0].config["iterations"]
             label = (f"  {len(group)} stacked runs" if len(group) > 1 else
                      "  " + (", ".join(f"{k}={v}" for k, v in group[0].sweep.items() if v is not None)
@@ -233,6 +234,39 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool = True, shard: 
                                 rows, man = run_one(spec, on_step=tick, components=c)
                                 save(spec, rows, man)
             bar.update(current, completed=iters, visible=False)
+
+        executed, busy = 0, 0
+        last_results = time.perf_counter()
+
+        def claimed(group: list[RunSpec]) -> list[RunSpec]:
+            """The runs of ``group`` this process takes (one lock per run: two processes on one --out never run
+            the same run twice); runs another process holds or has finished meanwhile are left to it."""
+            nonlocal busy
+            mine = []
+            for s in group:
+                if not store.lock(s.run_id):
+                    busy += 1
+                elif store.is_done(s.run_id):
+                    store.unlock(s.run_id)
+                    bar.advance(overall, 1)
+                else:
+                    mine.append(s)
+            return mine
+
+        for planned in plan(todo):
+            group = claimed(planned)
+            if not group:
+                continue
+            executed += len(group)
+            try:
+                _execute(group)
+            finally:
+                for s in group:
+                    store.unlock(s.run_id)
+            if time.perf_counter() - last_results > 30:  # results.csv grows while a long sweep runs
+                store.write_results(axes, [(r.run_id, r.sweep) for r in runs])
+                last_results = time.perf_counter()
     results = store.write_results(axes, [(r.run_id, r.sweep) for r in runs])
-    return ExperimentSummary(Path(out), len(unique), len(todo), len(unique) - len(todo), results,
-                             time.perf_counter() - start)
+    return ExperimentSummary(Path(out), len(unique), executed, len(unique) - len(todo), results,
+                             time.perf_counter() - start, busy)
+

@@ -15,10 +15,12 @@ import csv
 import io
 import json
 import os
+import socket
+import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
-from privdl.errors import ConfigError
+from privdl.errors import ConfigError, ValidationError
 
 
 def _stage(path: Path, text: str, *, sync: bool) -> str:
@@ -81,7 +83,51 @@ class ResultStore:
         return self.root / "runs" / run_id
 
     def is_done(self, run_id: str) -> bool:
-        return (self.run_dir(run_id) / "manifest.json").is_file()
+        """Finished: a manifest that parses, says ``complete`` for this run id, beside its metrics. A run whose
+        manifest is damaged (a crash of the disk, a hand edit) is not finished: it is run again, with a warning."""
+        path = self.run_dir(run_id) / "manifest.json"
+        if not path.is_file():
+            return False
+        try:
+            man = json.loads(path.read_text())
+        except (ValueError, OSError):
+            man = None
+        ok = (isinstance(man, dict) and man.get("status") == "complete" and man.get("run_id") == run_id
+              and (self.run_dir(run_id) / "metrics.csv").is_file())
+        if not ok:
+            warnings.warn(f"run {run_id}: its manifest ({path}) is damaged or incomplete; the run is done again",
+                          stacklevel=2)
+        return ok
+
+    def lock(self, run_id: str) -> bool:
+        """Take the run for this process (an exclusive ``.lock`` file in its folder, holding host and pid). False
+        when another live process on this host holds it, or any process on another host (delete the ``.lock`` by
+        hand if that process is gone); a lock left by a dead process on this host is taken over."""
+        d = self.run_dir(run_id)
+        d.mkdir(parents=True, exist_ok=True)
+        lock = d / ".lock"
+        me = f"{socket.gethostname()} {os.getpid()}"
+        for _ in range(2):
+            try:
+                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                try:
+                    host, pid = lock.read_text().split()
+                except (OSError, ValueError):
+                    host, pid = socket.gethostname(), "0"
+                if f"{host} {pid}" == me:
+                    return True
+                if host != socket.gethostname() or _alive(int(pid)):
+                    return False
+                lock.unlink(missing_ok=True)  # its process is gone
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(me)
+            return True
+        return False
+
+    def unlock(self, run_id: str) -> None:
+        (self.run_dir(run_id) / ".lock").unlink(missing_ok=True)
 
     def save_run(self, run_id: str, rows: Iterable[tuple[int, str, float]], manifest: dict) -> None:
         self.save_runs([(run_id, rows, manifest)])
@@ -112,10 +158,15 @@ class ResultStore:
             raise
 
     def load_rows(self, run_id: str) -> list[tuple[int, str, float]]:
-        with open(self.run_dir(run_id) / "metrics.csv") as f:
+        path = self.run_dir(run_id) / "metrics.csv"
+        with open(path) as f:
             r = csv.reader(f)
-            next(r)
-            return [(int(t), m, float(v)) for t, m, v in r]
+            next(r, None)
+            try:
+                return [(int(t), m, float(v)) for t, m, v in r]
+            except ValueError as exc:
+                raise ValidationError(f"{path} is damaged ({exc}); delete {path.parent} and run the experiment "
+                                      "again to redo that run") from None
 
     def manifest(self, run_id: str) -> dict:
         return json.loads((self.run_dir(run_id) / "manifest.json").read_text())
@@ -137,7 +188,30 @@ class ResultStore:
         return path
 
 
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def read_results(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
-    with open(path) as f:
-        r = csv.DictReader(f)
-        return list(r.fieldnames or []), list(r)
+    """The rows of a results.csv; a file cut short (no final newline: an interrupted copy, a full disk) or a row
+    whose value is not a number is refused rather than plotted."""
+    text = Path(path).read_text()
+    if text and not text.endswith("\n"):
+        raise ValidationError(f"{path} ends in the middle of a line (cut short?); `privdl run CONFIG --out "
+                              f"{Path(path).parent}` rebuilds it from the finished runs without recomputing them")
+    r = csv.DictReader(io.StringIO(text))
+    rows = list(r)
+    for k, row in enumerate(rows, start=2):
+        try:
+            float(row.get("value", "nan"))
+        except (TypeError, ValueError):
+            raise ValidationError(f"{path}, line {k}: value {row.get('value')!r} is not a number") from None
+    return list(r.fieldnames or []), rows

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,9 @@ BETAS = (0.0, 0.5, 0.9)
 
 
 def _epsilon_label(r) -> str:
-    return "inf" if r.sweep.get("mechanism.name") == "none" else f"{float(r.sweep['mechanism.epsilon']):g}"
+    if r.config.get("mechanism", {}).get("name", "none") == "none":
+        return "inf"
+    return f"{float(r.config['mechanism']['epsilon']):g}"
 
 
 def _statement(r) -> str:
@@ -32,6 +35,9 @@ def _statement(r) -> str:
     eps = led.get("epsilon")
     if isinstance(eps, (int, float)) and math.isfinite(eps):
         return f"({eps:.3g}, {led['delta']:g})-DP per example"
+    alone = re.search(r"the noisy accesses alone: ε = ([0-9.eE+-]+)", led.get("note", ""))
+    if alone:
+        return f"none (un-noised self-gradient; cross-gradients alone ε = {float(alone.group(1)):.3g})"
     return led.get("guarantee", "none")
 
 
@@ -99,8 +105,11 @@ def dpdl(out: Path, *, seeds: int = 3, iterations: int | None = None, dataset: s
     if cfg["sweep"]["method"]:
         run(cfg, out / "runs_dpdl", progress=progress, shard=part)
     if not methods or "CGA" in methods:
-        cga = with_overrides(cfg, {"sweep.mechanism.name": ["none"], "sweep.mechanism.epsilon": [3.0],
-                                   "sweep.method": [{"label": "CGA", "algorithm": {"name": "cga"}}]})
+        cga = copy.deepcopy(cfg)
+        cga["mechanism"] = {"name": "none"}  # non-private: no DP keys, no ε axis
+        for axis in ("mechanism.name", "mechanism.epsilon"):
+            cga["sweep"].pop(axis, None)
+        cga["sweep"]["method"] = [{"label": "CGA", "algorithm": {"name": "cga"}}]
         run(cga, out / "runs_cga", progress=progress, shard=part)
     if not methods:
         _sensitivity(cfg, out, dataset, progress, part)
