@@ -404,3 +404,17 @@ def test_two_processes_on_one_out_never_run_the_same_run_twice(tmp_path):
     (runs[1] / ".lock").write_text(f"{__import__('socket').gethostname()} 1")
     assert not store.lock(runs[1].name)  # pid 1 is alive: another process holds it
     (runs[1] / ".lock").unlink()
+
+
+def test_version_flag_and_the_manifest_say_which_code_and_libraries_ran(tmp_path):
+    import privdl
+
+    res = CliRunner().invoke(app, ["--version"])
+    assert res.exit_code == 0 and privdl.__version__ in res.output and privdl.source_hash() in res.output
+    cfg = {"iterations": 2, "eval_every": 2, "network": {"topology": "ring", "n": 4}, "task": {"name": "quadratic"},
+           "schedule": {"name": "constant", "eta": 0.01}}
+    run_experiment(cfg, tmp_path / "o")
+    man = json.loads(next((tmp_path / "o" / "runs").glob("*/manifest.json")).read_text())
+    assert man["privdl_source_sha256"] == privdl.source_hash() and len(man["privdl_source_sha256"]) == 16
+    assert set(man["versions"]) >= {"numpy", "scipy", "dp-accounting", "torch"}
+    assert man["started_at"] <= man["finished_at"] and man["finished_at"].endswith("+00:00")

@@ -5,6 +5,24 @@ The agent axis: every per-agent quantity is a tensor whose leading axis is the a
 
 __version__ = "0.1.0"
 
+_SOURCE_HASH: str | None = None
+
+
+def source_hash() -> str:
+    """SHA-256 (first 16 hex digits) of privdl's Python sources and packaged configs, in path order: which code
+    produced a result, installed from a commit or not (written in every manifest)."""
+    global _SOURCE_HASH
+    if _SOURCE_HASH is None:
+        import hashlib
+        from pathlib import Path
+
+        root = Path(__file__).parent
+        h = hashlib.sha256()
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".toml") and p.is_file()):
+            h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+        _SOURCE_HASH = h.hexdigest()[:16]
+    return _SOURCE_HASH
+
 from privdl import moved as _moved
 
 _moved.install()  # removed modules (privdl.rng, ...) fail with the name of their replacement

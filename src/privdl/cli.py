@@ -22,6 +22,20 @@ console = Console(width=None if sys.stdout.isatty() else 160)  # no truncated ta
 err = Console(stderr=True)
 
 
+def _version(value: bool) -> None:
+    if value:
+        import privdl
+
+        typer.echo(f"privdl {privdl.__version__} (source {privdl.source_hash()})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print privdl's version and the hash of its source, and exit")) -> None:
+    """privdl: privacy-preserving decentralized learning (simulator, accountants, experiments)."""
+
+
 def _print_facts(facts: dict, fmt: "Format", title: str) -> None:
     """A flat dict of results as JSON or as a two-column table."""
     if fmt is Format.json:

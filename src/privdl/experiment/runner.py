@@ -52,6 +52,24 @@ def _numeric(facts: dict) -> dict[str, float]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))}
 
 
+def _utc(stamp: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(stamp, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("numpy", "scipy", "dp-accounting", "torch", "networkx"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:  # pragma: no cover - all are dependencies
+            out[pkg] = "absent"
+    return out
+
+
 def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[int, str, float]],
              accesses: torch.Tensor | None, batch: dict | None = None) -> dict:
     cfg = spec.config
@@ -65,7 +83,9 @@ def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[i
         "config": cfg,
         "sweep": spec.sweep,
         "privdl_version": privdl.__version__,
+        "privdl_source_sha256": privdl.source_hash(),
         "torch_version": torch.__version__,
+        "versions": _versions(),
         "python": platform.python_version(),
         "seeds": {"run": cfg["seed"], "network": cfg["network"].get("seed", 0), "data": cfg["task"].get("seed", 0),
                   "keys": "root seed → (purpose, access, agent[, neighbour]) and shared keys per holder set"},
@@ -78,6 +98,8 @@ def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[i
         "trained": cfg.get("train", True),
         "batch": batch or {"replicas": 1},
         "seconds": seconds,
+        "finished_at": _utc(time.time()),
+        "started_at": _utc(time.time() - seconds),
         "iterations_per_second": cfg["iterations"] / seconds if seconds > 0 and cfg.get("train", True) else None,
         "final_metrics": final,
     }
