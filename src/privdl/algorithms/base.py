@@ -49,6 +49,17 @@ def check_gossip(algorithm: str, gossip: str) -> None:
         raise ValidationError(f"{algorithm} gossip must be one of {GOSSIPS}, got {gossip!r}")
 
 
+def cross_gradients(ctx: StepContext, models: torch.Tensor) -> torch.Tensor:
+    """The cross-gradient exchange of DPDL and CGA: every model goes to every neighbour (``pull``, tag ``model``),
+    the neighbour evaluates its own data there (one access over the edge axis, keyed by owner and requester) and sends
+    the result back (``push``, tag ``cross_gradient``). Row e of the result is what dst(e) received: src(e)'s data at
+    dst(e)'s model, as the mechanism protects it."""
+    e = ctx.comm.edges
+    pulled = ctx.comm.pull(models, tag="model")  # x_src(e) at dst(e)
+    cross = ctx.gradient(pulled, owners=e.dst, requesters=e.src, tag="cross_gradient")  # dst's data at x_src
+    return ctx.comm.push(cross, tag="cross_gradient")
+
+
 def per_round(rounds_factor: int = 1, extra: int = 0) -> Callable[[int, Edges], torch.Tensor]:
     """``accesses`` of an algorithm that reads every agent's data ``rounds_factor`` times a round, plus ``extra``."""
     def accesses(iterations: int, edges: Edges) -> torch.Tensor:

@@ -24,7 +24,7 @@ from typing import Annotated, NamedTuple
 import numpy as np
 import torch
 
-from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext
+from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext, cross_gradients
 from privdl.errors import ValidationError
 from privdl.network.edges import Edges
 from privdl.registry import one_of
@@ -58,10 +58,6 @@ def project(g: np.ndarray, G: np.ndarray, *, margin: float, previous: np.ndarray
     return G.T @ v + g, v, solved
 
 
-def _degree(edges: Edges) -> torch.Tensor:
-    return torch.bincount(edges.dst.cpu(), minlength=edges.rows)
-
-
 @ALGORITHMS.register("cga")
 def cga(*, beta: float = 0.9, margin: float = 0.5,
         per_tensor: Annotated[str, one_of("model", "whole")] = "model") -> Algorithm:
@@ -85,19 +81,17 @@ def cga(*, beta: float = 0.9, margin: float = 0.5,
         return out
 
     def init(x0: torch.Tensor, ctx: StepContext) -> CGAState:
-        lonely = (_degree(ctx.comm.edges) == 0).nonzero(as_tuple=True)[0]
+        lonely = (ctx.comm.edges.degree == 0).nonzero(as_tuple=True)[0]
         if lonely.numel():
             raise ValidationError(f"cga needs a neighbour for every agent; agent {int(lonely[0])} has none")
-        width = int(_degree(ctx.comm.edges).max())
+        width = int(ctx.comm.edges.degree.max())
         duals = torch.full((x0.shape[0], len(tensors(ctx, x0.shape[1])), width), float(margin), dtype=torch.float64)
         return CGAState(x0.clone(), torch.zeros_like(x0), duals)
 
     def step(s: CGAState, ctx: StepContext) -> CGAState:
         comm = ctx.comm
         e = comm.edges
-        pulled = comm.pull(s.x, tag="model")
-        cross = ctx.gradient(pulled, owners=e.dst, requesters=e.src, tag="cross_gradient")
-        back = comm.push(cross, tag="cross_gradient").reshape(len(e), -1)  # at dst(e): src(e)'s data at x_dst
+        back = cross_gradients(ctx, s.x).reshape(len(e), -1)  # at dst(e): src(e)'s data at x_dst
         own = ctx.gradient(s.x, tag="self_gradient").reshape(s.x.shape[0], -1)
         weighted = (back * e.weight.to(back)[:, None]).cpu().double().numpy()
         own_w = (own * e.self_weight.to(own)[:, None]).cpu().double().numpy()
@@ -118,7 +112,7 @@ def cga(*, beta: float = 0.9, margin: float = 0.5,
         return CGAState(comm.mix(s.x, tag="x") - ctx.eta * (g + beta * momentum), momentum, duals)
 
     def accesses(iterations: int, edges: Edges) -> torch.Tensor:
-        return _degree(edges).to(torch.int64) * iterations + iterations
+        return edges.degree.to(torch.int64) * iterations + iterations
 
     return Algorithm("cga", init, step, lambda s: s.x, accesses,
                      facts={"beta": float(beta), "margin": float(margin), "per_tensor": per_tensor}, stackable=False)

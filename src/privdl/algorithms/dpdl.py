@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import torch
 
-from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext
+from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext, cross_gradients
 from privdl.errors import ValidationError
 from privdl.network.edges import Edges
 
@@ -52,10 +52,6 @@ def calibration_weights(received: torch.Tensor, own: torch.Tensor) -> torch.Tens
     return torch.sigmoid(-cos)
 
 
-def _degree(edges: Edges) -> torch.Tensor:
-    return torch.bincount(edges.dst.cpu(), minlength=edges.rows)
-
-
 @ALGORITHMS.register("dpdl")
 def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False, calibration: bool = True) -> Algorithm:
     """DPDL (seed 003). ``self_noise``: also noise the self-gradient (fully accounted); ``calibration = false``:
@@ -68,7 +64,7 @@ def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False, cal
 
     def init(x0: torch.Tensor, ctx: StepContext) -> DPDLState:
         e = ctx.comm.edges
-        lonely = (_degree(e) == 0).nonzero(as_tuple=True)[0]
+        lonely = (e.degree == 0).nonzero(as_tuple=True)[0]
         if lonely.numel():
             raise ValidationError(f"dpdl needs a neighbour for every agent (cross-gradients); agent "
                                   f"{int(lonely[0])} has none")
@@ -82,9 +78,7 @@ def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False, cal
         comm = ctx.comm
         e = comm.edges
         dst = e.dst.to(s.x.device)
-        pulled = comm.pull(s.x, tag="model")  # x_src(e) at dst(e)
-        cross = ctx.gradient(pulled, owners=e.dst, requesters=e.src, tag="cross_gradient")  # dst's data at x_src
-        back = comm.push(cross, tag="cross_gradient")  # at dst(e) = i: src(e)'s data at x_i, noisy
+        back = cross_gradients(ctx, s.x)  # at dst(e) = i: src(e)'s data at x_i, noisy
         own = ctx.gradient(s.x, tag="self_gradient", protect=self_noise)  # ĝ^{ii}
         flat = back.reshape(back.shape[0], -1)
         own_e = own.reshape(own.shape[0], -1).index_select(0, dst)
@@ -99,7 +93,7 @@ def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False, cal
         return DPDLState(comm.mix(x_new, tag="x"), comm.mix(v_new, tag="v"))
 
     def accesses(iterations: int, edges: Edges) -> torch.Tensor:
-        return _degree(edges).to(torch.int64) * iterations + (iterations if self_noise else 0)
+        return edges.degree.to(torch.int64) * iterations + (iterations if self_noise else 0)
 
     def unprotected(iterations: int, edges: Edges) -> torch.Tensor:
         return torch.full((edges.rows,), iterations, dtype=torch.int64)
