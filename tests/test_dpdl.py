@@ -176,7 +176,7 @@ def test_reproduce_dpdl_refuses_unknown_methods_graphs_and_splits(tmp_path):
     from privdl.reproductions.dpdl import dpdl
 
     for kw, match in (({"methods": ("DPDL", "FedAvg")}, "unknown method"), ({"graphs": ("torus",)}, "unknown graph"),
-                      ({"splits": ("iid",)}, "unknown split")):
+                      ({"splits": ("iid",)}, "unknown split"), ({"dataset": "cifar100"}, "unknown dataset")):
         with pytest.raises(ValidationError, match=match):
             dpdl(tmp_path, **kw)
     assert not any(tmp_path.iterdir())  # nothing was run or written

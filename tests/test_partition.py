@@ -60,3 +60,15 @@ def test_bad_partition_inputs():
         partition("dirichlet", LABELS, 3, np.random.default_rng(0), alpha=0)
     with pytest.raises(ValidationError, match="valid names"):
         partition("by_magic", LABELS, 3, np.random.default_rng(0))
+
+
+def test_dirichlet_min_size_redraws_until_every_agent_holds_enough():
+    from privdl.data.partition import dirichlet
+
+    labels = np.repeat(np.arange(10), 800)
+    small = min(len(p) for p in dirichlet(labels, 10, np.random.default_rng(7), alpha=0.1))
+    parts = dirichlet(labels, 10, np.random.default_rng(7), alpha=0.1, min_size=64)
+    assert small < 64 <= min(len(p) for p in parts)  # the default draw had a tiny agent; the redraw has none
+    assert sorted(np.concatenate(parts).tolist()) == list(range(len(labels)))
+    with pytest.raises(ValidationError, match="min_size"):
+        dirichlet(labels, 10, np.random.default_rng(7), alpha=0.1, min_size=0)

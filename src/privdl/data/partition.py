@@ -40,12 +40,16 @@ def iid(labels: np.ndarray, n: int, rng: np.random.Generator) -> list[np.ndarray
 
 
 @PARTITIONERS.register("dirichlet")
-def dirichlet(labels: np.ndarray, n: int, rng: np.random.Generator, *, alpha: float = 10.0,
+def dirichlet(labels: np.ndarray, n: int, rng: np.random.Generator, *, alpha: float = 10.0, min_size: int = 1,
               max_tries: int = 100) -> list[np.ndarray]:
-    """For each class, split its samples among agents with proportions ~ Dir(α·1_n). Redrawn if an agent is empty."""
+    """For each class, split its samples among agents with proportions ~ Dir(α·1_n). Redrawn while an agent holds
+    fewer than ``min_size`` samples (default 1: no agent is empty; e.g. the lot size of DP-SGD at small α)."""
     _check(n, labels)
     if alpha <= 0:
         raise ValidationError(f"Dirichlet concentration alpha must be > 0, got {alpha}")
+    if not (isinstance(min_size, int) and 1 <= min_size <= len(labels) // n):
+        raise ValidationError(f"Dirichlet min_size must be an integer in [1, {len(labels) // n}] (samples / agents), "
+                              f"got {min_size!r}")
     for _ in range(max_tries):
         parts: list[list[np.ndarray]] = [[] for _ in range(n)]
         for c in np.unique(labels):
@@ -53,9 +57,10 @@ def dirichlet(labels: np.ndarray, n: int, rng: np.random.Generator, *, alpha: fl
             for i, piece in enumerate(_split_by_fractions(idx, rng.dirichlet(np.full(n, alpha)))):
                 parts[i].append(piece)
         out = [np.sort(np.concatenate(p)) for p in parts]
-        if all(len(p) > 0 for p in out):
+        if all(len(p) >= min_size for p in out):
             return out
-    raise ValidationError(f"Dirichlet(alpha={alpha}) left an agent without data in {max_tries} draws; raise alpha")
+    raise ValidationError(f"Dirichlet(alpha={alpha}) left an agent with fewer than {min_size} samples in {max_tries} "
+                          "draws; raise alpha or lower min_size")
 
 
 def a_t_fractions(n: int, n_classes: int, t: float) -> np.ndarray:

@@ -59,7 +59,7 @@ def _versus(rows: list[dict]) -> list[str]:
     """Per cell: DPDL (published and with self-noise) minus the better of DP-DSGD and DP-DSGT, in points."""
     cells: dict[tuple, dict[str, float]] = {}
     for r in rows:
-        cells.setdefault((r["task.dataset"], r["graph"], r["split"], r["epsilon"]), {})[r["method"]] = r["accuracy_mean"]
+        cells.setdefault((r["data"], r["graph"], r["split"], r["epsilon"]), {})[r["method"]] = r["accuracy_mean"]
     lines = ["| dataset | graph | split | ε | DPDL | DPDL self-noise | best baseline | Δ published | Δ self-noise |",
              "|---|---|---|---|---|---|---|---|---|"]
     for (ds, graph, split, eps), m in sorted(cells.items(), key=lambda kv: tuple(str(v) for v in kv[0])):
@@ -85,7 +85,11 @@ def dpdl(out: Path, *, seeds: int = 3, iterations: int | None = None, dataset: s
     if iterations:
         over |= {"iterations": int(iterations), "eval_every": max(1, int(iterations) // 4)}
     if dataset:
-        over["sweep.task.dataset"] = [dataset]
+        data = [b for b in cfg["sweep"]["data"] if b["task"]["dataset"] == dataset]
+        if not data:
+            raise ValidationError(f"unknown dataset {dataset!r} for dpdl; choose from "
+                                  f"{[b['task']['dataset'] for b in cfg['sweep']['data']]}")
+        over["sweep.data"] = data
     if epsilons:
         over["sweep.mechanism.epsilon"] = [float(e) for e in epsilons]
     if methods:
@@ -112,8 +116,8 @@ def dpdl(out: Path, *, seeds: int = 3, iterations: int | None = None, dataset: s
         cga["sweep"]["method"] = [{"label": "CGA", "algorithm": {"name": "cga"}}]
         run(cga, out / "runs_cga", progress=progress, shard=part)
     if not methods:
-        _sensitivity(cfg, out, dataset, progress, part)
-    keys = ("task.dataset", "graph", "split", "epsilon", "method")
+        _sensitivity(cfg, out, progress, part)
+    keys = ("data", "graph", "split", "epsilon", "method")
     done = [r for d in ("runs_dpdl", "runs_cga") if (out / d).is_dir() for r in finished_runs(out / d)]
     rows = summarise(done, keys)
     write_csv(out / "dpdl_summary.csv", rows)
@@ -123,9 +127,9 @@ def dpdl(out: Path, *, seeds: int = 3, iterations: int | None = None, dataset: s
     return rows
 
 
-def _sensitivity(cfg: dict, out: Path, dataset: str | None, progress: bool, part) -> None:
+def _sensitivity(cfg: dict, out: Path, progress: bool, part) -> None:
     sens = copy.deepcopy(cfg)
-    sens["sweep"] = {"task.dataset": [dataset or "mnist_t10k"], "mechanism.name": ["dp_sgd"],
+    sens["sweep"] = {"data": [cfg["sweep"]["data"][0]], "mechanism.name": ["dp_sgd"],
                      "mechanism.epsilon": [3.0], "graph": [cfg["sweep"]["graph"][0]],
                      "split": [cfg["sweep"]["split"][0]],
                      "method": [{"label": f"DPDL alpha={a:g} beta={b:g}", "algorithm": {"name": "dpdl", "alpha": a,

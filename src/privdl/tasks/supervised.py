@@ -218,7 +218,7 @@ def _image_shape(ds: Dataset) -> tuple[int, ...]:
 
 def _common(n: int, dataset: str, data_dir: str | None, partition_name: str, alpha: float, t: float,
             seed: int, normalize: Sequence[float] | None = None, train_size: int | None = None,
-            resize: int | None = None) -> tuple[Dataset, dict, np.random.Generator]:
+            resize: int | None = None, min_size: int = 1) -> tuple[Dataset, dict, np.random.Generator]:
     kwargs: dict = {"data_dir": data_dir} if data_dir and dataset in FILE_DATASETS else {}
     if train_size is not None:
         if dataset != "mnist_t10k":
@@ -230,7 +230,7 @@ def _common(n: int, dataset: str, data_dir: str | None, partition_name: str, alp
         ds = resized(ds, resize)
     if normalize is not None:
         ds = normalized(ds, normalize)
-    params = {"dirichlet": {"alpha": alpha}, "a_t": {"t": t}}.get(partition_name, {})
+    params = {"dirichlet": {"alpha": alpha, "min_size": min_size}, "a_t": {"t": t}}.get(partition_name, {})
     return ds, params, np.random.default_rng(seed)
 
 
@@ -259,13 +259,14 @@ def normalized(ds: Dataset, mean_std: Sequence[float]) -> Dataset:
 
 
 @TASKS.register("logistic")
-def logistic(n: int, *, dataset: Dataset_ = "a9a", partition: Partition_ = "iid", alpha: float = 10.0, t: float = 0.5,
+def logistic(n: int, *, dataset: Dataset_ = "a9a", partition: Partition_ = "iid", alpha: float = 10.0,
+             min_size: int = 1, t: float = 0.5,
              batch_size: int = 128, l2: float = 0.0, data_dir: str | None = None, seed: int = 0,
              normalize: list[float] | None = None, train_size: int | None = None, resize: int | None = None,
              dtype: torch.dtype = torch.float64) -> SupervisedTask:
     """Binary logistic regression with bias (labels {0, 1}); optional L2 penalty (l2/2)‖θ‖²."""
     ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
-                              resize)
+                              resize, min_size=min_size)
     if ds.n_classes != 2:
         raise ValidationError(f"logistic regression needs a binary dataset; {dataset!r} has {ds.n_classes} classes")
     return SupervisedTask("logistic", ds, linear(_features(ds), 1), n, partition_name=partition,
@@ -273,39 +274,42 @@ def logistic(n: int, *, dataset: Dataset_ = "a9a", partition: Partition_ = "iid"
 
 
 @TASKS.register("softmax")
-def softmax(n: int, *, dataset: Dataset_ = "digits", partition: Partition_ = "iid", alpha: float = 10.0, t: float = 0.5,
+def softmax(n: int, *, dataset: Dataset_ = "digits", partition: Partition_ = "iid", alpha: float = 10.0,
+            min_size: int = 1, t: float = 0.5,
             batch_size: int = 128, l2: float = 0.0, data_dir: str | None = None, seed: int = 0,
             normalize: list[float] | None = None, train_size: int | None = None, resize: int | None = None,
             dtype: torch.dtype = torch.float64) -> SupervisedTask:
     """Multinomial (softmax) regression."""
     ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
-                              resize)
+                              resize, min_size=min_size)
     return SupervisedTask("softmax", ds, linear(_features(ds), ds.n_classes), n, partition_name=partition,
                           partition_params=params, batch_size=batch_size, l2=l2, zero_init=True, rng=rng, dtype=dtype)
 
 
 @TASKS.register("mlp")
-def mlp_task(n: int, *, dataset: Dataset_ = "digits", partition: Partition_ = "iid", alpha: float = 10.0, t: float = 0.5,
+def mlp_task(n: int, *, dataset: Dataset_ = "digits", partition: Partition_ = "iid", alpha: float = 10.0,
+             min_size: int = 1, t: float = 0.5,
              batch_size: int = 128, l2: float = 0.0, hidden: int = 128, data_dir: str | None = None,
              seed: int = 0, normalize: list[float] | None = None, train_size: int | None = None,
              resize: int | None = None,
              dtype: torch.dtype = torch.float32) -> SupervisedTask:
     """One-hidden-layer ReLU network (784 → 128 → 10 on MNIST-like data: seed 001's shallow network)."""
     ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
-                              resize)
+                              resize, min_size=min_size)
     return SupervisedTask("mlp", ds, mlp(_features(ds), (hidden,), ds.n_classes), n, partition_name=partition,
                           partition_params=params, batch_size=batch_size, l2=l2, zero_init=False, rng=rng, dtype=dtype)
 
 
 @TASKS.register("cnn")
-def cnn_task(n: int, *, dataset: Dataset_ = "fashion_mnist", partition: Partition_ = "iid", alpha: float = 10.0, t: float = 0.5,
+def cnn_task(n: int, *, dataset: Dataset_ = "fashion_mnist", partition: Partition_ = "iid", alpha: float = 10.0,
+             min_size: int = 1, t: float = 0.5,
              batch_size: int = 256, l2: float = 0.0, filters: int = 3, kernel: int = 5, width: int = 64,
              data_dir: str | None = None, seed: int = 0, normalize: list[float] | None = None,
              train_size: int | None = None, resize: int | None = None,
              dtype: torch.dtype = torch.float32) -> SupervisedTask:
     """Seed 004's small CNN (one 5×5 convolution with 3 filters, Mish, max-pool, 64 hidden units) on images."""
     ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
-                              resize)
+                              resize, min_size=min_size)
     model = cnn(_image_shape(ds), ds.n_classes, filters=filters, kernel=kernel, width=width)
     return SupervisedTask("cnn", ds, model, n, partition_name=partition, partition_params=params,
                           batch_size=batch_size, l2=l2, zero_init=False, rng=rng, dtype=dtype)
@@ -313,6 +317,7 @@ def cnn_task(n: int, *, dataset: Dataset_ = "fashion_mnist", partition: Partitio
 
 @TASKS.register("sigmoid_cnn")
 def sigmoid_cnn_task(n: int, *, dataset: Dataset_ = "mnist_t10k", partition: Partition_ = "iid", alpha: float = 10.0,
+                     min_size: int = 1,
                      t: float = 0.5, batch_size: int = 1, l2: float = 0.0, data_dir: str | None = None, seed: int = 0,
                      normalize: list[float] | None = None, train_size: int | None = None, resize: int | None = None,
                      init: Annotated[str, one_of("dlg", "default")] = "dlg", grad_norm: bool = False,
@@ -322,7 +327,7 @@ def sigmoid_cnn_task(n: int, *, dataset: Dataset_ = "mnist_t10k", partition: Par
     parameter uniform on [−0.5, 0.5] as the DLG authors do. ``grad_norm = true`` adds the metric ``grad_norm_sq``
     (‖∇F(x̄)‖² on the training-evaluation subset, seed 002 Fig. 2(a))."""
     ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
-                              resize)
+                              resize, min_size=min_size)
     model = sigmoid_cnn(_image_shape(ds), ds.n_classes, init=init)
     return SupervisedTask("sigmoid_cnn", ds, model, n, partition_name=partition,
                           partition_params=params, batch_size=batch_size, l2=l2, zero_init=False, rng=rng,
@@ -330,14 +335,15 @@ def sigmoid_cnn_task(n: int, *, dataset: Dataset_ = "mnist_t10k", partition: Par
 
 
 @TASKS.register("resnet9")
-def resnet9_task(n: int, *, dataset: Dataset_ = "cifar100", partition: Partition_ = "iid", alpha: float = 10.0, t: float = 0.5,
+def resnet9_task(n: int, *, dataset: Dataset_ = "cifar100", partition: Partition_ = "iid", alpha: float = 10.0,
+                 min_size: int = 1, t: float = 0.5,
                  batch_size: int = 50, l2: float = 0.0, width: int = 64, groups: int = 32,
                  data_dir: str | None = None, seed: int = 0, normalize: list[float] | None = None,
                  train_size: int | None = None, resize: int | None = None,
                  dtype: torch.dtype = torch.float32) -> SupervisedTask:
     """GroupNorm ResNet-9 (seed 004's CIFAR-100 model)."""
     ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
-                              resize)
+                              resize, min_size=min_size)
     model = resnet9(_image_shape(ds), ds.n_classes, width=width, groups=groups)
     return SupervisedTask("resnet9", ds, model, n, partition_name=partition, partition_params=params,
                           batch_size=batch_size, l2=l2, zero_init=False, rng=rng, dtype=dtype)
