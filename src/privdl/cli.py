@@ -432,7 +432,8 @@ REPRODUCE_FLAGS = {"seeds": "--seeds", "tune_seeds": "--tune-seeds", "clip": "--
                    "iterations": "--iterations", "epsilons": "--epsilon", "fiedlers": "--fiedler", "ts": "--t",
                    "dataset": "--dataset", "tune": "--tune", "methods": "--method", "device": "--device",
                    "shard": "--shard", "gossip": "--gossip", "resize": "--resize", "images": "--images",
-                   "round": "--round", "attack_iterations": "--attack-iterations"}
+                   "round": "--round", "attack_iterations": "--attack-iterations", "graphs": "--graph",
+                   "splits": "--split"}
 
 
 @app.command()
@@ -472,6 +473,9 @@ def reproduce(
                                                                 "(default 10)"),
     attack_iterations: Optional[int] = typer.Option(None, "--attack-iterations",
                                                     help="rms_dlg, attack_table: L-BFGS iterations (default 300)"),
+    graph: list[str] = typer.Option([], "--graph", help="dpdl: graph labels to run (repeatable: ring, 'ER(0.3)')"),
+    split: list[str] = typer.Option([], "--split", help="dpdl: split labels to run (repeatable: 'Dirichlet 0.1', "
+                                                        "'Dirichlet 0.5', 'missing classes')"),
 ) -> None:
     """Reproduce a figure or table of the source papers: writes CSV files (and plots) (see REPRODUCTION.md)."""
     from privdl.reproductions import REPRODUCTIONS
@@ -481,7 +485,9 @@ def reproduce(
                                  "fiedlers": tuple(fiedler) or None, "ts": tuple(t) or None, "dataset": dataset,
                                  "tune": tune or None, "methods": tuple(method) or None, "device": device,
                                  "shard": shard, "gossip": gossip, "resize": resize, "images": images,
-                                 "round": round_, "attack_iterations": attack_iterations}.items() if v is not None}
+                                 "round": round_, "attack_iterations": attack_iterations,
+                                 "graphs": tuple(graph) or None, "splits": tuple(split) or None}.items()
+               if v is not None}
     try:
         fn = REPRODUCTIONS.get(name)
     except PrivdlError as exc:

@@ -98,9 +98,10 @@ def cga(*, beta: float = 0.9, margin: float = 0.5,
         dst = e.dst.cpu().numpy()
         out = np.empty_like(own_w)
         duals = s.duals.clone()
+        blocks = tensors(ctx, own_w.shape[1])
         for j in range(own_w.shape[0]):
             rows = weighted[dst == j]
-            for b, sl in enumerate(tensors(ctx, own_w.shape[1])):
+            for b, sl in enumerate(blocks):
                 G = rows[:, sl]
                 G = G[np.abs(G).sum(axis=1) > 0]
                 last = duals[j, b, :G.shape[0]].numpy()

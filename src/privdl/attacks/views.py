@@ -184,6 +184,16 @@ def observe(kind: str, messages: Sequence[Message], edges: Edges, *, victim: int
     ``own_models[t]`` is the curious neighbour's own w_a(t); ``protection`` the public law of a protected algorithm
     (``Algorithm.wire``) and ``lag`` the round lag of its reference model; ``initial`` the public w(0); ``eta`` γ(n)
     (a number or a function of n). See the module's docstring for each family's formulas."""
+    return observe_rounds(kind, messages, edges, victim=victim, rounds=[round], eta=eta, attacker=attacker,
+                          own_models=own_models, protection=protection, algorithm=algorithm, initial=initial,
+                          lag=lag)[0]
+
+
+def observe_rounds(kind: str, messages: Sequence[Message], edges: Edges, *, victim: int, rounds: Sequence[int],
+                   eta: float | Callable[[int], float], attacker: int | None = None,
+                   own_models: dict[int, torch.Tensor] | None = None, protection: Any = None,
+                   algorithm: str = "dsgd", initial: torch.Tensor | None = None, lag: int = 1) -> list[Observation]:
+    """:func:`observe` for several rounds from one indexing of the view."""
     if kind not in KINDS:
         raise ValidationError(f"attacker kind must be one of {KINDS}, got {kind!r}")
     if kind == "generous":
@@ -191,16 +201,21 @@ def observe(kind: str, messages: Sequence[Message], edges: Edges, *, victim: int
                               "state")
     if algorithm not in FAMILIES:
         raise ValidationError(f"views exist for {', '.join(SUPPORTED)}, not {algorithm!r}")
-    if round < 1:
-        raise ValidationError(f"round must be >= 1, got {round}")
+    if min(rounds) < 1:
+        raise ValidationError(f"round must be >= 1, got {min(rounds)}")
     if kind == "curious_neighbour" and attacker is None:
         raise ValidationError("a curious neighbour view needs the attacker's index")
     family, tag, per_edge = FAMILIES[algorithm]
     step = eta if callable(eta) else (lambda _n, e=float(eta): e)
     view = _View(messages, edges, kind=kind, victim=victim, attacker=attacker, own=own_models,
                  protection=protection, lag=lag, per_edge=per_edge)
-    model, gradient = _VIEWS[family](view, tag, int(round), step, initial)
-    return Observation(model, gradient, "; ".join(sorted(view.notes)) or "exact")
+    start = set(view.notes)  # what holds for every round (an eavesdropper on protected values)
+    out = []
+    for n in rounds:
+        view.notes = set(start)
+        model, gradient = _VIEWS[family](view, tag, int(n), step, initial)
+        out.append(Observation(model, gradient, "; ".join(sorted(view.notes)) or "exact"))
+    return out
 
 
 def _recording(algorithm, victim: int, calls: list) -> Any:
@@ -321,9 +336,10 @@ def observations(cfg: dict, *, attacker: int, victim: int, round: int, images: i
         obs = _generous(c.algorithm, calls, victim, rounds)
     else:
         view = transcript.messages if kind == "eavesdropper" else transcript.view_of(attacker)
-        obs = [observe(kind, view, c.network.edges, victim=victim, round=r, eta=lambda t: float(c.schedule(t)),
-                       attacker=attacker, own_models=own, protection=c.algorithm.wire, algorithm=name,
-                       initial=own[0], lag=int(c.algorithm.facts.get("protection_lag", 1))) for r in rounds]
+        obs = observe_rounds(kind, view, c.network.edges, victim=victim, rounds=rounds,
+                             eta=lambda t: float(c.schedule(t)), attacker=attacker, own_models=own,
+                             protection=c.algorithm.wire, algorithm=name, initial=own[0],
+                             lag=int(c.algorithm.facts.get("protection_lag", 1)))
     rows = np.array([victim])
     keys = Keys(spec.config["seed"], n)
     truth = [c.task.sample(Draws(keys, "batch", r + extra, rows, rows), torch.tensor([victim])) for r in rounds]
@@ -385,4 +401,4 @@ def save_grid(path, originals: torch.Tensor, reconstructions: torch.Tensor) -> N
 
 
 __all__ = ["FAMILIES", "GENEROUS_NOTE", "KINDS", "Observation", "Observed", "SUPPORTED", "attack_run", "observations",
-           "observe", "save_grid", "save_rows"]
+           "observe", "observe_rounds", "save_grid", "save_rows"]

@@ -22,7 +22,7 @@ from privdl.data import load_dataset
 from privdl.comm import StackedComm
 from privdl.data.datasets import Dataset
 from privdl.errors import ValidationError
-from privdl.mechanisms import GradientMechanism, make_mechanism
+from privdl.mechanisms import make_mechanism
 from privdl.network import Network
 from privdl.privacy.ledger import statement
 from privdl.keys import derive_seed
@@ -129,9 +129,9 @@ def _model(setup: AuditSetup, ds: Dataset):
 
 
 def _train(setup: AuditSetup, ds: Dataset, agent_parts: list[list[np.ndarray]], seed: int,
-           init_seed: int, device: str = "cpu") -> tuple:
-    """Train len(agent_parts) independent systems at once; returns the task, final models (copies·n₀, d), n₀, the
-    mechanism and the algorithm (:func:`_ledger` states what the training guaranteed)."""
+           init_seed: int, device: str = "cpu") -> tuple[SupervisedTask, torch.Tensor, int, list[dict]]:
+    """Train len(agent_parts) independent systems at once; returns the task, final models (copies·n₀, d), n₀ and
+    what the training guarantees (the run's whole statement: mechanism, the algorithm's parts, un-noised accesses)."""
     central = setup.algorithm == "central"
     n0 = len(agent_parts[0])
     copies = len(agent_parts)
@@ -157,13 +157,8 @@ def _train(setup: AuditSetup, ds: Dataset, agent_parts: list[list[np.ndarray]], 
     x0 = model.init(torch.Generator().manual_seed(init_seed), torch.float32).expand(copies * n0, -1).clone()
     res = simulate(task=task, comm=comm, algorithm=algorithm, mechanism=mechanism, schedule=schedule,
                    iterations=setup.iterations, seed=seed, x0=x0, metrics=False, device=device)
-    return task, res.final, n0, mechanism, (algorithm, setup.iterations, comm.edges)
-
-
-def _ledger(mechanism: GradientMechanism, trained) -> list[dict]:
-    """What the training states: the mechanism's ledger with the algorithm's own parts (RMS, protection, Laplace)."""
-    algorithm, iterations, edges = trained
-    return [statement(mechanism, algorithm, iterations=iterations, edges=edges).to_dict()]
+    return task, res.final, n0, [statement(mechanism, algorithm, iterations=setup.iterations,
+                                           edges=comm.edges).to_dict()]
 
 
 def _losses(task: SupervisedTask, models: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -211,9 +206,8 @@ def membership_audit(setup: AuditSetup, models: int = 1000, *, held_out: float =
         k = min(batch, total - done)
         worlds = [(done + c) % 2 == 0 for c in range(k)]  # alternate in/out inside every batch
         systems = [with_z if w else parts for w in worlds]
-        task, final, n0, mechanism, algorithm = _train(setup, ds, systems, seed=derive_seed(seed, "audit", chunk),
-                                                       init_seed=seed, device=device)
-        ledger = _ledger(mechanism, algorithm)
+        task, final, n0, ledger = _train(setup, ds, systems, seed=derive_seed(seed, "audit", chunk), init_seed=seed,
+                                         device=device)
         agent0 = final.reshape(k, n0, -1)[:, 0]
         loss = _losses(task, agent0, torch.as_tensor(ds.X_train[z:z + 1]), torch.as_tensor(ds.y_train[z:z + 1]))[:, 0]
         for w, s in zip(worlds, (-loss).tolist()):
@@ -239,10 +233,10 @@ def one_run_membership_audit(setup: AuditSetup, canaries: int = 200, *, seed: in
     if setup.algorithm == "central":
         parts = [np.concatenate(parts)]
     system = [np.concatenate([parts[0], np.array(cands)[included]])] + parts[1:]
-    task, final, n0, mechanism, algorithm = _train(setup, ds, [system], seed=derive_seed(seed, "one-run", "train"),
-                                                   init_seed=seed, device=device)
+    task, final, n0, ledger = _train(setup, ds, [system], seed=derive_seed(seed, "one-run", "train"), init_seed=seed,
+                                     device=device)
     X = torch.as_tensor(ds.X_train[cands])
     y = torch.as_tensor(ds.y_train[cands])
     loss = _losses(task, final[:1], X, y)[0]
     result = one_run_audit((-loss).numpy(), included, setup.delta, confidence=confidence)
-    return result, _ledger(mechanism, algorithm)
+    return result, ledger

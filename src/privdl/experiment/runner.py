@@ -258,7 +258,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool = True, shard: 
             bar.update(current, completed=iters, visible=False)
 
         executed, busy = 0, 0
-        last_results = time.perf_counter()
+        last_results, wait = time.perf_counter(), 30.0
 
         def claimed(group: list[RunSpec]) -> list[RunSpec]:
             """The runs of ``group`` this process takes (one lock per run: two processes on one --out never run
@@ -285,9 +285,11 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool = True, shard: 
             finally:
                 for s in group:
                     store.unlock(s.run_id)
-            if time.perf_counter() - last_results > 30:  # results.csv grows while a long sweep runs
+            if time.perf_counter() - last_results > wait:  # results.csv grows while a long sweep runs
+                t0 = time.perf_counter()
                 store.write_results(axes, [(r.run_id, r.sweep) for r in runs])
                 last_results = time.perf_counter()
+                wait = max(30.0, 20 * (last_results - t0))  # rewriting never takes more than 5 % of the sweep
     results = store.write_results(axes, [(r.run_id, r.sweep) for r in runs])
     return ExperimentSummary(Path(out), len(unique), executed, len(unique) - len(todo), results,
                              time.perf_counter() - start, busy)

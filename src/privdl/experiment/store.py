@@ -61,6 +61,7 @@ def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
 class ResultStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        self._done: set[str] = set()  # runs found finished (a finished run stays finished): parsed once
 
     def claim(self, experiment: dict) -> None:
         """Bind the directory to ``experiment``; refuse a directory holding another experiment's results."""
@@ -85,6 +86,8 @@ class ResultStore:
     def is_done(self, run_id: str) -> bool:
         """Finished: a manifest that parses, says ``complete`` for this run id, beside its metrics. A run whose
         manifest is damaged (a crash of the disk, a hand edit) is not finished: it is run again, with a warning."""
+        if run_id in self._done:
+            return True
         path = self.run_dir(run_id) / "manifest.json"
         if not path.is_file():
             return False
@@ -97,6 +100,8 @@ class ResultStore:
         if not ok:
             warnings.warn(f"run {run_id}: its manifest ({path}) is damaged or incomplete; the run is done again",
                           stacklevel=2)
+        else:
+            self._done.add(run_id)
         return ok
 
     def lock(self, run_id: str) -> bool:

@@ -121,7 +121,7 @@ class Ledger:
         the note keeps what the noisy accesses alone would give."""
         if not any(int(c) for c in counts):
             return self
-        alone = self.epsilon
+        alone = self.epsilon  # this ledger has only the noisy accesses yet: what :meth:`protected_only` gives back
         events = [list(evs) + ([NonPrivateEvent(reason=reason, count=int(c))] if int(c) else [])
                   for evs, c in zip(self.events, counts)]
         said = (f"the noisy accesses alone: ε = {alone:.6g} per agent at δ = {self.delta:g} ({self.unit} level)"
@@ -129,6 +129,13 @@ class Ledger:
         note = "; ".join(x for x in (self.note, f"{name}: {reason} — no overall ε", said) if x)
         return Ledger.build(unit=self.unit, mechanism=self.mechanism, accountant=self.accountant, delta=self.delta,
                             events=events, noise=self.noise, note=note, target_epsilon=self.target_epsilon)
+
+    def protected_only(self) -> "Ledger":
+        """The same statement without its non-private events: what the noisy accesses alone would give (seed 003's
+        published DPDL: the cross-gradients without the un-noised self-gradient), re-accounted."""
+        events = [[e for e in evs if not isinstance(e, NonPrivateEvent)] for evs in self.events]
+        return Ledger.build(unit=self.unit, mechanism=self.mechanism, accountant=self.accountant, delta=self.delta,
+                            events=events, noise=self.noise, target_epsilon=self.target_epsilon)
 
     @property
     def epsilon(self) -> float | None:
@@ -145,6 +152,9 @@ class Ledger:
         if eps is None:
             return "none: obfuscation, no DP guarantee"
         if math.isinf(eps):
+            unnoised = {e.reason for evs in self.events for e in evs if isinstance(e, NonPrivateEvent)}
+            if self.unit != "none" and unnoised - {NonPrivateEvent.reason}:
+                return "none: some accesses to the data are not noised (see note)"
             return "none: non-private"
         text = f"({eps:.6g}, {self.delta:g})-DP per agent, {self.unit} level"
         for b in self.beside:
