@@ -316,10 +316,11 @@ def covariance(
             else float(precision_bound)
         hbc = seeds is not None or coalition_size > 0
         if design is DesignName.whisper and hbc and not (seeds in (None, "global") and coalition_size == 0):
-            result = solve_hbc(net.W, bound=b, groups=seed_groups(seeds or "global", net.W),
+            w = net.dense("the HBC covariance design", copies=8)
+            result = solve_hbc(w, bound=b, groups=seed_groups(seeds or "global", w),
                                coalition_size=coalition_size, label=seeds or "global")
         else:
-            result = design_covariance(design.value, net.W, bound=b)
+            result = design_covariance(design.value, net.dense("the covariance design", copies=8), bound=b)
         facts = result.summary()
         if hbc:
             worst, where = coalition_worst_ratio(result.sigma_mix2, list(result.components or []), net.n,
@@ -420,7 +421,7 @@ def rms_bounds_command(
 
     try:
         net = _network(mixing, topology, n, p, graph_seed, rule, lazy)
-        facts = rms_bounds(net.W, dim=dim, mu=mu, sigma_mu=sigma_mu, sigma_z=sigma_z, smoothness=smoothness,
+        facts = rms_bounds(net.dense("seed 002's bounds", copies=3), dim=dim, mu=mu, sigma_mu=sigma_mu, sigma_z=sigma_z, smoothness=smoothness,
                            strong_convexity=strong_convexity)
     except PrivdlError as exc:
         _fail(exc)
@@ -611,10 +612,25 @@ def _warning_line(message, category, filename, lineno, file=None, line=None) -> 
     err.print(f"[yellow]warning:[/] {escape(str(message))}", soft_wrap=True, highlight=False)
 
 
+def _progress_log() -> None:
+    """Long builds (a network of 10⁶ agents) report their steps on stderr, one plain line each."""
+    import logging
+
+    class _Line(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            err.print(f"privdl: {record.getMessage()}", markup=False, highlight=False, soft_wrap=True)
+
+    logger = logging.getLogger("privdl.network")
+    if not logger.handlers:
+        logger.addHandler(_Line())
+        logger.setLevel(logging.INFO)
+
+
 def main() -> None:
     import warnings
 
     warnings.showwarning = _warning_line
+    _progress_log()
     app()
 
 

@@ -40,7 +40,8 @@ class DenseComm(Comm):
     def __init__(self, network: Network) -> None:
         super().__init__(network.edges)
         self.network = network
-        self._w, self._a = _Cached(network.W), _Cached(adjacency(network.W))
+        w = network.dense("a dense Comm ([network] sparse = false)")
+        self._w, self._a = _Cached(w), _Cached(adjacency(w))
 
     def _mix(self, x: torch.Tensor) -> torch.Tensor:
         return (self._w.get(x) @ x.reshape(self.rows, -1)).reshape(x.shape)
@@ -83,8 +84,11 @@ class StackedComm(Comm):
         edges = Edges.stack([nets[0].edges] * reps if shared else [net.edges for net in nets])
         super().__init__(edges, groups=reps)
         self.networks, self.n, self.shared = nets, n, shared
-        self._w = _Cached(nets[0].W if shared else np.stack([net.W for net in nets]))
-        self._a = _Cached(adjacency(nets[0].W) if shared else np.stack([adjacency(net.W) for net in nets]))
+        #: sparse networks are mixed edge by edge in canonical order (no n×n matrix)
+        self.edgewise = any(net.sparse for net in nets)
+        if not self.edgewise:
+            self._w = _Cached(nets[0].W if shared else np.stack([net.W for net in nets]))
+            self._a = _Cached(adjacency(nets[0].W) if shared else np.stack([adjacency(net.W) for net in nets]))
 
     @classmethod
     def copies(cls, network: Network, copies: int) -> "StackedComm":
@@ -96,18 +100,18 @@ class StackedComm(Comm):
         return out.reshape(x.shape)
 
     def _mix(self, x: torch.Tensor) -> torch.Tensor:
-        return self._product(self._w.get(x), x)
+        return canonical_mix(x, self.edges) if self.edgewise else self._product(self._w.get(x), x)
 
     def _neighbour_sum(self, x: torch.Tensor) -> torch.Tensor:
-        return self._product(self._a.get(x), x)
+        return super()._neighbour_sum(x) if self.edgewise else self._product(self._a.get(x), x)
 
 
 def make_comm(network: Network, *, sparse: bool | None = None) -> Comm:
     """The simulator's Comm for ``network``: :class:`SparseComm` when ``sparse`` (default: n ≥ 200 and fewer than
     10% of the pairs are edges), else :class:`DenseComm`."""
     if sparse is None:
-        density = (2 * network.graph.number_of_edges() + network.n) / network.n**2
-        sparse = network.n >= 200 and density < 0.1
+        density = (len(network.edges) + network.n) / network.n**2
+        sparse = network.sparse or (network.n >= 200 and density < 0.1)
     return SparseComm(network) if sparse else DenseComm(network)
 
 

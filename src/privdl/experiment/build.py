@@ -64,6 +64,9 @@ def _build_network(net: dict, run_seed: int) -> Network:
 def check_requirements(algorithm: Algorithm, network: Network) -> None:
     """Refuse a network whose combination matrix lacks a fact the algorithm needs."""
     if "positive_definite" in algorithm.requires:
+        if network.sparse:
+            _check_positive_definite_sparse(algorithm, network)
+            return
         ev = network.symmetric_spectrum
         low = float(np.min(ev if ev is not None else np.linalg.eigvals(network.W).real))
         if low <= 1e-12:
@@ -72,12 +75,39 @@ def check_requirements(algorithm: Algorithm, network: Network) -> None:
                 f"this one has smallest eigenvalue {low:.4g}: use the lazy rule (I + A)/2, [network] lazy = true")
 
 
+def _check_positive_definite_sparse(algorithm: Algorithm, network: Network) -> None:
+    """A sparse symmetric W with every w_ii ≥ 1/2 is (I + W')/2 for a stochastic W' (eigenvalues ≥ −1), so it is
+    positive semi-definite, and definite iff W' is primitive; otherwise the smallest eigenvalue is found by Lanczos."""
+    from scipy.sparse import eye_array
+    from scipy.sparse.linalg import ArpackNoConvergence, eigsh
+
+    from privdl.network.sparse import primitive
+
+    w = network.W
+    if w.diagonal().min() >= 0.5 - 1e-12:
+        if primitive((2.0 * w - eye_array(network.n, format="csr")).tocsr(), 1):
+            return
+        low = 0.0
+    else:
+        try:
+            low = float(eigsh(w, k=1, which="SA", return_eigenvectors=False, maxiter=5000)[0])
+        except ArpackNoConvergence:
+            raise ValidationError(f"{algorithm.name} needs a positive-definite combination matrix and its smallest "
+                                  "eigenvalue did not converge on this sparse W: use the lazy rule, [network] "
+                                  "lazy = true") from None
+        if low > 1e-12:
+            return
+    raise ValidationError(
+        f"{algorithm.name} needs a positive-definite combination matrix A (exact diffusion, seed 002 eq. (3)); "
+        f"this one has smallest eigenvalue {low:.4g}: use the lazy rule (I + A)/2, [network] lazy = true")
+
+
 def _check_theory(algorithm: Algorithm, network: Network, task: Task, schedule: Schedule) -> None:
     """Warn (never refuse) when an RMS run's γ or τ lies outside seed 002's Theorems 1–2, for tasks that know their
     smoothness and strong convexity."""
     facts = algorithm.facts
-    if "tau" not in facts or not hasattr(task, "smoothness"):
-        return
+    if "tau" not in facts or not hasattr(task, "smoothness") or network.sparse:
+        return  # the bounds need W's spectrum: not computed for sparse networks
     from privdl.algorithms.rms_bounds import rms_bounds, warn_outside
 
     bounds = rms_bounds(network.W, dim=task.dim, mu=facts["mu"], sigma_mu=facts["sigma_mu"],

@@ -71,6 +71,11 @@ class ResultStore:
             old = json.loads(path.read_text())
             if old != json.loads(text):
                 keys = ", ".join(_diff(old, json.loads(text))[:8])
+                if not self._holds_results():  # e.g. a config that failed at build: nothing of it to protect
+                    warnings.warn(f"{self.root} held another experiment (differing at: {keys}) with no finished or "
+                                  "running run; it now holds this one", stacklevel=2)
+                    atomic_write(path, text)
+                    return
                 raise ConfigError(
                     f"{self.root} holds results of a different experiment (config differs at: {keys}); "
                     f"choose another --out directory or delete it"
@@ -79,6 +84,24 @@ class ResultStore:
         if self.root.exists() and any(not p.name.startswith(".") for p in self.root.iterdir()):
             raise ConfigError(f"{self.root} is not empty and holds no privdl experiment; choose another --out")
         atomic_write(path, text)
+
+    def _holds_results(self) -> bool:
+        """Some run here finished (a manifest) or is running (a lock of a live process)."""
+        runs = self.root / "runs"
+        if not runs.is_dir():
+            return False
+        for d in runs.iterdir():
+            if (d / "manifest.json").exists() or (d / "metrics.csv").exists():
+                return True
+            lock = d / ".lock"
+            if lock.exists():
+                try:
+                    host, pid = lock.read_text().split()
+                except (OSError, ValueError):
+                    return True
+                if host != socket.gethostname() or _alive(int(pid)):
+                    return True
+        return False
 
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / run_id

@@ -292,7 +292,7 @@ class CorrelatedGaussian(GradientMechanism):
         self.coalition_size = int(coalition_size)
         self.generation = generation
         self.variance_scale = 1.0  # > 1 only by rounding: see precisions
-        self.design = self.make_design(network.W, self.bound)
+        self.design = self.make_design(network.dense(f"the {self.name} covariance design", copies=8), self.bound)
         if self.worst_ratio > 1 + 1e-9:
             i = int(np.argmax(self.precisions))
             raise ValidationError(

@@ -6,30 +6,48 @@ their own incoming edge weights (``comm.edges``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 import networkx as nx
 import numpy as np
+import scipy.sparse as sps
 
 from privdl.errors import PrivdlError, ValidationError
 from privdl.network.edges import Edges, fingerprint, laplacian
 from privdl.network.mixing import mixing_matrix
+from privdl.network.sparse import (
+    DENSE_MAX_N,
+    EDGE_ARRAYS,
+    check_sparse_fits,
+    graph_arrays,
+    log,
+    require_dense,
+    sparse_mixing,
+    validate_sparse,
+)
 from privdl.network.topology import TOPOLOGIES, make_graph
 from privdl.network.validation import slem, support_graph, validate_mixing_matrix
 
 
-@dataclass(eq=False)
 class Network:
-    """An undirected communication graph with a validated, doubly stochastic mixing matrix W."""
+    """An undirected communication graph with a validated, doubly stochastic mixing matrix W.
 
-    W: np.ndarray
-    graph: nx.Graph
-    description: str = "custom"
+    Up to :data:`~privdl.network.sparse.DENSE_MAX_N` agents W is a dense array; above it, a ``scipy.sparse``
+    CSR array built from edge arrays (``network.sparse``), the graph is made only when asked for, and every dense
+    object (``dense()``, the Laplacian, spectra) is refused up front when it would not fit in memory."""
 
-    def __post_init__(self) -> None:
-        self.W = validate_mixing_matrix(self.W, self.graph)
+    def __init__(self, W: np.ndarray | sps.sparray, graph: nx.Graph | None = None,
+                 description: str = "custom") -> None:
+        self.description = description
+        if sps.issparse(W):
+            self.W = validate_sparse(W)
+            if graph is not None and graph.number_of_nodes() != self.W.shape[0]:
+                raise ValidationError(f"mixing matrix is {self.W.shape[0]}×{self.W.shape[0]} but the graph has "
+                                      f"{graph.number_of_nodes()} nodes")
+        else:
+            self.W = validate_mixing_matrix(W, graph)
+        self._graph = graph
 
     # ---- construction -------------------------------------------------------------------------------------
     @classmethod
@@ -37,19 +55,53 @@ class Network:
         cls, topology: str, n: int, *, mixing: str = "metropolis_hastings", lazy: bool = False, seed: int = 0,
         **params: object,
     ) -> "Network":
+        desc = f"{topology}({', '.join(f'{k}={v}' for k, v in sorted(params.items()))}) n={n} {mixing}"
+        desc += " lazy" if lazy else ""
+        if isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > DENSE_MAX_N:
+            TOPOLOGIES.get(topology)  # an unknown name: the registry's error
+            log.info("building %s with %s agents (sparse W)", topology, f"{n:,}")
+            if topology in EDGE_ARRAYS:
+                i, j = EDGE_ARRAYS[topology](n, seed=seed, **params)
+            else:
+                _, i, j = graph_arrays(make_graph(topology, n, seed=seed, **params))
+            return cls.from_edges(n, i, j, mixing=mixing, lazy=lazy, description=desc)
         graph = make_graph(topology, n, seed=seed, **params)
         w = mixing_matrix(graph, mixing, lazy_=lazy)
-        desc = f"{topology}({', '.join(f'{k}={v}' for k, v in sorted(params.items()))}) n={n} {mixing}"
-        return cls(w, graph, desc + (" lazy" if lazy else ""))
+        return cls(w, graph, desc)
+
+    @classmethod
+    def from_edges(cls, n: int, i: np.ndarray, j: np.ndarray, *, mixing: str = "metropolis_hastings",
+                   lazy: bool = False, description: str | None = None) -> "Network":
+        """A network from undirected edge arrays (i, j) on agents 0..n-1: sparse W above DENSE_MAX_N agents."""
+        i, j = np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
+        if len(i) and (min(i.min(), j.min()) < 0 or max(i.max(), j.max()) >= n):
+            raise ValidationError(f"edge endpoints must lie in 0..{n - 1}")
+        description = description or f"edges n={n} {mixing}"
+        if n <= DENSE_MAX_N:
+            g = nx.empty_graph(n)
+            g.add_edges_from(zip(i.tolist(), j.tolist()))
+            g.remove_edges_from(nx.selfloop_edges(g))
+            return cls(mixing_matrix(g, mixing, lazy_=lazy), g, description)
+        check_sparse_fits(n, len(i), description)
+        w = sparse_mixing(n, i, j, mixing, lazy=lazy)
+        net = cls(w, None, description)
+        log.info("built %s: %s edges", description, f"{len(net.edges) // 2:,}")
+        return net
 
     @classmethod
     def from_graph(cls, graph: nx.Graph, *, mixing: str = "metropolis_hastings", lazy: bool = False) -> "Network":
         graph = nx.convert_node_labels_to_integers(graph, ordering="sorted")
-        return cls(mixing_matrix(graph, mixing, lazy_=lazy), graph, f"graph n={graph.number_of_nodes()} {mixing}")
+        n = graph.number_of_nodes()
+        if n > DENSE_MAX_N:
+            _, i, j = graph_arrays(graph)
+            return cls.from_edges(n, i, j, mixing=mixing, lazy=lazy, description=f"graph n={n} {mixing}")
+        return cls(mixing_matrix(graph, mixing, lazy_=lazy), graph, f"graph n={n} {mixing}")
 
     @classmethod
     def from_matrix(cls, w: np.ndarray, description: str = "user W") -> "Network":
         """A network from a user-supplied W; the graph is W's support. W is validated."""
+        if sps.issparse(w):
+            return cls(w, None, description)
         w = validate_mixing_matrix(w)
         return cls(w, support_graph(w), description)
 
@@ -58,15 +110,40 @@ class Network:
     def n(self) -> int:
         return self.W.shape[0]
 
+    @property
+    def sparse(self) -> bool:
+        """True when W is kept as a sparse (CSR) matrix."""
+        return sps.issparse(self.W)
+
+    @property
+    def graph(self) -> nx.Graph:
+        """The graph as networkx (made on first use for a sparse network: avoid it at 10⁶ agents)."""
+        if self._graph is None:
+            g = nx.empty_graph(self.n)
+            e = self.edges
+            keep = e.src < e.dst
+            g.add_edges_from(zip(e.src[keep].tolist(), e.dst[keep].tolist()))
+            self._graph = g
+        return self._graph
+
+    def dense(self, what: str = "this computation", *, copies: int = 1) -> np.ndarray:
+        """W as a dense array; for a sparse network refused, with the memory it would need, when ``copies`` n×n
+        arrays (what the caller will make of it) would not fit."""
+        if not self.sparse:
+            return self.W
+        require_dense(self.n, what, copies=copies)
+        return self.W.toarray()
+
     @cached_property
     def fingerprint(self) -> str:
-        """SHA-256 (first 16 hex digits) of W rounded to 12 decimals: identifies W in manifests and caches."""
+        """SHA-256 (first 16 hex digits) of W rounded to 12 decimals: identifies W in manifests and caches
+        (a sparse W hashes its CSR structure instead, so the two kinds never share a fingerprint)."""
         return fingerprint(self.W)
 
     @cached_property
     def laplacian(self) -> np.ndarray:
         """Unweighted graph Laplacian D − A."""
-        return laplacian(self.graph)
+        return laplacian(self.dense("the graph Laplacian") if self.sparse else self.graph)
 
     @cached_property
     def edges(self) -> Edges:
@@ -86,7 +163,8 @@ class Network:
     @cached_property
     def symmetric_spectrum(self) -> np.ndarray | None:
         """W's eigenvalues when W is symmetric (one decomposition serves λ₂(WᵀW) and the SLEM), else None."""
-        return np.linalg.eigvalsh(self.W) if np.allclose(self.W, self.W.T, atol=1e-12) else None
+        w = self.dense("W's spectrum")
+        return np.linalg.eigvalsh(w) if np.allclose(w, w.T, atol=1e-12) else None
 
     @cached_property
     def lambda2_WtW(self) -> float:
@@ -94,7 +172,8 @@ class Network:
         if self.n < 2:
             return 0.0
         ev = self.symmetric_spectrum
-        ev = np.sort(ev * ev) if ev is not None else np.linalg.eigvalsh(self.W.T @ self.W)
+        w = self.dense("W's spectrum")
+        ev = np.sort(ev * ev) if ev is not None else np.linalg.eigvalsh(w.T @ w)
         return float(ev[-2])
 
     @cached_property
@@ -103,7 +182,7 @@ class Network:
         if self.n < 2:
             return 0.0
         ev = self.symmetric_spectrum
-        return float(np.sort(np.abs(ev))[-2]) if ev is not None else slem(self.W)
+        return float(np.sort(np.abs(ev))[-2]) if ev is not None else slem(self.dense("W's spectrum"))
 
     @property
     def spectral_gap(self) -> float:
@@ -111,18 +190,24 @@ class Network:
         return 1.0 - self.slem
 
     def degrees(self) -> np.ndarray:
-        return np.array([d for _, d in sorted(self.graph.degree())])
+        return self.edges.degree.numpy()
 
     def neighbours(self, i: int) -> list[int]:
+        if self.sparse:
+            row = self.W.indices[self.W.indptr[i]:self.W.indptr[i + 1]]
+            return sorted(int(j) for j in row if j != i)
         return sorted(self.graph.neighbors(i))
 
-    def facts(self) -> dict[str, float | int | str]:
-        """Spectral and structural facts, as recorded in manifests."""
+    def facts(self) -> dict[str, float | int | str | None]:
+        """Spectral and structural facts, as recorded in manifests (a sparse network's spectral facts are None:
+        an eigen-decomposition of 10⁶ agents is not part of building it)."""
+        base = {"n": self.n, "edges": len(self.edges) // 2, "description": self.description,
+                "fingerprint": self.fingerprint}
+        if self.sparse:
+            return {**base, "representation": "sparse", "lambda2_WtW": None, "spectral_gap": None,
+                    "fiedler_value": None, "normalized_fiedler_value": None}
         return {
-            "n": self.n,
-            "edges": self.graph.number_of_edges(),
-            "description": self.description,
-            "fingerprint": self.fingerprint,
+            **base,
             "lambda2_WtW": self.lambda2_WtW,
             "spectral_gap": self.spectral_gap,
             "fiedler_value": self.fiedler_value,
@@ -176,10 +261,9 @@ def load_network_file(path: str | Path, *, kind: str = "auto", mixing: str = "me
         edges = arr.astype(int)
         if edges.ndim != 2 or edges.shape[1] != 2 or edges.min() < 0:
             raise ValidationError(f"edge list {path} must have two non-negative integer columns")
-        g = nx.empty_graph(int(edges.max()) + 1)
-        g.add_edges_from(map(tuple, edges.tolist()))
-        g.remove_edges_from(nx.selfloop_edges(g))
-        return Network.from_graph(g, mixing=mixing, lazy=lazy)
+        n = int(edges.max()) + 1
+        return Network.from_edges(n, edges[:, 0], edges[:, 1], mixing=mixing, lazy=lazy,
+                                  description=f"graph n={n} {mixing}")
     if kind == "adjacency":
         if arr.shape[0] != arr.shape[1] or not np.array_equal(arr, arr.T):
             raise ValidationError(f"adjacency matrix in {path} must be square and symmetric")

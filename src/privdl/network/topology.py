@@ -39,13 +39,24 @@ def _connected(draw: Callable[[int], nx.Graph], seed: int, what: str) -> nx.Grap
 
 
 @TOPOLOGIES.register("erdos_renyi")
-def erdos_renyi(n: int, *, p: float, seed: int = 0) -> nx.Graph:
-    """Erdős–Rényi G(n, p) conditioned on being connected."""
+def erdos_renyi(n: int, *, p: float, seed: int = 0, connect: str = "resample") -> nx.Graph:
+    """Erdős–Rényi G(n, p) conditioned on being connected (``connect = "resample"``), or one draw whose small
+    components are each joined to the largest by one edge (``"bridge"``; see :mod:`privdl.network.sparse`)."""
+    from privdl.network.sparse import _check_connect, bridge, graph_arrays
+
     _check_n(n)
     if not 0.0 < p <= 1.0:
         raise ValidationError(f"erdos_renyi edge probability p must be in (0, 1], got {p!r}")
+    _check_connect(connect)
     if p == 1.0:
         return nx.complete_graph(n)
+    if connect == "bridge":
+        rng = np.random.default_rng(seed)
+        _, i, j = graph_arrays(nx.gnp_random_graph(n, p, seed=int(rng.integers(2**31 - 1))))
+        i, j = bridge(n, i, j, rng)
+        g = nx.empty_graph(n)
+        g.add_edges_from(zip(i.tolist(), j.tolist()))
+        return g
     return _connected(lambda s: nx.gnp_random_graph(n, p, seed=s), seed, f"erdos_renyi(n={n}, p={p})")
 
 
