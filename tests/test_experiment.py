@@ -418,3 +418,48 @@ def test_version_flag_and_the_manifest_say_which_code_and_libraries_ran(tmp_path
     assert man["privdl_source_sha256"] == privdl.source_hash() and len(man["privdl_source_sha256"]) == 16
     assert set(man["versions"]) >= {"numpy", "scipy", "dp-accounting", "torch"}
     assert man["started_at"] <= man["finished_at"] and man["finished_at"].endswith("+00:00")
+
+
+def test_progress_lines_for_logs_count_runs_and_estimate_the_time_left(tmp_path):
+    """Without a terminal the runner reports plain lines: the count, the elapsed time and (while runs are left) an
+    estimate of the time left."""
+    import privdl.experiment.runner as runner
+
+    cfg = load_config_text('iterations = 5\nseeds = 3\nbatch_replicas = 1\n[network]\ntopology = "ring"\nn = 4\n'
+                           '[task]\nname = "quadratic"\n[schedule]\nname = "constant"\neta = 0.01\n', tmp_path)
+    lines: list[str] = []
+    old = runner._Lines.__init__.__defaults__
+    runner._Lines.__init__.__defaults__ = (0.0,)  # a line after every run
+    try:
+        run_experiment(cfg, tmp_path / "o", progress=lines.append)
+    finally:
+        runner._Lines.__init__.__defaults__ = old
+    assert lines[0].endswith("3 runs, 0 already done")
+    assert [ln.split(": ")[1].split(" runs")[0] for ln in lines[1:]] == ["1/3", "2/3", "3/3"]
+    assert "left" in lines[1] and "left" not in lines[-1]
+    lines.clear()
+    run_experiment(cfg, tmp_path / "o", progress=lines.append)  # resumed: all done
+    assert lines == ["experiment: 3 runs, 3 already done"]
+
+
+def test_a_config_that_failed_at_build_does_not_bind_the_out_directory(tmp_path):
+    bad = load_config_text('iterations = 5\n[network]\ntopology = "ring"\nn = 4\n[task]\nname = "quadratic"\n'
+                           '[schedule]\nname = "constant"\neta = 0.01\n[mechanism]\nname = "ldp"\nepsilon = 1.0\ndelta = 1e-5\nclip = -1.0\n', tmp_path,
+                           validate=False)
+    with pytest.raises(Exception):
+        run_experiment(bad, tmp_path / "o", progress=False)
+    good = load_config_text('iterations = 5\n[network]\ntopology = "ring"\nn = 4\n[task]\nname = "quadratic"\n'
+                            '[schedule]\nname = "constant"\neta = 0.01\n', tmp_path)
+    with pytest.warns(UserWarning, match="no finished or running run"):
+        assert run_experiment(good, tmp_path / "o", progress=False).executed == 1
+    with pytest.raises(ConfigError, match="different experiment"):  # now it holds a finished run: protected
+        run_experiment(load_config_text(
+            'iterations = 6\n[network]\ntopology = "ring"\nn = 4\n[task]\nname = "quadratic"\n'
+            '[schedule]\nname = "constant"\neta = 0.01\n', tmp_path),
+            tmp_path / "o", progress=False)
+
+
+def load_config_text(text: str, folder: Path, *, validate: bool = True) -> dict:
+    path = folder / f"c{abs(hash(text))}.toml"
+    path.write_text(text)
+    return load_config(path, validate=validate)

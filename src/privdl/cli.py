@@ -8,7 +8,7 @@ import math
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 from rich.console import Console
@@ -81,7 +81,7 @@ def run(
     try:
         cfg = load_config(config, set_)
         out = out or Path("results") / config.stem
-        summary = run_experiment(cfg, out, progress=not quiet)
+        summary = run_experiment(cfg, out, progress=False if quiet else _progress_mode())
         console.print(f"{summary.runs} runs ({summary.executed} executed, {summary.skipped} already done"
                       + (f", {summary.busy} being run by another process: run the command again when it has "
                          "finished to collect them" if summary.busy else "")
@@ -499,7 +499,7 @@ def reproduce(
         takes = ", ".join(REPRODUCE_FLAGS[k] for k in REPRODUCE_FLAGS if k in accepted) or "no option but --out"
         _fail(ValidationError(f"{', '.join(ignored)} do{'es' if len(ignored) == 1 else ''} not apply to {name!r}; "
                               f"it takes {takes}"))
-    options["progress"] = (lambda line: console.print(line)) if name in ("table1", "table2") else sys.stdout.isatty()
+    options["progress"] = _progress_mode()
     target = out or Path("results") / "reproduce" / name
     try:
         rows = fn(target, **options)
@@ -610,6 +610,13 @@ def _warning_line(message, category, filename, lineno, file=None, line=None) -> 
     from rich.markup import escape
 
     err.print(f"[yellow]warning:[/] {escape(str(message))}", soft_wrap=True, highlight=False)
+
+
+def _progress_mode() -> "bool | Callable[[str], None]":
+    """A live bar on a terminal; in a log, plain lines with counts and the time left (every 30 s)."""
+    if sys.stdout.isatty():
+        return True
+    return lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _progress_log() -> None:

@@ -190,10 +190,42 @@ def plan(todo: Sequence[RunSpec]) -> list[list[RunSpec]]:
     return [g for g in groups.values()] + singles
 
 
-def run_experiment(cfg: dict, out: str | Path, *, progress: bool = True, shard: tuple[int, int] | None = None,
+class _Lines:
+    """Plain progress lines for logs (no terminal): runs done of the total, elapsed time and an estimate of what is
+    left (from the runs finished here), at most one line every ``every`` seconds and one at the end."""
+
+    def __init__(self, name: str, total: int, done: int, say: Callable[[str], None], every: float = 30.0) -> None:
+        self.name, self.total, self.done, self.say, self.every = name, total, done, say, every
+        self.start = self.last = time.perf_counter()
+        self.here = 0
+        say(f"{name}: {total} runs, {done} already done")
+
+    def advance(self, k: int, *, executed: bool = True) -> None:
+        self.done += k
+        self.here += k if executed else 0
+        now = time.perf_counter()
+        if now - self.last >= self.every or self.done >= self.total:
+            self.last = now
+            self.say(self.line(now))
+
+    def line(self, now: float) -> str:
+        spent = now - self.start
+        left = (self.total - self.done) * spent / self.here if self.here else None
+        eta = f", ≈ {_duration(left)} left" if left is not None and self.done < self.total else ""
+        return f"{self.name}: {self.done}/{self.total} runs done, {_duration(spent)} elapsed{eta}"
+
+
+def _duration(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str], None] = True,
+                   shard: tuple[int, int] | None = None,
                    on_done: Callable[[str, list, dict], None] | None = None) -> ExperimentSummary:
     """Run (or resume) the experiment ``cfg`` into directory ``out``. ``shard = (i, k)`` runs only every k-th
-    distinct run starting at i (k processes can share one directory)."""
+    distinct run starting at i (k processes can share one directory). ``progress``: a live bar (True), nothing
+    (False), or a function that receives plain lines with the count and an estimate of the time left (logs)."""
     start = time.perf_counter()
     runs, axes = expand(cfg)
     store = ResultStore(out)
@@ -205,17 +237,24 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool = True, shard: 
             raise ValidationError(f"shard I/K needs 0 <= I < K, got {i}/{k}")
         unique = unique[i::k]
     todo = [r for r in unique if not store.is_done(r.run_id)]
+    lines = _Lines(cfg.get("name", "experiment"), len(unique), len(unique) - len(todo), progress) \
+        if callable(progress) else None
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  disable=not progress, transient=False) as bar:
+                  disable=progress is not True, transient=False) as bar:
         overall = bar.add_task(f"{cfg.get('name', 'experiment')}: runs", total=len(unique),
                                completed=len(unique) - len(todo))
+
+        def advance(k: int, *, executed: bool = True) -> None:
+            bar.advance(overall, k)
+            if lines is not None:
+                lines.advance(k, executed=executed)
 
         def save(spec: RunSpec, rows: list, man: dict) -> None:
             save_all([(spec, rows, man)])
 
         def save_all(items: list[tuple[RunSpec, list, dict]]) -> None:
             store.save_runs([(spec.run_id, rows, man) for spec, rows, man in items])
-            bar.advance(overall, len(items))
+            advance(len(items))
             if on_done is not None:
                 for spec, rows, man in items:
                     on_done(spec.run_id, rows, man)
@@ -270,7 +309,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool = True, shard: 
                     busy += 1
                 elif store.is_done(s.run_id):
                     store.unlock(s.run_id)
-                    bar.advance(overall, 1)
+                    advance(1, executed=False)
                 else:
                     mine.append(s)
             return mine

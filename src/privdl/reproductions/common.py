@@ -42,7 +42,8 @@ def with_overrides(cfg: dict, overrides: dict[str, object]) -> dict:
     return cfg
 
 
-def run(cfg: dict, out: Path, *, progress: bool = False, shard: tuple[int, int] | None = None) -> Path:
+def run(cfg: dict, out: Path, *, progress: bool | Callable[[str], None] = False,
+        shard: tuple[int, int] | None = None) -> Path:
     """Run (or resume) ``cfg`` into ``out`` through the ordinary runner."""
     run_experiment(cfg, out, progress=progress, shard=shard)
     return out

@@ -119,7 +119,7 @@ def _table(out: Path, name: str, cfg: dict, axis: str, values: Sequence[float], 
         trial = with_overrides(base, {"seeds": [10_000]})
         trial["sweep"] = {"cell": [_scaled(b, s, **{axis: v}) for b in cells for v in values for s in SCALES]}
         tried = [_row(r, name) | {"label": r.sweep["cell"]} for r in
-                 finished_runs(run(trial, out / f"{name}_tuning", progress=bool(progress)))]
+                 finished_runs(run(trial, out / f"{name}_tuning", progress=progress))]
         best: dict[tuple, tuple[float, float]] = {}
         for t in tried:
             key = (t["method"], t["epsilon"], t["fiedler_target"] if axis == "network.fiedler" else t["t"])
@@ -135,7 +135,7 @@ def _table(out: Path, name: str, cfg: dict, axis: str, values: Sequence[float], 
     else:
         final = with_overrides(base, {"seeds": list(range(seeds)), f"sweep.{axis}": list(values)})
         final["sweep"]["cell"] = cells
-    done = finished_runs(run(final, out / "runs", progress=bool(progress), shard=shards))
+    done = finished_runs(run(final, out / "runs", progress=progress, shard=shards))
     rows = [_row(r, name) for r in done]
     write_csv(out / f"{name}.csv", rows)
     summary = summarise(rows, by=["method", "epsilon", "fiedler_target", "t"],
