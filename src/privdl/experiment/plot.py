@@ -7,6 +7,8 @@ are drawn as a horizontal reference line on the parameter plots."""
 
 from __future__ import annotations
 
+import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
@@ -23,25 +25,84 @@ from privdl.experiment.summary import mean_std, number, sort_key  # noqa: E402
 #: metrics drawn on a log scale when positive
 LOG_METRICS = {"optimality_gap", "consensus_distance", "trace", "msd"}
 
+#: human names of sweep axes and metrics (anything else: its last key, underscores as spaces)
+LABELS = {
+    "mechanism.epsilon": "ε", "mechanism.delta": "δ", "mechanism.clip": "clipping norm C",
+    "mechanism.lot_size": "lot size", "mechanism.name": "mechanism", "mechanism.design": "design",
+    "mechanism.p": "p", "schedule.eta": "step size η", "schedule.name": "schedule", "network.n": "agents n",
+    "network.p": "edge probability p", "network.topology": "topology", "algorithm.name": "algorithm",
+    "task.name": "task", "iterations": "iterations T", "seed": "seed", "iteration": "iteration",
+    "optimality_gap": "optimality gap (1/n)Σ F(x_i) − F*", "local_optimality_gap": "local optimality gap (1/n)Σ f_i(x_i) − F*",
+    "consensus_distance": "consensus distance", "test_accuracy": "test accuracy", "test_loss": "test loss",
+    "train_loss": "training loss", "msd": "MSD", "msd_db": "MSD (dB)", "eavesdropper_msd": "eavesdropper MSD",
+}
+#: series styles: colour, line style and marker all change, so series that lie on top of each other stay visible
+STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), (":", "D"), ((0, (5, 1, 1, 1)), "v"), ((0, (1, 1)), "P")]
+REFERENCE_STYLES = [("black", (0, (6, 3))), ("dimgray", (0, (2, 2))), ("gray", (0, (6, 2, 1, 2)))]
+
+
+def label(key: str) -> str:
+    """The human name of a sweep axis or metric ('mechanism.epsilon' -> 'ε')."""
+    if key in LABELS:
+        return LABELS[key]
+    return axis_title(key).replace("_", " ")
+
+
+def _coinciding(series: Sequence[tuple[str, Sequence[float], Sequence[float], Sequence[float] | None]]) -> dict[int, int]:
+    """Series k → an earlier series j with the same x values and means (to 1e-9 relative): drawn on top of it."""
+    same: dict[int, int] = {}
+    for k, (_, xs, ms, _) in enumerate(series):
+        for j in range(k):
+            _, xj, mj, _ = series[j]
+            if list(xs) == list(xj) and all(abs(a - b) <= 1e-9 * max(abs(a), abs(b), 1e-300)
+                                            for a, b in zip(ms, mj)):
+                same[k] = same.get(j, j)
+                break
+    return same
+
 
 def draw(path: Path, series: Sequence[tuple[str, Sequence[float], Sequence[float], Sequence[float] | None]], *,
          xlabel: str, ylabel: str, title: str, logx: bool = False, logy: bool = False,
          references: Sequence[tuple[str, float, float]] = (), band: bool = True, markers: bool = True,
-         size: tuple[float, float] = (7, 4.5)) -> Path:
+         size: tuple[float, float] = (7, 4.5), caption: str = "") -> Path:
     """One figure: each series (label, xs, means, stds or None) as a line (with a ±std band, or error bars when
-    ``band`` is false), each reference (label, mean, std) as a dashed horizontal line with its band."""
+    ``band`` is false) in its own colour, line style and marker; each reference (label, mean, std) as a grey dashed
+    horizontal line with its band (never a series' colour). A series that coincides with an earlier one says so in
+    the legend. ``caption`` is written under the axes (δ, unit, accountant)."""
+    fig = figure(series, xlabel=xlabel, ylabel=ylabel, title=title, logx=logx, logy=logy, references=references,
+                 band=band, markers=markers, size=size, caption=caption)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def figure(series: Sequence[tuple[str, Sequence[float], Sequence[float], Sequence[float] | None]], *,
+           xlabel: str, ylabel: str, title: str, logx: bool = False, logy: bool = False,
+           references: Sequence[tuple[str, float, float]] = (), band: bool = True, markers: bool = True,
+           size: tuple[float, float] = (7, 4.5), caption: str = "") -> "plt.Figure":
+    """The figure :func:`draw` saves (the caller closes it)."""
     fig, ax = plt.subplots(figsize=size)
-    for label, xs, ms, ss in series:
+    same = _coinciding(series)
+    every = None
+    for k, (name, xs, ms, ss) in enumerate(series):
+        ls, mk = STYLES[k % len(STYLES)]
+        if len(xs) > 30:
+            every = max(1, len(xs) // 12)
+        if k in same:
+            name = f"{name} (coincides with {series[same[k]][0]})"
         if band or ss is None:
-            line, = ax.plot(xs, ms, marker="o" if markers else None, ms=3, label=label)
+            line, = ax.plot(xs, ms, linestyle=ls, marker=mk if markers or len(series) > 1 else None, ms=3.5,
+                            markevery=every, label=name)
             if ss is not None:
                 ax.fill_between(xs, [m - s for m, s in zip(ms, ss)], [m + s for m, s in zip(ms, ss)],
-                                color=line.get_color(), alpha=0.2)
+                                color=line.get_color(), alpha=0.15)
         else:
-            ax.errorbar(xs, ms, yerr=ss, marker="o", ms=3, capsize=3, label=label)
-    for label, m, s in references:
-        line = ax.axhline(m, linestyle="--", label=label)
-        ax.axhspan(m - s, m + s, color=line.get_color(), alpha=0.1)
+            ax.errorbar(xs, ms, yerr=ss, linestyle=ls, marker=mk, ms=3.5, capsize=3, label=name)
+    for k, (name, m, s) in enumerate(references):
+        color, ls = REFERENCE_STYLES[k % len(REFERENCE_STYLES)]
+        ax.axhline(m, color=color, linestyle=ls, linewidth=1.2, label=name)
+        ax.axhspan(m - s, m + s, color=color, alpha=0.08)
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     if logx:
         ax.set_xscale("log")
@@ -49,11 +110,10 @@ def draw(path: Path, series: Sequence[tuple[str, Sequence[float], Sequence[float
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    if caption:
+        fig.text(0.01, 0.01, caption, fontsize=7, ha="left", va="bottom", wrap=True)
+    fig.tight_layout(rect=(0, 0.05 if caption else 0, 1, 1))
+    return fig
 
 
 def axis_title(axis: str) -> str:
@@ -63,11 +123,34 @@ def axis_title(axis: str) -> str:
 
 
 def _label(keys: list[str], values: tuple[str, ...]) -> str:
-    return ", ".join(f"{axis_title(k)}={'n/a' if v == '' else v}" for k, v in zip(keys, values)) or "all runs"
+    return ", ".join(f"{label(k)}={'n/a' if v == '' else v}" for k, v in zip(keys, values)) or "all runs"
+
+
+def privacy_caption(out: Path) -> str:
+    """What the runs under ``out`` guarantee, from their manifests' ledgers: unit, accountant and δ of the private
+    runs, and whether some runs have no DP guarantee."""
+    kinds: set[tuple[str, str, str]] = set()
+    none: set[str] = set()
+    for man_path in sorted((out / "runs").glob("*/manifest.json")):
+        try:
+            man = json.loads(man_path.read_text())
+        except (OSError, ValueError):
+            continue
+        for led in man.get("privacy_ledger") or []:
+            eps = led.get("epsilon")
+            if eps is None or not math.isfinite(float(eps)):
+                none.add(str(led.get("mechanism", "none")))
+            else:
+                kinds.add((str(led.get("unit", "?")), str(led.get("accountant", "?")), f"{float(led['delta']):g}"))
+    parts = [f"{unit}-level (ε, δ)-DP, accountant {acc}, δ = {delta}" for unit, acc, delta in sorted(kinds)]
+    if none:
+        parts.append(f"no DP guarantee for the runs with mechanism {', '.join(sorted(none))}")
+    return "privacy: " + "; ".join(parts) if parts else ""
 
 
 def plot_experiment(out: str | Path) -> list[Path]:
-    """Draw PNGs under DIR/plots/ from DIR/results.csv; returns the files written."""
+    """Draw PNGs under DIR/plots/ from DIR/results.csv; returns the files written. An experiment that sweeps the
+    task gets one set of plots per task (their metrics do not share an axis)."""
     out = Path(out)
     path = out / "results.csv"
     if not path.is_file():
@@ -76,9 +159,20 @@ def plot_experiment(out: str | Path) -> list[Path]:
     if not rows:
         return []
     axes = [f for f in fields if f not in ("run_id", "iteration", "metric", "value")]
-    groups = [a for a in axes if a != "seed"]
-    plots = out / "plots"
+    caption = privacy_caption(out)
+    task_axis = next((a for a in ("task", "task.name") if a in axes and len({r[a] for r in rows}) > 1), None)
+    if task_axis is None:
+        return _plot_rows(out / "plots", rows, [a for a in axes if a != "seed"], caption, "")
     written: list[Path] = []
+    for task in sorted({r[task_axis] for r in rows}):
+        written += _plot_rows(out / "plots", [r for r in rows if r[task_axis] == task],
+                              [a for a in axes if a not in ("seed", task_axis)], caption, task)
+    return written
+
+
+def _plot_rows(plots: Path, rows: list[dict[str, str]], groups: list[str], caption: str, task: str) -> list[Path]:
+    written: list[Path] = []
+    prefix, where = (f"{task}_", f" — {task}") if task else ("", "")
     final_iter = max(int(r["iteration"]) for r in rows)
     for metric in sorted({r["metric"] for r in rows}):
         mrows = [r for r in rows if r["metric"] == metric]
@@ -93,8 +187,9 @@ def plot_experiment(out: str | Path) -> list[Path]:
                 its = sorted(curves[key])
                 ms = [mean_std(curves[key][t]) for t in its]
                 series.append((_label(groups, key), its, [m for m, _ in ms], [s for _, s in ms]))
-            written.append(draw(plots / f"{metric}_vs_iteration.png", series, xlabel="iteration", ylabel=metric,
-                                title=f"{metric} vs iteration (mean ± std over seeds)", logy=logy, markers=False))
+            written.append(draw(plots / f"{prefix}{metric}_vs_iteration.png", series, xlabel="iteration",
+                                ylabel=label(metric), title=f"{label(metric)} vs iteration{where} (mean ± std over seeds)",
+                                logy=logy, markers=False, caption=caption))
         final = [r for r in mrows if int(r["iteration"]) == final_iter]
         for axis in groups:
             xs = [number(r[axis]) for r in final if r[axis] != ""]
@@ -111,14 +206,15 @@ def plot_experiment(out: str | Path) -> list[Path]:
                 xv = sorted(at[key])
                 ms = [mean_std(at[key][x]) for x in xv]
                 series.append((_label(others, key), xv, [m for m, _ in ms], [s for _, s in ms]))
-            refs = [(_label(others, key) + f" ({axis_title(axis)} n/a)", *mean_std(v))
+            refs = [(_label(others, key) + f" ({label(axis)} n/a)", *mean_std(v))
                     for key, v in sorted(flat.items(), key=lambda kv: sort_key(kv[0]))]
-            written.append(draw(plots / f"{metric}_vs_{axis.replace('.', '_')}.png", series, references=refs,
-                                band=False, xlabel=axis, ylabel=f"final {metric} (iteration {final_iter})",
-                                title=f"final {metric} vs {axis} (mean ± std over seeds)",
+            written.append(draw(plots / f"{prefix}{metric}_vs_{axis.replace('.', '_')}.png", series, references=refs,
+                                band=False, xlabel=label(axis), ylabel=f"final {label(metric)} (iteration {final_iter})",
+                                title=f"final {label(metric)} vs {label(axis)}{where} (mean ± std over seeds)",
                                 logx=max(xs) / max(min(xs), 1e-300) > 20 and min(xs) > 0,
-                                logy=metric in LOG_METRICS and all(float(r["value"]) > 0 for r in final)))
+                                logy=metric in LOG_METRICS and all(float(r["value"]) > 0 for r in final),
+                                caption=caption))
     return written
 
 
-__all__ = ["axis_title", "draw", "plot_experiment"]
+__all__ = ["axis_title", "draw", "figure", "label", "plot_experiment", "privacy_caption"]
