@@ -44,3 +44,14 @@ def test_every_shipped_config_is_valid():
             cfg["sweep"]["cell"] = [c for c in cfg["sweep"]["cell"] if not c["label"].startswith("central")]
         runs, _ = expand(cfg)
         assert runs, path
+
+
+def test_every_cli_option_has_help_text():
+    import typer.main
+
+    from privdl.cli import app
+
+    cmd = typer.main.get_command(app)
+    missing = [f"{name} {p.opts}" for name, sub in cmd.commands.items() for p in sub.params
+               if not getattr(p, "help", None)]
+    assert not missing, missing

@@ -507,3 +507,30 @@ def test_experiment_plots_split_by_task_and_carry_the_privacy_caption(tmp_path):
     assert not any(f.startswith("consensus") for f in files)  # no axis mixes the two tasks
     cap = privacy_caption(tmp_path / "o")
     assert "agent-level" in cap and "δ = 1e-05" in cap and "accountant" in cap and "mechanism none" in cap
+
+
+def test_relative_paths_are_read_from_the_config_files_folder(tmp_path, monkeypatch):
+    """network.file and task.data_dir are resolved against the config's folder (not the current one), a missing
+    one is an error that says so, and where the experiment lies is not part of its run ids."""
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    np.savetxt(folder / "g.txt", np.array([[0, 1], [1, 2], [2, 3], [3, 0]]), fmt="%d")
+    text = ('iterations = 3\n[network]\nfile = "g.txt"\n[task]\nname = "quadratic"\n'
+            '[schedule]\nname = "constant"\neta = 0.01\n')
+    (folder / "c.toml").write_text(text)
+    monkeypatch.chdir(tmp_path)  # g.txt is not in the current folder
+    cfg = load_config(folder / "c.toml")
+    first = run_experiment(cfg, tmp_path / "o", progress=False)
+    assert first.executed == 1
+    moved = tmp_path / "moved"
+    (folder).rename(moved)
+    again = run_experiment(load_config(moved / "c.toml"), tmp_path / "o", progress=False)
+    assert again.skipped == 1  # same run id from the new place
+    (moved / "c.toml").write_text(text.replace("g.txt", "nothere.txt"))
+    with pytest.raises(Exception, match="resolved against the config file's folder"):
+        run_experiment(load_config(moved / "c.toml"), tmp_path / "o2", progress=False)
+    (moved / "c.toml").write_text('iterations = 3\n[network]\ntopology = "ring"\nn = 4\n[task]\nname = "logistic"\n'
+                                  'dataset = "a9a"\ndata_dir = "no_such_dir"\n[schedule]\nname = "constant"\n'
+                                  'eta = 0.01\n')
+    with pytest.raises(Exception, match="no_such_dir is not a folder .*config file's folder"):
+        run_experiment(load_config(moved / "c.toml"), tmp_path / "o3", progress=False)

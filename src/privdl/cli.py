@@ -165,10 +165,10 @@ def account(
     noise_multiplier: Optional[float] = typer.Option(None, "--noise-multiplier",
                                                      help="example level: σ (noise std σC on the clipped sum)"),
     sample_rate: Optional[float] = typer.Option(None, "--sample-rate", help="example level: Poisson rate q"),
-    delta: float = typer.Option(1e-5, "--delta"),
+    delta: float = typer.Option(1e-5, "--delta", help="δ of the (ε, δ) guarantee"),
     clip: Optional[float] = typer.Option(None, "--clip", help="agent level: clipping norm C (sensitivity 2C)"),
     steps: Optional[int] = typer.Option(None, "--steps", help="number of noisy steps T (every noisy data access)"),
-    fmt: Format = typer.Option(Format.table, "--format"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
 ) -> None:
     """Accounting. Agent level: (ε, δ) → per-agent precision bound b, or b → ε. Example level (DP-SGD, RDP of the
     Poisson-subsampled Gaussian): σ → (ε, order), or ε → the smallest σ that meets it. ``--manifest PATH``
@@ -286,18 +286,19 @@ def covariance(
     p: float = typer.Option(0.5, "--p", help="edge probability (erdos_renyi)"),
     graph_seed: int = typer.Option(0, "--graph-seed", help="seed of the random graph"),
     rule: str = typer.Option("metropolis_hastings", "--rule", help="mixing rule for a generated topology"),
-    design: DesignName = typer.Option(DesignName.whisper, "--design"),
+    design: DesignName = typer.Option(DesignName.whisper, "--design", help="covariance design (seed 001)"),
     epsilon: Optional[float] = typer.Option(None, "--epsilon", help="target ε per agent"),
     precision_bound: Optional[float] = typer.Option(None, "--precision-bound", help="b directly instead of ε"),
-    delta: float = typer.Option(1e-5, "--delta"),
+    delta: float = typer.Option(1e-5, "--delta", help="δ of the (ε, δ) guarantee"),
     clip: float = typer.Option(0.1, "--clip", help="clipping norm C"),
     steps: int = typer.Option(5000, "--steps", help="number of noisy steps T"),
-    accountant: AccountantName = typer.Option(AccountantName.paper, "--accountant"),
+    accountant: AccountantName = typer.Option(AccountantName.paper, "--accountant", help="agent-level accountant: "
+                                              "paper (seed 001, Theorem 2) or tight (exact Gaussian-DP)"),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="HBC seed groups: global, edges, neighbourhoods, "
                                                              "groups:M (whisper solves problem (10))"),
     coalition_size: int = typer.Option(0, "--coalition-size", help="q: coalitions of up to q curious agents"),
     save_covariance: Optional[Path] = typer.Option(None, "--save-covariance", help="write R to this .npy file"),
-    fmt: Format = typer.Option(Format.table, "--format"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
 ) -> None:
     """Design the noise covariance R for a network: Tr(W R Wᵀ) against LDP and the central-DP bound."""
     import numpy as np
@@ -368,7 +369,7 @@ def attack(
     loss: str = typer.Option("l2", "--loss", help="gradient matching: l2 or cosine"),
     out: Path = typer.Option(Path("results/attack"), "--out", help="folder for the PNG grid and the JSON"),
     overrides: list[str] = typer.Option([], "--set", help="config override key=value (repeatable)"),
-    fmt: Format = typer.Option(Format.table, "--format"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
 ) -> None:
     """Gradient inversion from what an attacker really sees (seed 002 §5.2): reconstruct a victim's training samples
     from the transcript of a run; prints MSE, PSNR, SSIM and label accuracy, writes originals and reconstructions as
@@ -414,7 +415,7 @@ def rms_bounds_command(
     sigma_z: float = typer.Option(0.01, "--sigma-z", help="std of the off-diagonal entries"),
     smoothness: float = typer.Option(1.0, "--smoothness", help="δ: every J_k is δ-smooth"),
     strong_convexity: float = typer.Option(0.0, "--strong-convexity", help="ν: every J_k is ν-strongly convex"),
-    fmt: Format = typer.Option(Format.table, "--format"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
 ) -> None:
     """Seed 002 Theorems 1–2: admissible γ and τ of DSG-RMS / EDSG-RMS for a network and random matrix."""
     from privdl.algorithms.rms_bounds import rms_bounds
@@ -529,9 +530,9 @@ def audit(
     models: int = typer.Option(1000, "--models", help="models trained with, and as many without, the canary"),
     held_out: float = typer.Option(0.2, "--held-out", help="fraction of models used to choose the threshold"),
     epsilon: float = typer.Option(1.0, "--epsilon", help="nominal ε the training is calibrated to"),
-    delta: float = typer.Option(1e-2, "--delta"),
-    clip: float = typer.Option(10.0, "--clip"),
-    iterations: int = typer.Option(100, "--iterations"),
+    delta: float = typer.Option(1e-2, "--delta", help="δ of the audited (ε, δ) claim"),
+    clip: float = typer.Option(10.0, "--clip", help="clipping norm C of the audited runs"),
+    iterations: int = typer.Option(100, "--iterations", help="rounds of each audited run"),
     model: str = typer.Option("cnn", "--model", help="cnn (seed 004's) or softmax (fast)"),
     dataset: str = typer.Option("mnist_t10k", "--dataset", help="image dataset D is drawn from"),
     per_class: int = typer.Option(100, "--per-class", help="images of each of the three classes in D"),
@@ -541,10 +542,11 @@ def audit(
                                                    "canaries (0: skip)"),
     batch: int = typer.Option(200, "--batch", help="systems trained at once (memory)"),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda or auto: where the systems train"),
-    seed: int = typer.Option(0, "--seed"),
-    data_dir: Optional[str] = typer.Option(None, "--data-dir"),
+    seed: int = typer.Option(0, "--seed", help="root seed of the audit"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="folder with the MNIST files (default: the "
+                                                                    "usual search)"),
     out: Optional[Path] = typer.Option(None, "--out", help="write audit.json and the scores here"),
-    fmt: Format = typer.Option(Format.table, "--format"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
 ) -> None:
     """Membership-inference audit (seed 004 App. D): empirical ε lower bounds (Clopper–Pearson 95%) beside the
     nominal ε for each algorithm, and optionally the one-run bound. A lower bound above the nominal ε means the

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from privdl.algorithms import Algorithm, make_algorithm
 from privdl.comm import Comm, make_comm
-from privdl.errors import ValidationError
+from privdl.errors import DataError, ValidationError
 from privdl.mechanisms import GradientMechanism, make_mechanism
 from privdl.network import Network, load_network_file
 from privdl.schedules import Schedule, make_schedule
@@ -36,9 +37,26 @@ def _rest(table: dict, *drop: str) -> dict:
     return {k: v for k, v in table.items() if k not in drop}
 
 
-def build_network(net: dict, run_seed: int = 0) -> Network:
-    """The network of a ``[network]`` table; ``seed = "run"`` draws a different graph for every run seed. Networks
-    are immutable facts: the same table and seed give the same (cached) object."""
+def resolve_path(value: str, base_dir: str | None, what: str) -> tuple[str, str]:
+    """A config path made absolute against ``base_dir`` (the config file's folder) when relative, and a phrase
+    saying how it was resolved (for error messages)."""
+    p = Path(value).expanduser()
+    if p.is_absolute():
+        return str(p), ""
+    if base_dir:
+        return str(Path(base_dir) / p), f" ({what} {value!r} is resolved against the config file's folder {base_dir})"
+    return str(p.resolve()), f" ({what} {value!r} is resolved against the current folder {Path.cwd()})"
+
+
+def build_network(net: dict, run_seed: int = 0, base_dir: str | None = None) -> Network:
+    """The network of a ``[network]`` table; ``seed = "run"`` draws a different graph for every run seed; a
+    relative ``file`` is read from ``base_dir``. Networks are immutable facts: the same table and seed give the same
+    (cached) object."""
+    if net.get("file"):
+        path, how = resolve_path(net["file"], base_dir, "network.file")
+        if not Path(path).is_file():
+            raise ValidationError(f"network file {path} does not exist{how}")
+        net = {**net, "file": path}
     key = (json.dumps(net, sort_keys=True, default=str), run_seed if net.get("seed") == "run" else None)
     if key not in _NETWORKS:
         if len(_NETWORKS) >= 512:
@@ -120,20 +138,29 @@ def build_task(cfg: dict, n: int) -> Task:
     params = _rest(cfg["task"], "name")
     if params.get("seed") == "run":
         params["seed"] = cfg.get("seed", 0)
+    if params.get("data_dir"):
+        params["data_dir"], how = resolve_path(params["data_dir"], cfg.get("base_dir"), "task.data_dir")
+        if not Path(params["data_dir"]).is_dir():
+            raise DataError(f"data_dir {params['data_dir']} is not a folder{how}; fix it, or leave data_dir out to "
+                            "search $PRIVDL_DATA_DIR, ./data and ../shared/data")
     return make_task(cfg["task"]["name"], n, dtype=DTYPES[cfg["dtype"]], **params)
 
 
 def build(cfg: dict, *, task: Task | None = None) -> Components:
     """Every component of one run (``task``: reuse an already built task of the same config)."""
-    network = build_network(cfg["network"], cfg.get("seed", 0))
+    network = build_network(cfg["network"], cfg.get("seed", 0), cfg.get("base_dir"))
     task = task if task is not None else build_task(cfg, network.n)
     algorithm = make_algorithm(cfg["algorithm"]["name"], **_rest(cfg["algorithm"], "name"))
     check_requirements(algorithm, network)
     # privacy is accounted over every noisy access to each agent's data, which may exceed the iterations (inner
     # steps, initialisation, cross-gradients)
     accesses = algorithm.accesses(cfg["iterations"], network.edges)
-    mechanism = make_mechanism(cfg["mechanism"]["name"], steps=accesses, network=network, task=task,
-                               **_rest(cfg["mechanism"], "name"))
+    mech = _rest(cfg["mechanism"], "name")
+    if isinstance(mech.get("file"), str):
+        mech["file"], how = resolve_path(mech["file"], cfg.get("base_dir"), "mechanism.file")
+        if not Path(mech["file"]).is_file():
+            raise ValidationError(f"covariance file {mech['file']} does not exist{how}")
+    mechanism = make_mechanism(cfg["mechanism"]["name"], steps=accesses, network=network, task=task, **mech)
     schedule = make_schedule(cfg["schedule"]["name"], iterations=cfg["iterations"], **_rest(cfg["schedule"], "name"))
     _check_theory(algorithm, network, task, schedule)
     sparse = cfg["network"].get("sparse", "auto")

@@ -57,7 +57,12 @@ TOP_LEVEL: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "train": (bool, True),
     "batch_replicas": (int, 0),
     "eavesdropper_window": (int, None),  # None: not written (the default, 100 rounds, applies to tracking tasks)
+    # the folder relative paths (network.file, task.data_dir, mechanism.file) are resolved against: set by
+    # load_config to the config file's folder; not part of a run's identity
+    "base_dir": (str, None),
 }
+#: keys whose values are paths (resolved against base_dir when relative)
+PATH_KEYS = ("file", "data_dir")
 NETWORK_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "topology": (str, "erdos_renyi"),
     "n": (int, 10),
@@ -172,11 +177,15 @@ def load_config(path: str | Path, overrides: list[str] | None = None, *, validat
         cfg = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    cfg.setdefault("base_dir", str(path.resolve().parent))
     for item in overrides or []:
         if "=" not in item:
             raise ConfigError(f"--set expects key=value, got {item!r}")
         key, text = item.split("=", 1)
-        set_dotted(cfg, key.strip(), parse_value(text.strip()))
+        value = parse_value(text.strip())
+        if key.strip().rpartition(".")[2] in PATH_KEYS and isinstance(value, str):
+            value = str(Path(value).resolve())  # typed in a shell: relative to the current folder
+        set_dotted(cfg, key.strip(), value)
     if validate:
         expand(cfg)
     return cfg
@@ -387,7 +396,8 @@ def _check_swept_keys(points: list[tuple[dict, dict, set[str]]], used: dict[str,
 
 
 def run_id(effective: dict) -> str:
-    payload = {k: v for k, v in effective.items() if k not in ("name", "description", "threads", "device", "batch_replicas")}
+    payload = {k: v for k, v in effective.items()
+               if k not in ("name", "description", "threads", "device", "batch_replicas", "base_dir")}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 

@@ -276,7 +276,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                 save(group[0], rows, man)
             else:
                 first = group[0].config
-                task = build_task(first, build_network(first["network"], first["seed"]).n)
+                task = build_task(first, build_network(first["network"], first["seed"], first.get("base_dir")).n)
                 parts = [build(s.config, task=task) for s in group]
                 by_n: dict[tuple, list[int]] = {}  # stacked together: same n, same data access
                 for k, c in enumerate(parts):

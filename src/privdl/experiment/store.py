@@ -58,6 +58,11 @@ def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix or "(root)"]
 
 
+def _identity(experiment: Any) -> Any:
+    """What makes two experiment configs the same experiment (where the config file lies does not)."""
+    return {k: v for k, v in experiment.items() if k != "base_dir"} if isinstance(experiment, dict) else experiment
+
+
 class ResultStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -69,7 +74,7 @@ class ResultStore:
         text = json.dumps(experiment, indent=2, sort_keys=True, default=str)
         if path.exists():
             old = json.loads(path.read_text())
-            if old != json.loads(text):
+            if _identity(old) != _identity(json.loads(text)):
                 keys = ", ".join(_diff(old, json.loads(text))[:8])
                 if not self._holds_results():  # e.g. a config that failed at build: nothing of it to protect
                     warnings.warn(f"{self.root} held another experiment (differing at: {keys}) with no finished or "
