@@ -534,3 +534,54 @@ def test_relative_paths_are_read_from_the_config_files_folder(tmp_path, monkeypa
                                   'eta = 0.01\n')
     with pytest.raises(Exception, match="no_such_dir is not a folder .*config file's folder"):
         run_experiment(load_config(moved / "c.toml"), tmp_path / "o3", progress=False)
+
+
+BASE_TOML = ('iterations = 3\n[network]\ntopology = "ring"\nn = 5\n[task]\nname = "quadratic"\n'
+             '[schedule]\nname = "constant"\neta = 0.01\n')
+
+
+@pytest.mark.parametrize("prefix,match", [
+    ("threads = -1\n", "threads must be >= 0"),
+    ('device = "tpu"\n', "device must be"),
+    ("eval_every = -5\n", "eval_every must be >= 0"),
+])
+def test_bad_top_level_values_are_refused_at_load(tmp_path, prefix, match):
+    (tmp_path / "c.toml").write_text(prefix + BASE_TOML)
+    with pytest.raises(ConfigError, match=match):
+        load_config(tmp_path / "c.toml")
+
+
+def test_bad_cli_input_gets_a_clear_error_not_a_traceback(tmp_path):
+    """One case per class of input that used to end in a traceback (issue 16)."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(BASE_TOML)
+    np.save(tmp_path / "obj.npy", np.array([[1, "a"], [None, 2]], dtype=object))
+    (tmp_path / "afile").write_text("")
+    bad_json = tmp_path / "badjson"
+    bad_json.mkdir()
+    (bad_json / "experiment.json").write_text("{")
+    runs_file = tmp_path / "runsfile"
+    run_experiment(load_config(cfg), runs_file, progress=False)
+    import shutil
+
+    shutil.rmtree(runs_file / "runs")
+    (runs_file / "runs").write_text("")  # runs/ cannot be made: finished runs could not be saved
+    cases = [
+        (["run", str(cfg), "--out", str(tmp_path / "afile")], "is a file, not a folder"),
+        (["run", str(cfg), "--out", str(bad_json)], "is damaged"),
+        (["run", str(cfg), "--out", str(runs_file)], "cannot write in"),
+        (["rms-bounds", "--mixing", str(tmp_path / "obj.npy"), "--dim", "2"], "numeric .npy"),
+        (["rms-bounds", "--mixing", str(tmp_path), "--dim", "2"], "is a folder, not a file"),
+        (["account", "--precision-bound", "0", "--steps", "10", "--clip", "1"], "precision bound b must be > 0"),
+        (["account", "--unit", "example", "--epsilon", "1", "--steps", "10", "--clip", "3", "--sample-rate", "0.01"],
+         "--clip does not apply at the example level"),
+        (["covariance", "--topology", "ring", "--n", "5", "--epsilon", "1", "--save-covariance",
+          str(tmp_path / "nope" / "R.npy")], "does not exist"),
+        (["covariance", "--topology", "ring", "--n", "5", "--epsilon", "1", "--coalition-size", "-1"], "--coalition-size"),
+        (["audit", "--batch", "0"], "--batch"),
+    ]
+    for args, match in cases:
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code != 0, (args, res.output)
+        assert res.exception is None or isinstance(res.exception, SystemExit), (args, repr(res.exception))
+        assert match in " ".join(res.output.split()), (args, res.output)

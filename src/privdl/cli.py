@@ -88,7 +88,11 @@ def run(
                       + f") in {summary.seconds:.1f} s → {summary.results}")
         _print_final(summary.out)
         if not no_plot:
-            files = plot_experiment(summary.out)
+            try:
+                files = plot_experiment(summary.out)
+            except OSError as exc:
+                raise PrivdlError(f"the runs are saved ({summary.results}), but the plots could not be written: "
+                                  f"{exc}") from None
             console.print(f"{len(files)} plots in {summary.out / 'plots'}")
     except PrivdlError as exc:
         _fail(exc)
@@ -132,6 +136,8 @@ def plot(out: Path = typer.Argument(..., help="experiment output directory")) ->
 
     try:
         files = plot_experiment(out)
+    except OSError as exc:
+        _fail(PrivdlError(f"could not write the plots: {exc}"))
     except PrivdlError as exc:
         _fail(exc)
     for f in files:
@@ -179,6 +185,16 @@ def account(
     try:
         if steps is None:
             raise PrivdlError("give --steps (or --manifest PATH to re-account a finished run)")
+        wrong = [flag for flag, v, agent_only in (("--clip", clip, True), ("--precision-bound", precision_bound, True),
+                                                  ("--noise-multiplier", noise_multiplier, False),
+                                                  ("--sample-rate", sample_rate, False))
+                 if v is not None and agent_only == (unit is Unit.example)]
+        if wrong:
+            raise ValidationError(
+                f"{', '.join(wrong)} do{'es' if len(wrong) == 1 else ''} not apply at the {unit.value} level"
+                + (" (example level is in units of the noise multiplier σ: noise std σ·C on the clipped sum, so C "
+                   "does not change ε)" if unit is Unit.example else " (give --clip and --epsilon or "
+                                                                      "--precision-bound)"))
         if unit is Unit.example:
             result = _account_example(epsilon, noise_multiplier, sample_rate, delta, steps)
             title = "example-level accounting (RDP, Poisson-subsampled Gaussian)"
@@ -200,11 +216,12 @@ def _account_agent(accountant: "AccountantName", epsilon: float | None, precisio
         raise PrivdlError("agent-level accounting needs --clip")
     acc = get_accountant(accountant.value)
     b = acc.bound(epsilon=epsilon, delta=delta, clip=clip, steps=steps) if epsilon is not None else precision_bound
+    eps = acc.epsilon(bound=b, delta=delta, clip=clip, steps=steps)  # validates b before 1/b below
     return {
         "unit": "agent", "accountant": acc.name, "mechanism": "Gaussian, sensitivity 2C, precision b per step",
         "target_epsilon": epsilon, "delta": delta, "clip": clip, "steps": steps,
         "bound": b, "ldp_variance": 1.0 / b, "ldp_sigma": 1.0 / math.sqrt(b),
-        "epsilon": acc.epsilon(bound=b, delta=delta, clip=clip, steps=steps), "reference": acc.reference,
+        "epsilon": eps, "reference": acc.reference,
     }
 
 
@@ -291,12 +308,12 @@ def covariance(
     precision_bound: Optional[float] = typer.Option(None, "--precision-bound", help="b directly instead of ε"),
     delta: float = typer.Option(1e-5, "--delta", help="δ of the (ε, δ) guarantee"),
     clip: float = typer.Option(0.1, "--clip", help="clipping norm C"),
-    steps: int = typer.Option(5000, "--steps", help="number of noisy steps T"),
+    steps: int = typer.Option(5000, "--steps", min=1, help="number of noisy steps T"),
     accountant: AccountantName = typer.Option(AccountantName.paper, "--accountant", help="agent-level accountant: "
                                               "paper (seed 001, Theorem 2) or tight (exact Gaussian-DP)"),
     seeds: Optional[str] = typer.Option(None, "--seeds", help="HBC seed groups: global, edges, neighbourhoods, "
                                                              "groups:M (whisper solves problem (10))"),
-    coalition_size: int = typer.Option(0, "--coalition-size", help="q: coalitions of up to q curious agents"),
+    coalition_size: int = typer.Option(0, "--coalition-size", min=0, help="q: coalitions of up to q curious agents"),
     save_covariance: Optional[Path] = typer.Option(None, "--save-covariance", help="write R to this .npy file"),
     fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
 ) -> None:
@@ -311,6 +328,11 @@ def covariance(
     try:
         if (epsilon is None) == (precision_bound is None):
             raise PrivdlError("give exactly one of --epsilon or --precision-bound")
+        if coalition_size < 0:
+            raise ValidationError(f"--coalition-size must be >= 0 (0: no curious agents), got {coalition_size}")
+        if save_covariance is not None and not save_covariance.parent.is_dir():
+            raise ValidationError(f"--save-covariance {save_covariance}: folder {save_covariance.parent} does not "
+                                  "exist")
         net = _network(mixing, topology, n, p, graph_seed, rule)
         acc = get_accountant(accountant.value)
         b = acc.bound(epsilon=epsilon, delta=delta, clip=clip, steps=steps) if epsilon is not None \
@@ -334,12 +356,23 @@ def covariance(
         facts.update({"accountant": acc.name, "epsilon": acc.epsilon(bound=b * result.max_precision_ratio,
                                                                      delta=delta, clip=clip, steps=steps),
                       "delta": delta, "clip": clip, "steps": steps, "network": net.description})
+        if hbc:
+            facts["design"] = f"{design.value}, HBC problem (10): seeds {facts['seeds']}, coalitions of up to " \
+                              f"{coalition_size}"
+            facts["guarantee"] = (f"({facts['epsilon_against_coalitions']:.6g}, {delta:g})-DP per agent against "
+                                  f"coalitions of up to {coalition_size} curious agents; ({facts['epsilon']:.6g}, "
+                                  f"{delta:g}) against an observer outside every coalition")
+        else:
+            facts["guarantee"] = f"({facts['epsilon']:.6g}, {delta:g})-DP per agent, agent level"
+        if str(facts.get("solver", "")).lower() not in ("dual fixed point", ""):
+            for key in ("duality_gap", "iterations", "relative_duality_gap"):  # the dual solver's, not a conic's
+                facts.pop(key, None)
         if fmt is Format.table:
             facts.pop("worst_coalition", None)  # a nested dict: JSON only
         if save_covariance is not None:
             np.save(save_covariance, result.R)
             facts["saved"] = str(save_covariance)
-    except (PrivdlError, ValueError) as exc:
+    except (PrivdlError, ValueError, OSError) as exc:
         _fail(exc)
     _print_facts(facts, fmt, f"{design.value} covariance, n = {facts['n']} ({acc.name} accountant)")
 
@@ -360,12 +393,12 @@ def attack(
     attacker: int = typer.Option(..., "--attacker", help="the attacking agent (a curious neighbour's index)"),
     victim: int = typer.Option(..., "--victim", help="the agent whose samples are reconstructed"),
     round_: int = typer.Option(..., "--round", help="the first attacked round (≥ 1)"),
-    images: int = typer.Option(1, "--images", help="K: attack the victim's samples of K consecutive rounds"),
+    images: int = typer.Option(1, "--images", min=1, help="K: attack the victim's samples of K consecutive rounds"),
     kind: AttackerKind = typer.Option(AttackerKind.curious_neighbour, "--kind",
                                       help="whose view; generous = the victim's true model and gradient (seed 002's "
                                            "assumption for EDSG-RMS, not a view)"),
-    iterations: int = typer.Option(300, "--iterations", help="L-BFGS iterations"),
-    restarts: int = typer.Option(1, "--restarts", help="restarts from new dummies (the best match is kept)"),
+    iterations: int = typer.Option(300, "--iterations", min=1, help="L-BFGS iterations"),
+    restarts: int = typer.Option(1, "--restarts", min=1, help="restarts from new dummies (the best match is kept)"),
     loss: str = typer.Option("l2", "--loss", help="gradient matching: l2 or cosine"),
     out: Path = typer.Option(Path("results/attack"), "--out", help="folder for the PNG grid and the JSON"),
     overrides: list[str] = typer.Option([], "--set", help="config override key=value (repeatable)"),
@@ -409,7 +442,7 @@ def rms_bounds_command(
     graph_seed: int = typer.Option(0, "--graph-seed", help="seed of the random graph"),
     rule: str = typer.Option("laplacian", "--rule", help="mixing rule for a generated topology (seed 002: laplacian)"),
     lazy: bool = typer.Option(False, "--lazy", help="use the lazy rule (I + A)/2 (positive definite, EDSG-RMS)"),
-    dim: int = typer.Option(5, "--dim", help="L, the model dimension"),
+    dim: int = typer.Option(5, "--dim", min=1, help="L, the model dimension"),
     mu: float = typer.Option(1.0, "--mu", help="mean of the diagonal step-size factors"),
     sigma_mu: Optional[float] = typer.Option(None, "--sigma-mu", help="std of the diagonal entries (default σ_z)"),
     sigma_z: float = typer.Option(0.01, "--sigma-z", help="std of the off-diagonal entries"),
@@ -527,20 +560,20 @@ def audit(
     algorithm: list[AuditAlgorithm] = typer.Option(
         [AuditAlgorithm.central, AuditAlgorithm.dsgd, AuditAlgorithm.dsgt, AuditAlgorithm.dinno], "--algorithm",
         help="algorithms to audit (repeatable; central = DP-SGD on the pooled data)"),
-    models: int = typer.Option(1000, "--models", help="models trained with, and as many without, the canary"),
+    models: int = typer.Option(1000, "--models", min=1, help="models trained with, and as many without, the canary"),
     held_out: float = typer.Option(0.2, "--held-out", help="fraction of models used to choose the threshold"),
     epsilon: float = typer.Option(1.0, "--epsilon", help="nominal ε the training is calibrated to"),
     delta: float = typer.Option(1e-2, "--delta", help="δ of the audited (ε, δ) claim"),
     clip: float = typer.Option(10.0, "--clip", help="clipping norm C of the audited runs"),
-    iterations: int = typer.Option(100, "--iterations", help="rounds of each audited run"),
+    iterations: int = typer.Option(100, "--iterations", min=1, help="rounds of each audited run"),
     model: str = typer.Option("cnn", "--model", help="cnn (seed 004's) or softmax (fast)"),
     dataset: str = typer.Option("mnist_t10k", "--dataset", help="image dataset D is drawn from"),
-    per_class: int = typer.Option(100, "--per-class", help="images of each of the three classes in D"),
+    per_class: int = typer.Option(100, "--per-class", min=1, help="images of each of the three classes in D"),
     canary: str = typer.Option("blank", "--canary", help="blank (seed 004) or bright (exposes disabled clipping)"),
     broken: str = typer.Option("none", "--broken", help="none, noise (σ/10) or clip (no clipping): self-test"),
-    one_run: int = typer.Option(0, "--one-run", help="also run Steinke et al.'s one-run audit with this many "
+    one_run: int = typer.Option(0, "--one-run", min=0, help="also run Steinke et al.'s one-run audit with this many "
                                                    "canaries (0: skip)"),
-    batch: int = typer.Option(200, "--batch", help="systems trained at once (memory)"),
+    batch: int = typer.Option(200, "--batch", min=1, help="systems trained at once (memory)"),
     device: str = typer.Option("cpu", "--device", help="cpu, cuda or auto: where the systems train"),
     seed: int = typer.Option(0, "--seed", help="root seed of the audit"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="folder with the MNIST files (default: the "

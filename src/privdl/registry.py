@@ -81,8 +81,7 @@ class OneOf:
         return value in self.names() or (self.pattern is not None and self.pattern(value))
 
     def valid(self) -> str:
-        names = ", ".join(self.names())
-        return names + (f", {self.describe}" if self.describe else "")
+        return ", ".join([*self.names(), *([self.describe] if self.describe else [])])
 
 
 def one_of(*choices: str) -> OneOf:

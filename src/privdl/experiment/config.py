@@ -28,6 +28,7 @@ import hashlib
 import inspect
 import itertools
 import json
+import re
 import tomllib
 import types
 import typing
@@ -61,6 +62,7 @@ TOP_LEVEL: dict[str, tuple[type | tuple[type, ...], Any]] = {
     # load_config to the config file's folder; not part of a run's identity
     "base_dir": (str, None),
 }
+DEVICE = re.compile(r"cpu|auto|cuda(:\d+)?")
 #: keys whose values are paths (resolved against base_dir when relative)
 PATH_KEYS = ("file", "data_dir")
 NETWORK_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
@@ -295,6 +297,11 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
         raise ConfigError(f"eavesdropper_window must be >= 0 (0: no eavesdropper), got {out['eavesdropper_window']}")
     if out["iterations"] < 1:
         raise ConfigError(f"iterations must be >= 1, got {out['iterations']}")
+    for key, what in (("eval_every", "0: only the first and last round"), ("threads", "0: torch's default")):
+        if out[key] < 0:
+            raise ConfigError(f"{key} must be >= 0 ({what}), got {out[key]}")
+    if not DEVICE.fullmatch(out["device"]):
+        raise ConfigError(f"device must be \"cpu\", \"cuda\", \"cuda:N\" or \"auto\", got {out['device']!r}")
     if out["batch_replicas"] < 0:
         raise ConfigError(f"batch_replicas must be >= 0 (0: automatic, 1: never stack runs), got "
                           f"{out['batch_replicas']}")

@@ -230,6 +230,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
     runs, axes = expand(cfg)
     store = ResultStore(out)
     store.claim(cfg)
+    store.check_writable()
     unique = list({r.run_id: r for r in runs}.values())
     if shard is not None:
         i, k = shard

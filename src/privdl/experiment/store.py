@@ -72,8 +72,14 @@ class ResultStore:
         """Bind the directory to ``experiment``; refuse a directory holding another experiment's results."""
         path = self.root / "experiment.json"
         text = json.dumps(experiment, indent=2, sort_keys=True, default=str)
+        if self.root.exists() and not self.root.is_dir():
+            raise ConfigError(f"--out {self.root} is a file, not a folder; choose another --out")
         if path.exists():
-            old = json.loads(path.read_text())
+            try:
+                old = json.loads(path.read_text())
+            except (ValueError, OSError) as exc:
+                raise ConfigError(f"{path} is damaged ({exc}); it names the experiment this folder holds — "
+                                  "restore it, or choose another --out") from None
             if _identity(old) != _identity(json.loads(text)):
                 keys = ", ".join(_diff(old, json.loads(text))[:8])
                 if not self._holds_results():  # e.g. a config that failed at build: nothing of it to protect
@@ -89,6 +95,18 @@ class ResultStore:
         if self.root.exists() and any(not p.name.startswith(".") for p in self.root.iterdir()):
             raise ConfigError(f"{self.root} is not empty and holds no privdl experiment; choose another --out")
         atomic_write(path, text)
+
+    def check_writable(self) -> None:
+        """Refuse, before anything is computed, a folder where finished runs could not be saved."""
+        for d in (self.root, self.root / "runs"):
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                probe = d / f".probe-{os.getpid()}"
+                probe.write_text("")
+                probe.unlink()
+            except OSError as exc:
+                raise ConfigError(f"cannot write in {d} ({exc.strerror or exc}); finished runs could not be saved: "
+                                  "choose another --out") from None
 
     def _holds_results(self) -> bool:
         """Some run here finished (a manifest) or is running (a lock of a live process)."""

@@ -241,8 +241,13 @@ def load_network_file(path: str | Path, *, kind: str = "auto", mixing: str = "me
     path = Path(path)
     if not path.exists():
         raise ValidationError(f"network file {path} does not exist")
+    if not path.is_file():
+        raise ValidationError(f"network file {path} is a folder, not a file")
     if path.suffix == ".npy":
-        arr = np.load(path, allow_pickle=False)
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise ValidationError(f"cannot read {path} as a numeric .npy array: {exc}") from None
     else:
         delim = "," if path.suffix == ".csv" else None
         try:
