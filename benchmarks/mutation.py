@@ -102,7 +102,7 @@ def run_suite(tree: Path, timeout: int) -> tuple[bool, str, float]:
                              cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return True, "timeout", time.perf_counter() - t
-    failed = next((ln.split(" ")[1] for ln in out.stdout.splitlines() if ln.startswith("FAILED")), "")
+    failed = next((ln.split(" ")[1] for ln in out.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))), "")
     return out.returncode != 0, failed, time.perf_counter() - t
 
 

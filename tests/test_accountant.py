@@ -86,3 +86,18 @@ def test_bad_budget_inputs_are_rejected(kwargs, match):
 def test_unknown_accountant_lists_valid_names():
     with pytest.raises(UnknownNameError, match="paper, tight"):
         get_accountant("renyi")
+
+
+@pytest.mark.parametrize("eps,delta,clip,steps", [(1.0, 1e-5, 0.7, 1), (5.0, 1e-5, 0.1, 500)])
+def test_public_tight_epsilon_is_the_accountants_and_dp_accountings(eps, delta, clip, steps):
+    """privacy.tight_epsilon (μ = 2C√(Tb)) against the accountant object and, independently, dp_accounting."""
+    from privdl import privacy
+
+    b = privacy.tight_bound(epsilon=eps, delta=delta, clip=clip, steps=steps)
+    assert privacy.tight_epsilon(bound=b, delta=delta, clip=clip, steps=steps) == pytest.approx(eps, rel=1e-9)
+    z = 1 / (math.sqrt(b) * 2 * clip)
+    pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+    pld.compose(dp_accounting.GaussianDpEvent(z), steps)
+    assert privacy.tight_epsilon(bound=b, delta=delta, clip=clip, steps=steps) == pytest.approx(
+        pld.get_epsilon(delta), rel=2e-3)
+    assert privacy.gdp_mu(bound=b, clip=clip, steps=steps) == pytest.approx(math.sqrt(steps) / z)

@@ -151,3 +151,28 @@ def test_adjacency_and_laplacian_match_networkx(n, p, seed, shuffle):
         # networkx's dense Laplacian spectrum: its iterative algebraic_connectivity (lanczos) starts from a random
         # vector and sometimes converges to λ₃ (n=21, p=0.21875, seed=126 gave 1.0698 for λ₂ = 0.4548 in CI).
         assert net.fiedler_value == pytest.approx(np.sort(nx.laplacian_spectrum(g))[1], abs=1e-7)
+
+
+@pytest.mark.parametrize("n", [5, 9])
+def test_topologies_have_their_closed_form_laplacian_spectra(n):
+    """Independent facts: the unweighted Laplacian spectra of the star (0, 1 × (n−2), n), the path
+    (2 − 2cos(πk/n)), the complete graph (0, n × (n−1)) and the ring (2 − 2cos(2πk/n)), for the dense networkx path
+    and for the sparse array generators (checked on the support of W)."""
+    from privdl.network.sparse import path_edges, ring_edges, star_edges, sparse_mixing
+
+    k = np.arange(n)
+    want = {
+        "star": np.sort(np.r_[0.0, np.ones(n - 2), n]),
+        "path": np.sort(2 - 2 * np.cos(np.pi * k / n)),
+        "complete": np.sort(np.r_[0.0, np.full(n - 1, float(n))]),
+        "ring": np.sort(2 - 2 * np.cos(2 * np.pi * k / n)),
+    }
+    arrays = {"star": star_edges, "path": path_edges, "ring": ring_edges}
+    for name, spectrum in want.items():
+        lap = Network.from_topology(name, n).laplacian
+        assert np.allclose(np.linalg.eigvalsh(lap), spectrum, atol=1e-9), name
+        if name in arrays:
+            i, j = arrays[name](n)
+            w = sparse_mixing(n, i, j, "metropolis_hastings").toarray()
+            a = ((w != 0) & ~np.eye(n, dtype=bool)).astype(float)
+            assert np.allclose(np.linalg.eigvalsh(np.diag(a.sum(1)) - a), spectrum, atol=1e-9), name

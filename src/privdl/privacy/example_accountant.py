@@ -75,8 +75,10 @@ def _calibrate(epsilon: float, sample_rate: float, steps: int, delta: float, ord
     sigma = mechanism_calibration.calibrate_dp_mechanism(
         lambda: _DpRdpAccountant(list(orders)), lambda s: _event(s, sample_rate, steps), epsilon, delta,
         mechanism_calibration.ExplicitBracketInterval(lo, hi), tol=1e-7)
+    step = 1e-6
     while _rdp(sigma, sample_rate, steps, delta, orders)[0] > epsilon:  # guard: never overshoot
-        sigma *= 1 + 1e-6
+        sigma *= 1 + step
+        step *= 2  # a search that ended far off is corrected in a few dozen accountings, not thousands
     return float(sigma)
 
 
