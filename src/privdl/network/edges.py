@@ -31,21 +31,28 @@ def adjacency(w_or_graph: np.ndarray | nx.Graph) -> np.ndarray:
     return a
 
 
+def graph_arrays(graph: nx.Graph) -> tuple[int, np.ndarray, np.ndarray]:
+    """(n, i, j): the undirected edges (i, j) of a graph on integer nodes, as two int64 arrays."""
+    n = graph.number_of_nodes()
+    e = np.fromiter(itertools.chain.from_iterable(graph.edges()), dtype=np.int64,
+                    count=2 * graph.number_of_edges()).reshape(-1, 2)
+    return n, e[:, 0], e[:, 1]
+
+
 def _graph_adjacency(graph: nx.Graph) -> np.ndarray:
     """Adjacency of a graph on nodes 0..n-1, filled from its edge list (networkx's ``to_numpy_array`` walks a dict
     per node and is ~10× slower on the n = 1000–2000 graphs of the covariance figures)."""
     n = graph.number_of_nodes()
     try:
         nodes = np.fromiter(graph.nodes, dtype=np.int64, count=n)
-        edges = np.fromiter(itertools.chain.from_iterable(graph.edges()), dtype=np.int64,
-                            count=2 * graph.number_of_edges()).reshape(-1, 2)
+        _, i, j = graph_arrays(graph)
     except (TypeError, ValueError):
         nodes = None
     if nodes is None or not np.array_equal(np.sort(nodes), np.arange(n)):
         return (nx.to_numpy_array(graph, nodelist=range(n), weight=None, dtype=float) != 0).astype(float)
     a = np.zeros((n, n))
-    a[edges[:, 0], edges[:, 1]] = 1.0
-    a[edges[:, 1], edges[:, 0]] = 1.0
+    a[i, j] = 1.0
+    a[j, i] = 1.0
     return a
 
 
@@ -162,4 +169,4 @@ class Edges:
                      self.self_weight.to(device), self.rows)
 
 
-__all__ = ["Edges", "adjacency", "directed_edges", "fingerprint", "laplacian", "undirected_edges"]
+__all__ = ["Edges", "adjacency", "directed_edges", "fingerprint", "graph_arrays", "laplacian", "undirected_edges"]

@@ -14,13 +14,12 @@ import numpy as np
 import scipy.sparse as sps
 
 from privdl.errors import PrivdlError, ValidationError
-from privdl.network.edges import Edges, fingerprint, laplacian
+from privdl.network.edges import Edges, fingerprint, graph_arrays, laplacian
 from privdl.network.mixing import mixing_matrix
 from privdl.network.sparse import (
     DENSE_MAX_N,
     EDGE_ARRAYS,
     check_sparse_fits,
-    graph_arrays,
     log,
     require_dense,
     sparse_mixing,

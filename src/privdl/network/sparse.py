@@ -31,6 +31,7 @@ import scipy.sparse as sps
 from scipy.sparse import csgraph
 
 from privdl.errors import ValidationError
+from privdl.network.edges import graph_arrays
 
 log = logging.getLogger("privdl.network")
 
@@ -92,9 +93,10 @@ def check_sparse_fits(n: int, undirected_edges: float, what: str) -> None:
 
 # ---- edge arrays ------------------------------------------------------------------------------------------------------
 def _check_n(n: object, minimum: int) -> int:
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < minimum:
-        raise ValidationError(f"number of agents n must be an integer >= {minimum}, got {n!r}")
-    return int(n)
+    from privdl.network.topology import _check_n as check  # the topologies' own check and message
+
+    check(n, minimum)  # type: ignore[arg-type]
+    return int(n)  # type: ignore[arg-type]
 
 
 def ring_edges(n: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -236,14 +238,6 @@ def sparse_mixing(n: int, i: np.ndarray, j: np.ndarray, rule: str, *, lazy: bool
     return w
 
 
-def graph_arrays(graph: object) -> tuple[int, np.ndarray, np.ndarray]:
-    """(n, i, j) of a networkx graph on nodes 0..n-1."""
-    n = graph.number_of_nodes()  # type: ignore[attr-defined]
-    e = np.fromiter((v for edge in graph.edges() for v in edge), dtype=np.int64,  # type: ignore[attr-defined]
-                    count=2 * graph.number_of_edges()).reshape(-1, 2)  # type: ignore[attr-defined]
-    return n, e[:, 0], e[:, 1]
-
-
 def primitive(w: sps.csr_array, label_count: int) -> bool:
     """For a connected symmetric non-negative W: eigenvalue −1 is absent iff some w_ii > 0 or the graph is not
     bipartite (the period of an irreducible chain without self-loops is 2 iff the graph is bipartite)."""
@@ -292,4 +286,4 @@ def validate_sparse(w: sps.sparray | sps.spmatrix, *, tol: float = TOL) -> sps.c
 
 
 __all__ = ["DENSE_MAX_N", "EDGE_ARRAYS", "available_bytes", "bridge", "check_sparse_fits", "erdos_renyi_edges",
-           "graph_arrays", "human_bytes", "primitive", "require_dense", "sparse_mixing", "validate_sparse"]
+           "human_bytes", "primitive", "require_dense", "sparse_mixing", "validate_sparse"]

@@ -21,7 +21,7 @@ MAX_TRIES = 200
 
 
 def _check_n(n: int, minimum: int = 1) -> None:
-    if not isinstance(n, (int, np.integer)) or n < minimum:
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < minimum:
         raise ValidationError(f"number of agents n must be an integer >= {minimum}, got {n!r}")
 
 
@@ -42,7 +42,8 @@ def _connected(draw: Callable[[int], nx.Graph], seed: int, what: str) -> nx.Grap
 def erdos_renyi(n: int, *, p: float, seed: int = 0, connect: str = "resample") -> nx.Graph:
     """Erdős–Rényi G(n, p) conditioned on being connected (``connect = "resample"``), or one draw whose small
     components are each joined to the largest by one edge (``"bridge"``; see :mod:`privdl.network.sparse`)."""
-    from privdl.network.sparse import _check_connect, bridge, graph_arrays
+    from privdl.network.edges import graph_arrays
+    from privdl.network.sparse import _check_connect, bridge
 
     _check_n(n)
     if not 0.0 < p <= 1.0:
