@@ -55,3 +55,18 @@ def test_every_cli_option_has_help_text():
     missing = [f"{name} {p.opts}" for name, sub in cmd.commands.items() for p in sub.params
                if not getattr(p, "help", None)]
     assert not missing, missing
+
+
+def test_boolean_flags_show_no_value_in_help():
+    """`--no-plot` is a flag: its help must not suggest a value (typer alone prints ``<bool>``)."""
+    from typer.testing import CliRunner
+
+    import typer.main
+
+    from privdl.cli import app
+
+    names = [None, *typer.main.get_command(app).commands]
+    for name in names:
+        out = CliRunner().invoke(app, ([name] if name else []) + ["--help"], env={"COLUMNS": "200"}).output
+        assert "--help" in out, (name, out)
+        assert "<bool>" not in out, (name, out)

@@ -544,6 +544,7 @@ BASE_TOML = ('iterations = 3\n[network]\ntopology = "ring"\nn = 5\n[task]\nname 
     ("threads = -1\n", "threads must be >= 0"),
     ('device = "tpu"\n', "device must be"),
     ("eval_every = -5\n", "eval_every must be >= 0"),
+    ('seed = "abc"\nseeds = [0, 1]\n', "either 'seed'"),  # the seed axis would silently overwrite it
 ])
 def test_bad_top_level_values_are_refused_at_load(tmp_path, prefix, match):
     (tmp_path / "c.toml").write_text(prefix + BASE_TOML)
@@ -585,3 +586,27 @@ def test_bad_cli_input_gets_a_clear_error_not_a_traceback(tmp_path):
         assert res.exit_code != 0, (args, res.output)
         assert res.exception is None or isinstance(res.exception, SystemExit), (args, repr(res.exception))
         assert match in " ".join(res.output.split()), (args, res.output)
+
+
+@pytest.mark.parametrize("override,match", [
+    ("task.angle_deg=-inf", "give a finite number"),
+    ("schedule.eta=nan", "give a finite number"),
+    ("task.seed=-1", "random seed and must be >= 0"),
+    ("network.topology=[1, 2]", "must be a name"),
+])
+def test_values_no_parameter_can_mean_are_refused_at_load(tmp_path, override, match):
+    """Found by benchmarks/bad_inputs.py: these ran into a traceback or printed nan."""
+    (tmp_path / "c.toml").write_text(BASE_TOML)
+    with pytest.raises(ConfigError, match=match):
+        load_config(tmp_path / "c.toml", [override])
+
+
+def test_a_diverging_run_is_flagged_not_silently_saved(tmp_path):
+    (tmp_path / "c.toml").write_text(BASE_TOML.replace("eta = 0.01", "eta = 100.0").replace("iterations = 3",
+                                                                                         "iterations = 300"))
+    res = CliRunner().invoke(app, ["run", str(tmp_path / "c.toml"), "--out", str(tmp_path / "o"), "--no-plot",
+                                   "--quiet"])
+    assert res.exit_code == 0, res.output
+    assert "ended with nan or inf metrics" in " ".join(res.output.split())
+    manifests = [json.loads(p.read_text()) for p in (tmp_path / "o" / "runs").glob("*/manifest.json")]
+    assert manifests and all("optimality_gap" in m["nonfinite_metrics"] for m in manifests)

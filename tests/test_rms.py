@@ -269,7 +269,7 @@ def test_laplace_draws_and_psgt_schedule_have_the_stated_variance():
     sent_prev = None
     for t in range(1, 5):
         m = [m for m in tr.messages if m.t == t and m.tag == "x"][0]
-        sent = torch.zeros(n, 2, dtype=torch.float64).index_copy_(0, m.src, m.payload.to(torch.float64))
+        sent = torch.zeros(n, 2, dtype=torch.float64).index_copy_(0, m.src.long(), m.payload.to(torch.float64))
         x = W @ sent_prev if sent_prev is not None else sent - sent + sent.mean(0)  # round 1: the common start
         noise = sent - x if t > 1 else sent - task.init_params(Keys(0, n).generator("init")).to(torch.float64)
         want = psgt_variance(t, variance=0.1, decay=0.8, root=True)

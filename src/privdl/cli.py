@@ -13,10 +13,41 @@ from typing import Callable, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperCommand, TyperGroup
 
 from privdl.errors import PrivdlError, ValidationError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+
+def _plain_flags(params: list) -> list:
+    """Boolean flags take no value, so their help shows none (typer would print ``<bool>``)."""
+    for param in params:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    return params
+
+
+class _Command(TyperCommand):
+    def get_params(self, ctx):  # noqa: D102 - typer hook
+        return _plain_flags(super().get_params(ctx))
+
+    def invoke(self, ctx):  # noqa: D102 - typer hook
+        try:
+            return super().invoke(ctx)
+        except OverflowError as exc:  # e.g. --clip 1e300: its square is beyond double precision
+            given = ", ".join(f"{k.rstrip('_')} = {v}" for k, v in ctx.params.items()
+                              if v not in (None, False, [], ()))
+            _fail(ValidationError(f"a value is too large to compute with in double precision ({exc}); given: "
+                                  f"{given}"))
+
+
+class _Group(TyperGroup):
+    command_class = _Command
+
+    def get_params(self, ctx):  # noqa: D102 - typer hook
+        return _plain_flags(super().get_params(ctx))
+
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=_Group,
                   help="privdl: privacy-preserving decentralized learning (simulator, accountants, experiments).")
 console = Console(width=None if sys.stdout.isatty() else 160)  # no truncated tables in logs
 err = Console(stderr=True)
@@ -49,10 +80,22 @@ def _print_facts(facts: dict, fmt: "Format", title: str) -> None:
     console.print(table)
 
 
+def _device(value: Optional[str]) -> Optional[str]:
+    """--device: the values the config's ``device`` key takes (checked here, not deep inside torch)."""
+    from privdl.experiment.config import DEVICE
+
+    if value is not None and not DEVICE.fullmatch(value):
+        raise typer.BadParameter(f"must be cpu, cuda, cuda:N or auto, got {value!r}")
+    return value
+
+
 def _network(mixing: Optional[Path], topology: str, n: int, p: float, graph_seed: int, rule: str,
              lazy: bool = False):
     """The network of a command's --mixing file, or of its --topology/--n/--p/--graph-seed/--rule options."""
     from privdl.network import Network, load_network_file
+
+    if not 0.0 < p <= 1.0:  # checked whichever topology reads it: a value no topology could take is a typo
+        raise ValidationError(f"--p is an edge probability in (0, 1], got {p}")
 
     if mixing is not None:
         return load_network_file(mixing, kind="mixing")
@@ -67,7 +110,7 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(code=2)
 
 
-@app.command()
+@app.command(cls=_Command)
 def run(
     config: Path = typer.Argument(..., help="experiment TOML file"),
     set_: list[str] = typer.Option([], "--set", help="override a key: --set mechanism.epsilon=5 (repeatable)"),
@@ -86,6 +129,11 @@ def run(
                       + (f", {summary.busy} being run by another process: run the command again when it has "
                          "finished to collect them" if summary.busy else "")
                       + f") in {summary.seconds:.1f} s → {summary.results}")
+        if summary.nonfinite:
+            first, metrics = next(iter(summary.nonfinite.items()))
+            err.print(f"[bold yellow]warning:[/] {len(summary.nonfinite)} run(s) ended with nan or inf metrics "
+                      f"(diverged or overflowed; recorded as nonfinite_metrics in their manifests), e.g. run {first}: "
+                      f"{', '.join(metrics)} — lower the step size or check the scale of the inputs", markup=True)
         _print_final(summary.out)
         if not no_plot:
             try:
@@ -129,7 +177,7 @@ def _print_final(out: Path) -> None:
     console.print(table)
 
 
-@app.command()
+@app.command(cls=_Command)
 def plot(out: Path = typer.Argument(..., help="experiment output directory")) -> None:
     """Draw metric-vs-iteration and final-metric-vs-parameter plots (PNG) from DIR/results.csv."""
     from privdl.experiment import plot_experiment
@@ -159,7 +207,7 @@ class Format(str, Enum):
     table = "table"
 
 
-@app.command()
+@app.command(cls=_Command)
 def account(
     manifest: Optional[Path] = typer.Option(None, "--manifest", help="re-account a finished run from the events in "
                                                                      "its manifest.json (nothing else is needed)"),
@@ -295,13 +343,13 @@ class DesignName(str, Enum):
     whisper = "whisper"
 
 
-@app.command()
+@app.command(cls=_Command)
 def covariance(
     mixing: Optional[Path] = typer.Option(None, "--mixing", help="mixing matrix W (.npy/.csv/.txt)"),
     topology: str = typer.Option("erdos_renyi", "--topology", help="topology when no --mixing file is given"),
     n: int = typer.Option(20, "--n", help="number of agents"),
     p: float = typer.Option(0.5, "--p", help="edge probability (erdos_renyi)"),
-    graph_seed: int = typer.Option(0, "--graph-seed", help="seed of the random graph"),
+    graph_seed: int = typer.Option(0, "--graph-seed", min=0, help="seed of the random graph"),
     rule: str = typer.Option("metropolis_hastings", "--rule", help="mixing rule for a generated topology"),
     design: DesignName = typer.Option(DesignName.whisper, "--design", help="covariance design (seed 001)"),
     epsilon: Optional[float] = typer.Option(None, "--epsilon", help="target ε per agent"),
@@ -330,9 +378,14 @@ def covariance(
             raise PrivdlError("give exactly one of --epsilon or --precision-bound")
         if coalition_size < 0:
             raise ValidationError(f"--coalition-size must be >= 0 (0: no curious agents), got {coalition_size}")
+        if save_covariance is not None and (save_covariance.is_dir() or not save_covariance.name):
+            raise ValidationError(f"--save-covariance {str(save_covariance)!r} is a folder; give a file name "
+                                  f"(e.g. R.npy)")
         if save_covariance is not None and not save_covariance.parent.is_dir():
             raise ValidationError(f"--save-covariance {save_covariance}: folder {save_covariance.parent} does not "
                                   "exist")
+        if seeds is not None and not seeds.strip():
+            raise ValidationError("--seeds is empty; give global, edges, neighbourhoods or groups:M")
         net = _network(mixing, topology, n, p, graph_seed, rule)
         acc = get_accountant(accountant.value)
         b = acc.bound(epsilon=epsilon, delta=delta, clip=clip, steps=steps) if epsilon is not None \
@@ -386,7 +439,7 @@ AttackMethod = _choices("AttackMethod", "dlg", "idlg")
 AttackerKind = _choices("AttackerKind", "curious_neighbour", "eavesdropper", "generous")
 
 
-@app.command()
+@app.command(cls=_Command)
 def attack(
     method: AttackMethod = typer.Argument(..., help="dlg (input and soft label) or idlg (label from the gradient)"),
     config: Path = typer.Option(..., "--config", help="an ordinary run config (its first run is attacked)"),
@@ -433,13 +486,13 @@ def attack(
                  f"{method.value} by agent {attacker} ({kind.value}) on agent {victim}")
 
 
-@app.command("rms-bounds")
+@app.command("rms-bounds", cls=_Command)
 def rms_bounds_command(
     mixing: Optional[Path] = typer.Option(None, "--mixing", help="combination matrix A (.npy/.csv/.txt)"),
     topology: str = typer.Option("erdos_renyi", "--topology", help="topology when no --mixing file is given"),
     n: int = typer.Option(5, "--n", help="number of agents"),
     p: float = typer.Option(0.5, "--p", help="edge probability (erdos_renyi)"),
-    graph_seed: int = typer.Option(0, "--graph-seed", help="seed of the random graph"),
+    graph_seed: int = typer.Option(0, "--graph-seed", min=0, help="seed of the random graph"),
     rule: str = typer.Option("laplacian", "--rule", help="mixing rule for a generated topology (seed 002: laplacian)"),
     lazy: bool = typer.Option(False, "--lazy", help="use the lazy rule (I + A)/2 (positive definite, EDSG-RMS)"),
     dim: int = typer.Option(5, "--dim", min=1, help="L, the model dimension"),
@@ -471,7 +524,7 @@ REPRODUCE_FLAGS = {"seeds": "--seeds", "tune_seeds": "--tune-seeds", "clip": "--
                    "splits": "--split"}
 
 
-@app.command()
+@app.command(cls=_Command)
 def reproduce(
     name: str = typer.Argument(..., help="fig1, fig2, quadratic, quadratic_at_optimum, a9a, fmnist (seed 001, "
                                          "the paper's text); mnist_authors, a9a_authors (seed 001 as the authors' "
@@ -496,7 +549,7 @@ def reproduce(
     method: list[str] = typer.Option([], "--method", help="table1/table2: methods to run (repeatable; central, "
                                                           "dsgd, dsgt, dinno); dpdl: method labels (DPDL, "
                                                           "'DPDL self-noise', …, CGA)"),
-    device: Optional[str] = typer.Option(None, "--device", help="table1/table2: cpu, cuda or auto"),
+    device: Optional[str] = typer.Option(None, "--device", callback=_device, help="table1/table2: cpu, cuda or auto"),
     shard: Optional[str] = typer.Option(None, "--shard", help="table1/table2: I/K runs every K-th cell from I "
                                                               "(K processes share one table)"),
     gossip: Optional[str] = typer.Option(None, "--gossip", help="table1/table2: synchronous (default) or authors "
@@ -555,7 +608,7 @@ class AuditAlgorithm(str, Enum):
     dpdl_self_noise = "dpdl_self_noise"
 
 
-@app.command()
+@app.command(cls=_Command)
 def audit(
     algorithm: list[AuditAlgorithm] = typer.Option(
         [AuditAlgorithm.central, AuditAlgorithm.dsgd, AuditAlgorithm.dsgt, AuditAlgorithm.dinno], "--algorithm",
@@ -574,8 +627,9 @@ def audit(
     one_run: int = typer.Option(0, "--one-run", min=0, help="also run Steinke et al.'s one-run audit with this many "
                                                    "canaries (0: skip)"),
     batch: int = typer.Option(200, "--batch", min=1, help="systems trained at once (memory)"),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda or auto: where the systems train"),
-    seed: int = typer.Option(0, "--seed", help="root seed of the audit"),
+    device: str = typer.Option("cpu", "--device", callback=_device, help="cpu, cuda or auto: where the systems "
+                                                                          "train"),
+    seed: int = typer.Option(0, "--seed", min=0, help="root seed of the audit"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="folder with the MNIST files (default: the "
                                                                     "usual search)"),
     out: Optional[Path] = typer.Option(None, "--out", help="write audit.json and the scores here"),

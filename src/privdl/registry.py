@@ -33,6 +33,9 @@ class Registry(Generic[T]):
         self.register(name)(obj)
 
     def get(self, name: str) -> T:
+        if not isinstance(name, str):
+            raise UnknownNameError(f"{self.concept} must be a name (a string), got {name!r}; valid names: "
+                                   f"{', '.join(sorted(self._items))}")
         try:
             return self._items[name]
         except KeyError:

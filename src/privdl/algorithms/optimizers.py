@@ -47,8 +47,8 @@ class Optimizer:
             raise ValidationError(f"momentum must be in [0, 1), got {self.momentum}")
         if self.weight_decay < 0:
             raise ValidationError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        if not all(0 <= b < 1 for b in self.betas):
-            raise ValidationError(f"Adam betas must be in [0, 1), got {self.betas}")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValidationError(f"Adam betas must be two numbers in [0, 1), got {self.betas}")
 
     def init(self, x: torch.Tensor) -> OptState:
         if self.name == "adam":
@@ -84,10 +84,13 @@ def make_optimizer(spec: str | dict | Optimizer | None, default: str = "sgd") ->
         return Optimizer(default)
     if isinstance(spec, str):
         return Optimizer(spec)
+    if not isinstance(spec, dict):
+        raise ValidationError(f"optimizer must be a name (\"sgd\", \"adam\") or a table "
+                              f"{{name = \"adam\", lr = …}}, got {spec!r}")
     params = dict(spec)
-    if "betas" in params:
-        params["betas"] = tuple(params["betas"])
     try:
+        if "betas" in params:
+            params["betas"] = tuple(params["betas"])
         return Optimizer(**params)
     except TypeError as exc:
         raise ValidationError(f"bad optimizer table {spec}: {exc}") from None

@@ -45,8 +45,10 @@ def rms_bounds(W: np.ndarray, *, dim: int, mu: float = 1.0, sigma_mu: float | No
                smoothness: float, strong_convexity: float = 0.0) -> dict[str, float | None]:
     """Theorems 1–2's admissible γ and τ (None where a bound does not apply, e.g. EDSG-RMS with an A that is not
     positive definite, or the strongly convex bounds at ν = 0)."""
-    if not (smoothness > 0 and strong_convexity >= 0 and dim >= 1):
-        raise ValidationError("rms bounds need smoothness δ > 0, strong convexity ν >= 0 and L >= 1")
+    if not (0 < smoothness < math.inf and 0 <= strong_convexity <= smoothness and dim >= 1):
+        raise ValidationError(f"rms bounds need a finite smoothness δ > 0, a strong convexity 0 <= ν <= δ (a "
+                              f"function cannot curve more than it is smooth) and L >= 1; got δ = {smoothness}, "
+                              f"ν = {strong_convexity}, L = {dim}")
     matrix = RandomMatrixStepSize(mu=mu, sigma_mu=sigma_z if sigma_mu is None else sigma_mu, sigma_z=sigma_z)
     f = spectrum_facts(W)
     gap = 1.0 - f["norm_D"]

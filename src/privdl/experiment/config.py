@@ -27,6 +27,7 @@ import functools
 import hashlib
 import inspect
 import itertools
+import math
 import json
 import re
 import tomllib
@@ -115,6 +116,23 @@ def _params(fn: Any, skip: frozenset[str]) -> dict[str, inspect.Parameter]:
         if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
             break
     return out
+
+
+def _check_number(dotted: str, value: Any) -> None:
+    """Rules every parameter obeys, whatever its builder checks: finite numbers (no parameter means anything by nan
+    or ±inf; they would run and print nan), non-negative seeds (numpy's generators refuse the others deep inside a
+    run) and non-empty paths."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"key {dotted!r} is {value}; give a finite number")
+    if isinstance(value, list):
+        for v in value:
+            _check_number(dotted, v)
+    name = dotted.rpartition(".")[2]
+    if name in PATH_KEYS and value == "":
+        raise ConfigError(f"key {dotted!r} is empty; give a path, or leave the key out")
+    if (name == "seed" or name.endswith("_seed")) and isinstance(value, int) and not isinstance(value, bool) \
+            and value < 0:
+        raise ConfigError(f"key {dotted!r} is a random seed and must be >= 0, got {value}")
 
 
 def _accepts(annotation: Any, value: Any) -> bool:
@@ -229,6 +247,9 @@ def _axes(cfg: dict) -> list[Axis]:
                 raise ConfigError(f"sweep axis {name!r} must be a dotted key like 'mechanism.epsilon'")
             axes.append(Axis(name, values))
     seeds = cfg.get("seeds")
+    if seeds is not None and "seed" in cfg:  # the seed axis would overwrite it: one of them would be ignored
+        raise ConfigError(f"give either 'seed' (one run seed, got {cfg['seed']!r}) or 'seeds' (a seed axis, got "
+                          f"{seeds!r}), not both")
     if seeds is not None:
         if isinstance(seeds, int):
             seeds = list(range(seeds))
@@ -342,6 +363,7 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
                     raise ConfigError(f"key {dotted!r} must be {typ}, got {value!r}")
                 if isinstance(value, str) and dotted in FIXED_CHOICES:
                     _check_choice(dotted, value, [FIXED_CHOICES[dotted]])
+                _check_number(dotted, value)
                 resolved[key] = value
             elif key == "seed" and value == "run" and section == "task" and key in params:
                 resolved[key] = value  # the data partition follows the run seed
@@ -351,6 +373,7 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
                         f"key {dotted!r} must be {_type_name(params[key].annotation)}, got {value!r}"
                     )
                 _check_choice(dotted, value, annotated_choices(params[key].annotation))
+                _check_number(dotted, value)
                 resolved[key] = value
             elif dotted in swept or key in used.get(section, set()):
                 continue  # applies to another component of this experiment

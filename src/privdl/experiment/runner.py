@@ -13,9 +13,9 @@ import json
 import math
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -45,6 +45,16 @@ class ExperimentSummary:
     results: Path
     seconds: float
     busy: int = 0  # runs another process was running (not executed here, not in results.csv yet)
+    #: run id → metrics whose last value is nan or ±inf (the run diverged or overflowed), for runs executed here
+    nonfinite: dict[str, list[str]] = field(default_factory=dict)
+
+
+def nonfinite_metrics(rows: Iterable[tuple[int, str, float]]) -> list[str]:
+    """The metrics whose last recorded value is nan or ±inf: a run that diverged or overflowed."""
+    last: dict[str, float] = {}
+    for _, name, value in rows:
+        last[name] = value
+    return sorted(k for k, v in last.items() if isinstance(v, float) and not math.isfinite(v))
 
 
 def _numeric(facts: dict) -> dict[str, float]:
@@ -254,6 +264,10 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
             save_all([(spec, rows, man)])
 
         def save_all(items: list[tuple[RunSpec, list, dict]]) -> None:
+            for spec, rows, man in items:
+                bad = nonfinite_metrics(rows)
+                if bad:
+                    nonfinite[spec.run_id] = man["nonfinite_metrics"] = bad
             store.save_runs([(spec.run_id, rows, man) for spec, rows, man in items])
             advance(len(items))
             if on_done is not None:
@@ -298,6 +312,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
             bar.update(current, completed=iters, visible=False)
 
         executed, busy = 0, 0
+        nonfinite: dict[str, list[str]] = {}
         last_results, wait = time.perf_counter(), 30.0
 
         def claimed(group: list[RunSpec]) -> list[RunSpec]:
@@ -332,5 +347,5 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                 wait = max(30.0, 20 * (last_results - t0))  # rewriting never takes more than 5 % of the sweep
     results = store.write_results(axes, [(r.run_id, r.sweep) for r in runs])
     return ExperimentSummary(Path(out), len(unique), executed, len(unique) - len(todo), results,
-                             time.perf_counter() - start, busy)
+                             time.perf_counter() - start, busy, nonfinite)
 

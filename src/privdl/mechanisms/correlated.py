@@ -496,7 +496,11 @@ class LDPNoise(CorrelatedGaussian):
                 raise ValidationError(f"sigma must be > 0, got {sigma}")
             if kwargs.get("epsilon") is not None or kwargs.get("precision_bound") is not None:
                 raise ValidationError(f"{self.name} takes one of epsilon, precision_bound or sigma")
-            kwargs["precision_bound"] = 1.0 / sigma**2
+            kwargs["precision_bound"] = 1.0 / sigma / sigma
+            if kwargs["precision_bound"] == 0.0:
+                raise ValidationError(f"sigma = {sigma:g} is too large: its precision bound 1/σ² underflows to 0 "
+                                      f"(no information at all is released; use mechanism \"none\" with no "
+                                      f"training, or a finite noise level)")
         super().__init__(steps=steps, network=network, **kwargs)  # type: ignore[arg-type]
 
     @property

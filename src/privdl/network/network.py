@@ -72,7 +72,11 @@ class Network:
     def from_edges(cls, n: int, i: np.ndarray, j: np.ndarray, *, mixing: str = "metropolis_hastings",
                    lazy: bool = False, description: str | None = None) -> "Network":
         """A network from undirected edge arrays (i, j) on agents 0..n-1: sparse W above DENSE_MAX_N agents."""
-        i, j = np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
+        i, j = np.asarray(i), np.asarray(j)
+        if i.shape != j.shape or i.ndim != 1 or not (np.issubdtype(i.dtype, np.integer) or i.size == 0) \
+                or not (np.issubdtype(j.dtype, np.integer) or j.size == 0):
+            raise ValidationError(f"edge arrays must be two 1-d integer arrays of one length, got {i.dtype}{i.shape} "
+                                  f"and {j.dtype}{j.shape}")
         if len(i) and (min(i.min(), j.min()) < 0 or max(i.max(), j.max()) >= n):
             raise ValidationError(f"edge endpoints must lie in 0..{n - 1}")
         description = description or f"edges n={n} {mixing}"

@@ -31,7 +31,7 @@ import scipy.sparse as sps
 from scipy.sparse import csgraph
 
 from privdl.errors import ValidationError
-from privdl.network.edges import graph_arrays
+from privdl.network.edges import graph_arrays, index_dtype
 
 log = logging.getLogger("privdl.network")
 
@@ -128,6 +128,16 @@ def _pairs(n: int, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return i, k - start(i) + i + 1
 
 
+def _chunked_pairs(n: int, k: np.ndarray, chunk: int = 1 << 20) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_pairs` a million at a time, into the index type (int32 while n fits): its float temporaries stay
+    small at 10⁷ pairs."""
+    index = index_dtype(n)
+    i, j = np.empty(len(k), dtype=index), np.empty(len(k), dtype=index)
+    for lo in range(0, len(k), chunk):
+        i[lo:lo + chunk], j[lo:lo + chunk] = _pairs(n, k[lo:lo + chunk])
+    return i, j
+
+
 def erdos_renyi_edges(n: int, *, p: float, seed: int = 0, connect: str = "resample",
                       max_tries: int = 200) -> tuple[np.ndarray, np.ndarray]:
     """G(n, p) as edge arrays in O(n + E) memory: E ~ Binomial(n(n−1)/2, p), then E distinct pairs uniformly."""
@@ -153,7 +163,8 @@ def erdos_renyi_edges(n: int, *, p: float, seed: int = 0, connect: str = "resamp
             chosen = chosen[np.concatenate([[True], chosen[1:] != chosen[:-1]])]  # np.unique hashes: 8× slower
         if len(chosen) > m:
             chosen = np.sort(rng.choice(chosen, size=m, replace=False))
-        i, j = _pairs(n, chosen)
+        i, j = _chunked_pairs(n, chosen)
+        del chosen
         if connect == "bridge":
             return bridge(n, i, j, rng)
         if n == 1 or _components(n, i, j)[0] == 1:
@@ -185,7 +196,7 @@ def bridge(n: int, i: np.ndarray, j: np.ndarray, rng: np.random.Generator) -> tu
     np.minimum.at(first, label, np.arange(n, dtype=np.int64))
     others = np.delete(first, giant)
     targets = members[rng.integers(0, len(members), size=len(others))]
-    lo, hi = np.minimum(others, targets), np.maximum(others, targets)
+    lo, hi = np.minimum(others, targets).astype(i.dtype), np.maximum(others, targets).astype(j.dtype)
     log.info("bridged %d small components to the largest (%d of %d agents)", len(others), len(members), n)
     return np.concatenate([i, lo]), np.concatenate([j, hi])
 
@@ -198,28 +209,59 @@ EDGE_ARRAYS: dict[str, Callable[..., tuple[np.ndarray, np.ndarray]]] = {
 
 # ---- W -----------------------------------------------------------------------------------------------------------------
 def _symmetric_pattern(n: int, i: np.ndarray, j: np.ndarray) -> sps.csr_array:
-    """The 0/1 adjacency (CSR, sorted, no diagonal, duplicates merged) of undirected edges (i, j)."""
+    """The 0/1 adjacency (CSR with int8 data, sorted, no diagonal, duplicates merged) of undirected edges (i, j)."""
+    index = index_dtype(max(n, 2 * len(i)))
     keep = i != j
-    i, j = i[keep], j[keep]
-    a = sps.coo_array((np.ones(2 * len(i)), (np.concatenate([i, j]), np.concatenate([j, i]))), shape=(n, n)).tocsr()
+    i, j = np.asarray(i[keep], dtype=index), np.asarray(j[keep], dtype=index)
+    rows, cols = np.concatenate([i, j]), np.concatenate([j, i])
+    del i, j, keep
+    a = sps.coo_array((np.ones(len(rows), dtype=np.int8), (rows, cols)), shape=(n, n)).tocsr()
+    del rows, cols
     a.sum_duplicates()
-    a.data[:] = 1.0
+    a.data[:] = 1
     a.sort_indices()
     return a
 
 
+def _with_diagonal(n: int, indptr: np.ndarray, cols: np.ndarray, rows: np.ndarray, off: np.ndarray,
+                   diag: np.ndarray) -> sps.csr_array:
+    """The CSR matrix of the off-diagonal entries ``off`` (canonical CSR order, no diagonal) plus ``diag``, built in
+    place: in row r the diagonal goes after the r's columns below r, so an off-diagonal entry k moves to
+    k + r + [col > r] and the diagonal of row r to indptr[r] + r + #(cols < r in row r)."""
+    index = index_dtype(len(off) + n)
+    upper = cols > rows
+    new_cols = np.empty(len(off) + n, dtype=index)
+    data = np.empty(len(off) + n)
+    pos = np.arange(len(off), dtype=index)
+    pos += rows
+    pos += upper
+    new_cols[pos], data[pos] = cols, off
+    del pos
+    below = np.bincount(rows[~upper], minlength=n)
+    del upper
+    at = indptr[:-1].astype(np.int64) + np.arange(n) + below
+    new_cols[at], data[at] = np.arange(n, dtype=index), diag
+    w = sps.csr_array((data, new_cols, (indptr.astype(np.int64) + np.arange(n + 1)).astype(index)), shape=(n, n))
+    w.has_sorted_indices = True
+    w.has_canonical_format = True
+    return w
+
+
 def sparse_mixing(n: int, i: np.ndarray, j: np.ndarray, rule: str, *, lazy: bool = False) -> sps.csr_array:
-    """W of the undirected edges (i, j) under ``rule`` (metropolis_hastings, max_degree, laplacian), as CSR."""
-    a = _symmetric_pattern(n, np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64))
-    deg = np.diff(a.indptr).astype(float)
-    rows = np.repeat(np.arange(n), np.diff(a.indptr))
+    """W of the undirected edges (i, j) under ``rule`` (metropolis_hastings, max_degree, laplacian), as CSR (built
+    from the edge arrays in O(E) memory: int32 indices while they fit, no n×n object)."""
+    a = _symmetric_pattern(n, np.asarray(i), np.asarray(j))
+    deg = np.diff(a.indptr)
+    rows = np.repeat(np.arange(n, dtype=a.indices.dtype), deg)
     cols = a.indices
     if rule == "metropolis_hastings":
-        off = 1.0 / (1.0 + np.maximum(deg[rows], deg[cols]))
+        big = np.maximum(deg[rows], deg[cols])
+        off = 1.0 / (1.0 + big)
+        del big
     elif rule == "max_degree":
-        off = np.full(len(cols), 1.0 / (1.0 + deg.max(initial=0.0)))
+        off = np.full(len(cols), 1.0 / (1.0 + deg.max(initial=0)))
     elif rule == "laplacian":
-        off = np.full(len(cols), 1.0 / (deg.max(initial=0.0) + 1.0))
+        off = np.full(len(cols), 1.0 / (deg.max(initial=0) + 1.0))
     elif rule == "uniform":
         raise ValidationError(f"mixing rule 'uniform' needs the complete graph, which is dense; {n} agents are "
                               f"above the dense limit {DENSE_MAX_N}")
@@ -230,12 +272,10 @@ def sparse_mixing(n: int, i: np.ndarray, j: np.ndarray, rule: str, *, lazy: bool
         raise ValidationError(f"mixing rule {rule!r} has no sparse form; sparse networks (n > {DENSE_MAX_N}) take "
                               f"metropolis_hastings, max_degree or laplacian")
     diag = 1.0 - np.bincount(rows, weights=off, minlength=n)
-    w = sps.csr_array((off, cols, a.indptr.copy()), shape=(n, n)) + sps.diags_array(diag, format="csr")
-    w = w.tocsr()
-    if lazy:
-        w = (0.5 * (w + sps.eye_array(n, format="csr"))).tocsr()
-    w.sort_indices()
-    return w
+    if lazy:  # (W + I)/2
+        off *= 0.5
+        diag = 0.5 * (diag + 1.0)
+    return _with_diagonal(n, a.indptr, cols, rows, off, diag)
 
 
 def primitive(w: sps.csr_array, label_count: int) -> bool:
@@ -260,6 +300,9 @@ def validate_sparse(w: sps.sparray | sps.spmatrix, *, tol: float = TOL) -> sps.c
     w.sum_duplicates()
     w.eliminate_zeros()
     w.sort_indices()
+    index = index_dtype(max(w.shape[0], w.nnz))
+    if w.indices.dtype != index:  # int32 while it fits: a third less memory for W at 10⁷ entries
+        w.indices, w.indptr = w.indices.astype(index), w.indptr.astype(index)
     if w.ndim != 2 or w.shape[0] != w.shape[1] or w.shape[0] < 1:
         raise ValidationError(f"mixing matrix must be square and non-empty, got shape {w.shape}")
     n = w.shape[0]
@@ -273,10 +316,12 @@ def validate_sparse(w: sps.sparray | sps.spmatrix, *, tol: float = TOL) -> sps.c
         if abs(s[bad] - 1.0) > tol:
             raise ValidationError(f"mixing matrix is not doubly stochastic: {what} {bad} sums to {s[bad]:.12g} "
                                   f"(tolerance {tol:g})")
-    pattern = (w != 0).astype(np.int8)
-    if (pattern != pattern.T).nnz:
+    t = w.T.tocsr()  # canonical (sorted) CSR of Wᵀ: its structure equals W's iff the support is symmetric
+    symmetric = np.array_equal(t.indptr, w.indptr) and np.array_equal(t.indices, w.indices)
+    del t
+    if not symmetric:
         raise ValidationError("mixing matrix must have a symmetric support (an undirected graph)")
-    count, _ = csgraph.connected_components(pattern, directed=False)
+    count, _ = csgraph.connected_components(w, directed=False)
     if n > 1 and count != 1:
         raise ValidationError(f"graph is disconnected: {count} components")
     if n > 1 and not primitive(w, count):

@@ -135,6 +135,8 @@ def small_world(n: int, *, k: int = 4, rewire: float = 0.1, seed: int = 0) -> nx
     _check_n(n, 3)
     if not 2 <= k < n:
         raise ValidationError(f"small_world needs 2 <= k < n, got k={k}, n={n}")
+    if not 0.0 <= rewire <= 1.0:
+        raise ValidationError(f"small_world rewiring probability must be in [0, 1], got {rewire}")
     return _connected(lambda s: nx.watts_strogatz_graph(n, k, rewire, seed=s), seed, f"small_world(n={n}, k={k})")
 
 

@@ -118,8 +118,7 @@ def gdp_epsilon(*, mu: float, delta: float) -> float:
         else:
             hi = eps
         slope = -math.exp(lb - log_d)  # d log δ / dε
-        step = (log_d - target) / slope
-        new = eps - step
+        new = eps - (log_d - target) / slope if slope != 0.0 else math.nan  # flat (δ underflows): bisect
         if not lo < new < hi:
             new = 0.5 * (lo + hi)
         if abs(new - eps) <= 1e-14 * max(eps, 1e-300) or hi - lo <= 1e-14 * hi:

@@ -137,7 +137,7 @@ def _panel_c(out: Path, cfg: dict, method: str = "DSG-RMS", agent: int = 0) -> N
     for m in transcript.messages:  # ψ^c of every sender per round (the first transmission of the round)
         if m.t not in sent:
             per = torch.zeros(c.network.n, m.payload.shape[1], dtype=torch.float64)
-            sent[m.t] = per.index_copy(0, m.src, m.payload.to(torch.float64))
+            sent[m.t] = per.index_copy(0, m.src.long(), m.payload.to(torch.float64))
     step = max(1, T // 2000)
     for t in range(1, T + 1):
         psi_c = sent[t]

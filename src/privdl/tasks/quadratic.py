@@ -19,6 +19,9 @@ def quadratic_problem(n: int, *, curvature: float = 15.0, angle_deg: float = 15.
     Agents i = 1..n: for i ≤ n/2, f_i = 15(x₁ + i)² + x₂² (c_i = (−i, 0)); for i > n/2, f_i = 15(x₁ − i)² + x₂²
     rotated by θ about its minimiser (i, 0), i.e. A_i = R_θ diag(15, 1) R_θᵀ.
     """
+    if not curvature > 0:
+        raise ValidationError(f"quadratic curvature must be > 0 (each f_i is then strongly convex and the objective "
+                              f"has one minimiser), got {curvature}")
     base = np.diag([curvature, 1.0])
     th = math.radians(angle_deg)
     rot = np.array([[math.cos(th), -math.sin(th)], [math.sin(th), math.cos(th)]])

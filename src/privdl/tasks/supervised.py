@@ -219,6 +219,14 @@ def _image_shape(ds: Dataset) -> tuple[int, ...]:
 def _common(n: int, dataset: str, data_dir: str | None, partition_name: str, alpha: float, t: float,
             seed: int, normalize: Sequence[float] | None = None, train_size: int | None = None,
             resize: int | None = None, min_size: int = 1) -> tuple[Dataset, dict, np.random.Generator]:
+    # the partition keys are range-checked whichever partition is chosen (a sweep may set them for cells whose
+    # partition does not read them; a value no partition could take is still a typo)
+    if not alpha > 0:
+        raise ValidationError(f"Dirichlet concentration alpha must be > 0, got {alpha}")
+    if not 0.0 <= t <= 1.0:
+        raise ValidationError(f"A(t) split needs 0 <= t <= 1, got {t}")
+    if isinstance(min_size, bool) or not isinstance(min_size, int) or min_size < 1:
+        raise ValidationError(f"Dirichlet min_size must be an integer >= 1, got {min_size!r}")
     kwargs: dict = {"data_dir": data_dir} if data_dir and dataset in FILE_DATASETS else {}
     if train_size is not None:
         if dataset != "mnist_t10k":
