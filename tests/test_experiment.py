@@ -573,7 +573,7 @@ def test_bad_cli_input_gets_a_clear_error_not_a_traceback(tmp_path):
         (["run", str(cfg), "--out", str(runs_file)], "cannot write in"),
         (["rms-bounds", "--mixing", str(tmp_path / "obj.npy"), "--dim", "2"], "numeric .npy"),
         (["rms-bounds", "--mixing", str(tmp_path), "--dim", "2"], "is a folder, not a file"),
-        (["account", "--precision-bound", "0", "--steps", "10", "--clip", "1"], "precision bound b must be > 0"),
+        (["account", "--precision-bound", "0", "--steps", "10", "--clip", "1"], "precision bound b must be a finite number > 0"),
         (["account", "--unit", "example", "--epsilon", "1", "--steps", "10", "--clip", "3", "--sample-rate", "0.01"],
          "--clip does not apply at the example level"),
         (["covariance", "--topology", "ring", "--n", "5", "--epsilon", "1", "--save-covariance",

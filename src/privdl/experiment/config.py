@@ -27,8 +27,8 @@ import functools
 import hashlib
 import inspect
 import itertools
-import math
 import json
+import math
 import re
 import tomllib
 import types
@@ -118,7 +118,7 @@ def _params(fn: Any, skip: frozenset[str]) -> dict[str, inspect.Parameter]:
     return out
 
 
-def _check_number(dotted: str, value: Any) -> None:
+def _check_value(dotted: str, value: Any) -> None:
     """Rules every parameter obeys, whatever its builder checks: finite numbers (no parameter means anything by nan
     or ±inf; they would run and print nan), non-negative seeds (numpy's generators refuse the others deep inside a
     run) and non-empty paths."""
@@ -126,7 +126,7 @@ def _check_number(dotted: str, value: Any) -> None:
         raise ConfigError(f"key {dotted!r} is {value}; give a finite number")
     if isinstance(value, list):
         for v in value:
-            _check_number(dotted, v)
+            _check_value(dotted, v)
     name = dotted.rpartition(".")[2]
     if name in PATH_KEYS and value == "":
         raise ConfigError(f"key {dotted!r} is empty; give a path, or leave the key out")
@@ -363,7 +363,7 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
                     raise ConfigError(f"key {dotted!r} must be {typ}, got {value!r}")
                 if isinstance(value, str) and dotted in FIXED_CHOICES:
                     _check_choice(dotted, value, [FIXED_CHOICES[dotted]])
-                _check_number(dotted, value)
+                _check_value(dotted, value)
                 resolved[key] = value
             elif key == "seed" and value == "run" and section == "task" and key in params:
                 resolved[key] = value  # the data partition follows the run seed
@@ -373,7 +373,7 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
                         f"key {dotted!r} must be {_type_name(params[key].annotation)}, got {value!r}"
                     )
                 _check_choice(dotted, value, annotated_choices(params[key].annotation))
-                _check_number(dotted, value)
+                _check_value(dotted, value)
                 resolved[key] = value
             elif dotted in swept or key in used.get(section, set()):
                 continue  # applies to another component of this experiment

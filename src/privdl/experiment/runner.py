@@ -248,6 +248,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
             raise ValidationError(f"shard I/K needs 0 <= I < K, got {i}/{k}")
         unique = unique[i::k]
     todo = [r for r in unique if not store.is_done(r.run_id)]
+    nonfinite: dict[str, list[str]] = {}  # run id → its nan/inf metrics, filled as runs are saved
     lines = _Lines(cfg.get("name", "experiment"), len(unique), len(unique) - len(todo), progress) \
         if callable(progress) else None
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -312,7 +313,6 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
             bar.update(current, completed=iters, visible=False)
 
         executed, busy = 0, 0
-        nonfinite: dict[str, list[str]] = {}
         last_results, wait = time.perf_counter(), 30.0
 
         def claimed(group: list[RunSpec]) -> list[RunSpec]:

@@ -133,10 +133,9 @@ class Edges:
             c = sps.csr_array(w, dtype=np.float64)
             c.sort_indices()
             n = c.shape[0]
-            index = index_dtype(max(n, c.nnz))
-            rows = np.repeat(np.arange(n, dtype=index), np.diff(c.indptr))
+            rows = np.repeat(np.arange(n, dtype=c.indices.dtype), np.diff(c.indptr))
             off = rows != c.indices
-            dst, src, weight = rows[off], c.indices[off].astype(index, copy=False), c.data[off]
+            dst, src, weight = rows[off], c.indices[off], c.data[off]
             del rows, off
             selfw = c.diagonal()
         else:

@@ -255,9 +255,7 @@ def sparse_mixing(n: int, i: np.ndarray, j: np.ndarray, rule: str, *, lazy: bool
     rows = np.repeat(np.arange(n, dtype=a.indices.dtype), deg)
     cols = a.indices
     if rule == "metropolis_hastings":
-        big = np.maximum(deg[rows], deg[cols])
-        off = 1.0 / (1.0 + big)
-        del big
+        off = 1.0 / (1.0 + np.maximum(deg[rows], deg[cols]))
     elif rule == "max_degree":
         off = np.full(len(cols), 1.0 / (1.0 + deg.max(initial=0)))
     elif rule == "laplacian":

@@ -39,11 +39,11 @@ def check_budget(*, epsilon: float | None = None, delta: float | None = None, cl
     if delta is not None and not 0.0 < delta < 1.0:
         raise ValidationError(f"delta must be in (0, 1), got {delta}")
     if clip is not None and not (clip > 0 and math.isfinite(clip)):
-        raise ValidationError(f"clipping norm C must be > 0, got {clip}")
+        raise ValidationError(f"clipping norm C must be a finite number > 0, got {clip}")
     if steps is not None and (isinstance(steps, bool) or int(steps) != steps or steps < 1):
         raise ValidationError(f"number of steps T must be an integer >= 1, got {steps}")
     if bound is not None and not (bound > 0 and math.isfinite(bound)):
-        raise ValidationError(f"precision bound b must be > 0, got {bound}")
+        raise ValidationError(f"precision bound b must be a finite number > 0, got {bound}")
 
 
 # ---- paper accountant (seed 001, Theorem 2) ---------------------------------------------------------------------
