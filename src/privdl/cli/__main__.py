@@ -1,0 +1,3 @@
+from privdl.cli import main
+
+main()

@@ -1,0 +1,333 @@
+"""Commands that run experiments and attack them: run, plot, attack, reproduce, audit."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from privdl.cli.common import Format, _Command, _device, _fail, _print_facts, _progress_mode, app, console, err
+from privdl.errors import PrivdlError, ValidationError
+
+
+@app.command(cls=_Command)
+def run(
+    config: Path = typer.Argument(..., help="experiment TOML file"),
+    set_: list[str] = typer.Option([], "--set", help="override a key: --set mechanism.epsilon=5 (repeatable)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="output directory (default results/<config name>)"),
+    no_plot: bool = typer.Option(False, "--no-plot", help="do not draw plots at the end"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+) -> None:
+    """Run (or resume) every run of an experiment's sweep; write results.csv, manifests and plots."""
+    from privdl.experiment import load_config, plot_experiment, run_experiment
+
+    try:
+        cfg = load_config(config, set_)
+        out = out or Path("results") / config.stem
+        summary = run_experiment(cfg, out, progress=False if quiet else _progress_mode())
+        console.print(f"{summary.runs} runs ({summary.executed} executed, {summary.skipped} already done"
+                      + (f", {summary.busy} being run by another process: run the command again when it has "
+                         "finished to collect them" if summary.busy else "")
+                      + f") in {summary.seconds:.1f} s → {summary.results}")
+        if summary.nonfinite:
+            first, metrics = next(iter(summary.nonfinite.items()))
+            err.print(f"[bold yellow]warning:[/] {len(summary.nonfinite)} run(s) ended with nan or inf metrics "
+                      f"(diverged or overflowed; recorded as nonfinite_metrics in their manifests), e.g. run {first}: "
+                      f"{', '.join(metrics)} — lower the step size or check the scale of the inputs", markup=True)
+        _print_final(summary.out)
+        if not no_plot:
+            try:
+                files = plot_experiment(summary.out)
+            except OSError as exc:
+                raise PrivdlError(f"the runs are saved ({summary.results}), but the plots could not be written: "
+                                  f"{exc}") from None
+            console.print(f"{len(files)} plots in {summary.out / 'plots'}")
+    except PrivdlError as exc:
+        _fail(exc)
+
+
+def _print_final(out: Path) -> None:
+    """A table of final metrics, mean ± std over seeds, per combination of the other sweep axes."""
+    from collections import defaultdict
+
+    from privdl.experiment.plot import axis_title
+    from privdl.experiment.store import read_results
+    from privdl.experiment.summary import mean_std, sort_key
+
+    fields, rows = read_results(out / "results.csv")
+    axes = [f for f in fields if f not in ("run_id", "iteration", "metric", "value", "seed")]
+    last = max(int(r["iteration"]) for r in rows)
+    metrics = sorted({r["metric"] for r in rows} - {"consensus_distance", "train_loss", "local_optimality_gap"})
+    cells: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if int(r["iteration"]) == last and r["metric"] in metrics:
+            cells[tuple(r[a] for a in axes)][r["metric"]].append(float(r["value"]))
+    table = Table(title=f"final metrics at iteration {last} (mean ± std over seeds)")
+    for a in axes:
+        table.add_column(axis_title(a), no_wrap=True)
+    for m in metrics:
+        table.add_column(m, justify="right", no_wrap=True)
+    for key in sorted(cells, key=sort_key):
+        vals = []
+        for m in metrics:
+            v = cells[key].get(m)
+            mean, std = mean_std(v) if v else (0.0, 0.0)
+            vals.append("" if not v else f"{mean:.4g} ± {std:.1g}")
+        table.add_row(*[k if k != "" else "n/a" for k in key], *vals)
+    console.print(table)
+
+
+@app.command(cls=_Command)
+def plot(out: Path = typer.Argument(..., help="experiment output directory")) -> None:
+    """Draw metric-vs-iteration and final-metric-vs-parameter plots (PNG) from DIR/results.csv."""
+    from privdl.experiment import plot_experiment
+
+    try:
+        files = plot_experiment(out)
+    except OSError as exc:
+        _fail(PrivdlError(f"could not write the plots: {exc}"))
+    except PrivdlError as exc:
+        _fail(exc)
+    for f in files:
+        console.print(str(f))
+
+
+def _choices(name: str, *values: str) -> type[Enum]:
+    """A command-line choice type (a str Enum whose members are ``values``)."""
+    return Enum(name, {v: v for v in values}, type=str)  # type: ignore[return-value]
+
+
+AttackMethod = _choices("AttackMethod", "dlg", "idlg")
+AttackerKind = _choices("AttackerKind", "curious_neighbour", "eavesdropper", "generous")
+
+
+@app.command(cls=_Command)
+def attack(
+    method: AttackMethod = typer.Argument(..., help="dlg (input and soft label) or idlg (label from the gradient)"),
+    config: Path = typer.Option(..., "--config", help="an ordinary run config (its first run is attacked)"),
+    attacker: int = typer.Option(..., "--attacker", help="the attacking agent (a curious neighbour's index)"),
+    victim: int = typer.Option(..., "--victim", help="the agent whose samples are reconstructed"),
+    round_: int = typer.Option(..., "--round", help="the first attacked round (≥ 1)"),
+    images: int = typer.Option(1, "--images", min=1, help="K: attack the victim's samples of K consecutive rounds"),
+    kind: AttackerKind = typer.Option(AttackerKind.curious_neighbour, "--kind",
+                                      help="whose view; generous = the victim's true model and gradient (seed 002's "
+                                           "assumption for EDSG-RMS, not a view)"),
+    iterations: int = typer.Option(300, "--iterations", min=1, help="L-BFGS iterations"),
+    restarts: int = typer.Option(1, "--restarts", min=1, help="restarts from new dummies (the best match is kept)"),
+    loss: str = typer.Option("l2", "--loss", help="gradient matching: l2 or cosine"),
+    out: Path = typer.Option(Path("results/attack"), "--out", help="folder for the PNG grid and the JSON"),
+    overrides: list[str] = typer.Option([], "--set", help="config override key=value (repeatable)"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
+) -> None:
+    """Gradient inversion from what an attacker really sees (seed 002 §5.2): reconstruct a victim's training samples
+    from the transcript of a run; prints MSE, PSNR, SSIM and label accuracy, writes originals and reconstructions as
+    one PNG grid."""
+    from rich.progress import Progress
+
+    from privdl.attacks.views import attack_run, save_grid
+    from privdl.experiment.config import load_config
+
+    try:
+        cfg = load_config(config, overrides)
+        with Progress(transient=True, disable=fmt is Format.json) as bar:
+            task = bar.add_task("L-BFGS", total=iterations * restarts)
+            result = attack_run(cfg, attacker=attacker, victim=victim, round=round_, images=images, kind=kind.value,
+                                method=method.value, iterations=iterations, loss=loss, restarts=restarts,
+                                progress=lambda done, total: bar.update(task, completed=done, total=total))
+    except PrivdlError as exc:
+        _fail(exc)
+    out.mkdir(parents=True, exist_ok=True)
+    grid = out / f"{method.value}_{kind.value}_victim{victim}_round{round_}.png"
+    save_grid(grid, result.pop("originals"), result.pop("reconstructions"))
+    result["grid"] = str(grid)
+    (out / grid.with_suffix(".json").name).write_text(json.dumps(result, indent=2))
+    if fmt is Format.json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    _print_facts({k: v for k, v in result.items() if k not in ("images", "notes")}, fmt,
+                 f"{method.value} by agent {attacker} ({kind.value}) on agent {victim}")
+
+
+#: ``privdl reproduce`` options: keyword of the reproduction function → command-line flag
+REPRODUCE_FLAGS = {"seeds": "--seeds", "tune_seeds": "--tune-seeds", "clip": "--clip", "data_dir": "--data-dir",
+                   "iterations": "--iterations", "epsilons": "--epsilon", "fiedlers": "--fiedler", "ts": "--t",
+                   "dataset": "--dataset", "tune": "--tune", "methods": "--method", "device": "--device",
+                   "shard": "--shard", "gossip": "--gossip", "resize": "--resize", "images": "--images",
+                   "round": "--round", "attack_iterations": "--attack-iterations", "graphs": "--graph",
+                   "splits": "--split"}
+
+
+@app.command(cls=_Command)
+def reproduce(
+    name: str = typer.Argument(..., help="fig1, fig2, quadratic, quadratic_at_optimum, a9a, fmnist (seed 001, "
+                                         "the paper's text); mnist_authors, a9a_authors (seed 001 as the authors' "
+                                         "code runs it: per-example clipping, example-level DP); table1, table2 "
+                                         "(seed 004); rms_filtering, rms_localization, rms_dlg (seed 002); "
+                                         "attack_table (gradient inversion under every method); dpdl (seed 003, our "
+                                         "benchmark)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="output directory (default results/reproduce/NAME)"),
+    seeds: Optional[int] = typer.Option(None, "--seeds", help="seeds per setting (default: the paper's 10)"),
+    tune_seeds: Optional[int] = typer.Option(None, "--tune-seeds", help="seeds for the step-size search"),
+    clip: Optional[float] = typer.Option(None, "--clip", help="quadratic: clipping norm (SPEC: 0.1)"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="where a9a / Fashion-MNIST files are"),
+    iterations: Optional[int] = typer.Option(None, "--iterations", help="fmnist, *_authors, table1/table2: rounds "
+                                                                "(papers: 5000 / 1000 / 2000)"),
+    epsilon: list[float] = typer.Option([], "--epsilon", help="a9a, fmnist, table1/table2: ε values "
+                                                              "(repeatable; inf = non-private in tables)"),
+    fiedler: list[float] = typer.Option([], "--fiedler", help="table1: normalized Fiedler targets (repeatable)"),
+    t: list[float] = typer.Option([], "--t", help="table2: A(t) splits (repeatable)"),
+    dataset: Optional[str] = typer.Option(None, "--dataset", help="table1/table2/dpdl: image dataset "
+                                                                  "(default fashion_mnist; mnist where present)"),
+    tune: bool = typer.Option(False, "--tune", help="table1/table2: try lr × {½, 1, 2} per cell first"),
+    method: list[str] = typer.Option([], "--method", help="table1/table2: methods to run (repeatable; central, "
+                                                          "dsgd, dsgt, dinno); dpdl: method labels (DPDL, "
+                                                          "'DPDL self-noise', …, CGA)"),
+    device: Optional[str] = typer.Option(None, "--device", callback=_device, help="table1/table2: cpu, cuda or auto"),
+    shard: Optional[str] = typer.Option(None, "--shard", help="table1/table2: I/K runs every K-th cell from I "
+                                                              "(K processes share one table)"),
+    gossip: Optional[str] = typer.Option(None, "--gossip", help="table1/table2: synchronous (default) or authors "
+                                                                "(DP-DSGD, DP-DSGT with seed 004's in-place averaging)"),
+    resize: Optional[int] = typer.Option(None, "--resize", help="table1/table2: resize images (the authors: 32)"),
+    images: Optional[int] = typer.Option(None, "--images", help="rms_dlg, attack_table: victim samples attacked "
+                                                                "(default 8)"),
+    round_: Optional[int] = typer.Option(None, "--round", help="rms_dlg, attack_table: first attacked round "
+                                                                "(default 10)"),
+    attack_iterations: Optional[int] = typer.Option(None, "--attack-iterations",
+                                                    help="rms_dlg, attack_table: L-BFGS iterations (default 300)"),
+    graph: list[str] = typer.Option([], "--graph", help="dpdl: graph labels to run (repeatable: ring, 'ER(0.3)')"),
+    split: list[str] = typer.Option([], "--split", help="dpdl: split labels to run (repeatable: 'Dirichlet 0.1', "
+                                                        "'Dirichlet 0.5', 'missing classes')"),
+) -> None:
+    """Reproduce a figure or table of the source papers: writes CSV files (and plots) (see REPRODUCTION.md)."""
+    from privdl.reproductions import REPRODUCTIONS
+
+    options = {k: v for k, v in {"seeds": seeds, "tune_seeds": tune_seeds, "clip": clip, "data_dir": data_dir,
+                                 "iterations": iterations, "epsilons": tuple(epsilon) or None,
+                                 "fiedlers": tuple(fiedler) or None, "ts": tuple(t) or None, "dataset": dataset,
+                                 "tune": tune or None, "methods": tuple(method) or None, "device": device,
+                                 "shard": shard, "gossip": gossip, "resize": resize, "images": images,
+                                 "round": round_, "attack_iterations": attack_iterations,
+                                 "graphs": tuple(graph) or None, "splits": tuple(split) or None}.items()
+               if v is not None}
+    try:
+        fn = REPRODUCTIONS.get(name)
+    except PrivdlError as exc:
+        _fail(exc)
+    accepted = inspect.signature(fn).parameters
+    ignored = [REPRODUCE_FLAGS[k] for k in options if k not in accepted]
+    if ignored:
+        takes = ", ".join(REPRODUCE_FLAGS[k] for k in REPRODUCE_FLAGS if k in accepted) or "no option but --out"
+        _fail(ValidationError(f"{', '.join(ignored)} do{'es' if len(ignored) == 1 else ''} not apply to {name!r}; "
+                              f"it takes {takes}"))
+    options["progress"] = _progress_mode()
+    target = out or Path("results") / "reproduce" / name
+    try:
+        rows = fn(target, **options)
+    except PrivdlError as exc:
+        _fail(exc)
+    console.print(f"{name}: {len(rows)} rows written to {target} (runs, manifests and ledgers in its "
+                  f"subfolders)")
+
+
+class AuditAlgorithm(str, Enum):
+    dsgd = "dsgd"
+    dsgt = "dsgt"
+    dinno = "dinno"
+    central = "central"
+    dsg_rms = "dsg_rms"
+    edsg_rms = "edsg_rms"
+    pd_lms = "pd_lms"
+    dpdl = "dpdl"
+    dpdl_self_noise = "dpdl_self_noise"
+
+
+@app.command(cls=_Command)
+def audit(
+    algorithm: list[AuditAlgorithm] = typer.Option(
+        [AuditAlgorithm.central, AuditAlgorithm.dsgd, AuditAlgorithm.dsgt, AuditAlgorithm.dinno], "--algorithm",
+        help="algorithms to audit (repeatable; central = DP-SGD on the pooled data)"),
+    models: int = typer.Option(1000, "--models", min=1, help="models trained with, and as many without, the canary"),
+    held_out: float = typer.Option(0.2, "--held-out", help="fraction of models used to choose the threshold"),
+    epsilon: float = typer.Option(1.0, "--epsilon", help="nominal ε the training is calibrated to"),
+    delta: float = typer.Option(1e-2, "--delta", help="δ of the audited (ε, δ) claim"),
+    clip: float = typer.Option(10.0, "--clip", help="clipping norm C of the audited runs"),
+    iterations: int = typer.Option(100, "--iterations", min=1, help="rounds of each audited run"),
+    model: str = typer.Option("cnn", "--model", help="cnn (seed 004's) or softmax (fast)"),
+    dataset: str = typer.Option("mnist_t10k", "--dataset", help="image dataset D is drawn from"),
+    per_class: int = typer.Option(100, "--per-class", min=1, help="images of each of the three classes in D"),
+    canary: str = typer.Option("blank", "--canary", help="blank (seed 004) or bright (exposes disabled clipping)"),
+    broken: str = typer.Option("none", "--broken", help="none, noise (σ/10) or clip (no clipping): self-test"),
+    one_run: int = typer.Option(0, "--one-run", min=0, help="also run Steinke et al.'s one-run audit with this many "
+                                                   "canaries (0: skip)"),
+    batch: int = typer.Option(200, "--batch", min=1, help="systems trained at once (memory)"),
+    device: str = typer.Option("cpu", "--device", callback=_device, help="cpu, cuda or auto: where the systems "
+                                                                          "train"),
+    seed: int = typer.Option(0, "--seed", min=0, help="root seed of the audit"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="folder with the MNIST files (default: the "
+                                                                    "usual search)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write audit.json and the scores here"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
+) -> None:
+    """Membership-inference audit (seed 004 App. D): empirical ε lower bounds (Clopper–Pearson 95%) beside the
+    nominal ε for each algorithm, and optionally the one-run bound. A lower bound above the nominal ε means the
+    implementation does not deliver its guarantee."""
+    import json
+
+    import numpy as np
+    from rich.progress import Progress
+
+    from privdl.audit import AuditSetup, membership_audit, one_run_membership_audit
+
+    rows, report = [], {"unit": "example", "mechanism": "dp_sgd", "accountant": "rdp (dp_accounting)",
+                        "delta": delta, "nominal_epsilon": epsilon, "results": {}}
+    try:
+        with Progress(transient=True, disable=fmt is Format.json) as bar:
+            for alg in algorithm:
+                setup = AuditSetup(algorithm=alg.value, epsilon=epsilon, delta=delta, clip=clip,
+                                   iterations=iterations, model=model, dataset=dataset, per_class=per_class,
+                                   canary=canary, broken=broken, data_dir=data_dir)
+                task_id = bar.add_task(f"audit {alg.value}", total=2 * models)
+                res = membership_audit(setup, models, held_out=held_out, batch=batch, seed=seed, device=device,
+                                       progress=lambda done, total: bar.update(task_id, completed=done))
+                entry = {"threshold_audit": res.threshold.to_dict(), "violation": res.violation,
+                         "nominal_epsilon": None if setup.claims_none else epsilon,
+                         "guarantee": "none (no DP mechanism; the bound is what membership inference shows)"
+                         if setup.claims_none else f"({epsilon:g}, {delta:g})-DP per example",
+                         "seconds": res.seconds, "ledger": res.ledger}
+                if one_run:
+                    one, _ = one_run_membership_audit(setup, one_run, seed=seed, device=device)
+                    entry["one_run_audit"] = one.to_dict()
+                report["results"][alg.value] = entry
+                if out:
+                    out.mkdir(parents=True, exist_ok=True)
+                    np.savez(out / f"scores_{alg.value}.npz", scores_in=res.scores_in, scores_out=res.scores_out)
+                rows.append((alg.value, res))
+    except (PrivdlError, ValueError) as exc:
+        _fail(exc)
+    if out:
+        (out / "audit.json").write_text(json.dumps(report, indent=2, default=str))
+    if fmt is Format.json:
+        typer.echo(json.dumps(report, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"membership audit: nominal (ε, δ) = ({epsilon}, {delta}), example level, "
+                        f"{models} + {models} models, {broken if broken != 'none' else 'correct'} mechanism")
+    for col in ("method", "nominal ε", "ε lower bound (95%)", "point", "TPR", "FPR", "one-run ε lb"):
+        table.add_column(col)
+    table.add_column("verdict", no_wrap=True)
+    for name, res in rows:
+        t = res.threshold
+        one = report["results"][name].get("one_run_audit", {}).get("epsilon_lower")
+        table.add_row(name, "none" if res.setup.claims_none else f"{epsilon:g}", f"{t.epsilon_lower:.3f}", f"{t.epsilon_point:.3f}", f"{t.tpr:.3f}",
+                      f"{t.fpr:.3f}", "—" if one is None else f"{one:.3f}",
+                      "[red]VIOLATION[/red]" if res.violation else
+                      ("claims none" if res.setup.claims_none else "none found"))
+    Console().print(table)

@@ -1,0 +1,278 @@
+"""Accounting and theory commands: account, covariance, rms-bounds."""
+
+from __future__ import annotations
+
+import json
+import math
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from privdl.cli.common import Format, _Command, _fail, _network, _print_facts, app, console
+from privdl.errors import PrivdlError, ValidationError
+
+
+class Unit(str, Enum):
+    agent = "agent"
+    example = "example"
+
+
+class AccountantName(str, Enum):
+    paper = "paper"
+    tight = "tight"
+
+
+
+@app.command(cls=_Command)
+def account(
+    manifest: Optional[Path] = typer.Option(None, "--manifest", help="re-account a finished run from the events in "
+                                                                     "its manifest.json (nothing else is needed)"),
+    unit: Unit = typer.Option(Unit.agent, "--unit", help="privacy unit"),
+    accountant: AccountantName = typer.Option(AccountantName.tight, "--accountant", help="agent level only"),
+    epsilon: Optional[float] = typer.Option(None, "--epsilon", help="target ε (calibrate the noise)"),
+    precision_bound: Optional[float] = typer.Option(None, "--precision-bound",
+                                                    help="agent level: precision bound b on [R⁻¹]_ii (account ε)"),
+    noise_multiplier: Optional[float] = typer.Option(None, "--noise-multiplier",
+                                                     help="example level: σ (noise std σC on the clipped sum)"),
+    sample_rate: Optional[float] = typer.Option(None, "--sample-rate", help="example level: Poisson rate q"),
+    delta: float = typer.Option(1e-5, "--delta", help="δ of the (ε, δ) guarantee"),
+    clip: Optional[float] = typer.Option(None, "--clip", help="agent level: clipping norm C (sensitivity 2C)"),
+    steps: Optional[int] = typer.Option(None, "--steps", help="number of noisy steps T (every noisy data access)"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
+) -> None:
+    """Accounting. Agent level: (ε, δ) → per-agent precision bound b, or b → ε. Example level (DP-SGD, RDP of the
+    Poisson-subsampled Gaussian): σ → (ε, order), or ε → the smallest σ that meets it. ``--manifest PATH``
+    re-accounts a finished run from its privacy ledger's events alone: ε per agent and the worst."""
+    if manifest is not None:
+        _account_manifest(manifest, fmt)
+        return
+    try:
+        if steps is None:
+            raise PrivdlError("give --steps (or --manifest PATH to re-account a finished run)")
+        wrong = [flag for flag, v, agent_only in (("--clip", clip, True), ("--precision-bound", precision_bound, True),
+                                                  ("--noise-multiplier", noise_multiplier, False),
+                                                  ("--sample-rate", sample_rate, False))
+                 if v is not None and agent_only == (unit is Unit.example)]
+        if wrong:
+            raise ValidationError(
+                f"{', '.join(wrong)} do{'es' if len(wrong) == 1 else ''} not apply at the {unit.value} level"
+                + (" (example level is in units of the noise multiplier σ: noise std σ·C on the clipped sum, so C "
+                   "does not change ε)" if unit is Unit.example else " (give --clip and --epsilon or "
+                                                                      "--precision-bound)"))
+        if unit is Unit.example:
+            result = _account_example(epsilon, noise_multiplier, sample_rate, delta, steps)
+            title = "example-level accounting (RDP, Poisson-subsampled Gaussian)"
+        else:
+            result = _account_agent(accountant, epsilon, precision_bound, delta, clip, steps)
+            title = f"agent-level accounting ({result['accountant']} accountant)"
+    except (PrivdlError, ValueError) as exc:
+        _fail(exc)
+    _print_facts(result, fmt, title)
+
+
+def _account_agent(accountant: "AccountantName", epsilon: float | None, precision_bound: float | None,
+                   delta: float, clip: float | None, steps: int) -> dict:
+    from privdl.privacy import get_accountant
+
+    if (epsilon is None) == (precision_bound is None):
+        raise PrivdlError("give exactly one of --epsilon or --precision-bound")
+    if clip is None:
+        raise PrivdlError("agent-level accounting needs --clip")
+    acc = get_accountant(accountant.value)
+    b = acc.bound(epsilon=epsilon, delta=delta, clip=clip, steps=steps) if epsilon is not None else precision_bound
+    eps = acc.epsilon(bound=b, delta=delta, clip=clip, steps=steps)  # validates b before 1/b below
+    return {
+        "unit": "agent", "accountant": acc.name, "mechanism": "Gaussian, sensitivity 2C, precision b per step",
+        "target_epsilon": epsilon, "delta": delta, "clip": clip, "steps": steps,
+        "bound": b, "ldp_variance": 1.0 / b, "ldp_sigma": 1.0 / math.sqrt(b),
+        "epsilon": eps, "reference": acc.reference,
+    }
+
+
+def _account_example(epsilon: float | None, noise_multiplier: float | None, sample_rate: float | None,
+                     delta: float, steps: int) -> dict:
+    from privdl.privacy.example_accountant import calibrate_noise_multiplier, rdp_epsilon
+
+    if (epsilon is None) == (noise_multiplier is None):
+        raise PrivdlError("give exactly one of --epsilon or --noise-multiplier")
+    if sample_rate is None:
+        raise PrivdlError("example-level accounting needs --sample-rate")
+    sigma = noise_multiplier if noise_multiplier is not None else \
+        calibrate_noise_multiplier(epsilon=epsilon, sample_rate=sample_rate, steps=steps, delta=delta)
+    eps, order = rdp_epsilon(noise_multiplier=sigma, sample_rate=sample_rate, steps=steps, delta=delta)
+    return {"unit": "example", "accountant": "rdp", "mechanism": "Poisson-subsampled Gaussian (DP-SGD)",
+            "target_epsilon": epsilon, "noise_multiplier": sigma, "sample_rate": sample_rate, "steps": steps,
+            "delta": delta, "epsilon": eps, "order": order,
+            "reference": "RDP of the subsampled Gaussian (Mironov et al. 2019), conversion of Balle et al. 2020, "
+                         "via dp_accounting"}
+
+
+def _account_manifest(path: Path, fmt: "Format") -> None:
+    """Re-account a finished run from the events its manifest's ledger stores."""
+    from privdl.privacy.ledger import Ledger
+
+    try:
+        target = path / "manifest.json" if path.is_dir() else path
+        if not target.is_file():
+            raise PrivdlError(f"{target} does not exist (give a run's manifest.json or its folder)")
+        try:
+            data = json.loads(target.read_text())
+            stated = data["privacy_ledger"][0]
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError) as exc:
+            raise PrivdlError(f"{target} is not a privdl run manifest with a privacy ledger ({exc})") from None
+        try:
+            ledger = Ledger.from_dict(stated)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PrivdlError(f"{target}: {exc}") from None
+        again = ledger.reaccount()
+    except PrivdlError as exc:
+        _fail(exc)
+    eps = again.epsilon
+    per_agent = [{k: v for k, v in row.items() if k != "events"} for row in again.per_agent()]
+    result = {"manifest": str(target), "unit": again.unit, "mechanism": again.mechanism,
+              "accountant": again.accountant, "delta": again.delta,
+              "epsilon": "inf" if eps is not None and math.isinf(eps) else eps, "guarantee": again.guarantee,
+              "stated_epsilon": stated.get("epsilon"), "agents": len(per_agent), "per_agent": per_agent}
+    for b, said in zip(again.beside, stated.get("beside", [])):  # the same noise for another unit
+        other = b.epsilon
+        result[f"{b.unit}_level_epsilon"] = "inf" if other is not None and math.isinf(other) else other
+        result[f"{b.unit}_level_stated_epsilon"] = said.get("epsilon")
+        result[f"{b.unit}_level_accountant"] = b.accountant
+    if fmt is Format.json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+        return
+    _print_facts({k: v for k, v in result.items() if k != "per_agent"}, fmt, "re-accounted from the manifest's events")
+    table = Table(title="per agent")
+    for col in ("agent", "epsilon", "delta", "accesses", "noise_multiplier", "sample_rate"):
+        table.add_column(col, justify="right")
+    for row in per_agent:
+        table.add_row(*(("" if row.get(c) is None else (f"{row[c]:.6g}" if isinstance(row[c], float) else
+                                                         str(row[c]))) for c in ("agent", "epsilon", "delta",
+                                                                                  "accesses", "noise_multiplier",
+                                                                                  "sample_rate")))
+    console.print(table)
+
+
+class DesignName(str, Enum):
+    ldp = "ldp"
+    decor = "decor"
+    whisper = "whisper"
+
+
+@app.command(cls=_Command)
+def covariance(
+    mixing: Optional[Path] = typer.Option(None, "--mixing", help="mixing matrix W (.npy/.csv/.txt)"),
+    topology: str = typer.Option("erdos_renyi", "--topology", help="topology when no --mixing file is given"),
+    n: int = typer.Option(20, "--n", help="number of agents"),
+    p: float = typer.Option(0.5, "--p", help="edge probability (erdos_renyi)"),
+    graph_seed: int = typer.Option(0, "--graph-seed", min=0, help="seed of the random graph"),
+    rule: str = typer.Option("metropolis_hastings", "--rule", help="mixing rule for a generated topology"),
+    design: DesignName = typer.Option(DesignName.whisper, "--design", help="covariance design (seed 001)"),
+    epsilon: Optional[float] = typer.Option(None, "--epsilon", help="target ε per agent"),
+    precision_bound: Optional[float] = typer.Option(None, "--precision-bound", help="b directly instead of ε"),
+    delta: float = typer.Option(1e-5, "--delta", help="δ of the (ε, δ) guarantee"),
+    clip: float = typer.Option(0.1, "--clip", help="clipping norm C"),
+    steps: int = typer.Option(5000, "--steps", min=1, help="number of noisy steps T"),
+    accountant: AccountantName = typer.Option(AccountantName.paper, "--accountant", help="agent-level accountant: "
+                                              "paper (seed 001, Theorem 2) or tight (exact Gaussian-DP)"),
+    seeds: Optional[str] = typer.Option(None, "--seeds", help="HBC seed groups: global, edges, neighbourhoods, "
+                                                             "groups:M (whisper solves problem (10))"),
+    coalition_size: int = typer.Option(0, "--coalition-size", min=0, help="q: coalitions of up to q curious agents"),
+    save_covariance: Optional[Path] = typer.Option(None, "--save-covariance", help="write R to this .npy file"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
+) -> None:
+    """Design the noise covariance R for a network: Tr(W R Wᵀ) against LDP and the central-DP bound."""
+    import numpy as np
+
+    from privdl.covariance import design_covariance
+    from privdl.covariance.hbc import solve_hbc
+    from privdl.covariance.seeds import coalition_worst_ratio, seed_groups
+    from privdl.privacy import get_accountant
+
+    try:
+        if (epsilon is None) == (precision_bound is None):
+            raise PrivdlError("give exactly one of --epsilon or --precision-bound")
+        if coalition_size < 0:
+            raise ValidationError(f"--coalition-size must be >= 0 (0: no curious agents), got {coalition_size}")
+        if save_covariance is not None and (save_covariance.is_dir() or not save_covariance.name):
+            raise ValidationError(f"--save-covariance {str(save_covariance)!r} is a folder; give a file name "
+                                  f"(e.g. R.npy)")
+        if save_covariance is not None and not save_covariance.parent.is_dir():
+            raise ValidationError(f"--save-covariance {save_covariance}: folder {save_covariance.parent} does not "
+                                  "exist")
+        if seeds is not None and not seeds.strip():
+            raise ValidationError("--seeds is empty; give global, edges, neighbourhoods or groups:M")
+        net = _network(mixing, topology, n, p, graph_seed, rule)
+        acc = get_accountant(accountant.value)
+        b = acc.bound(epsilon=epsilon, delta=delta, clip=clip, steps=steps) if epsilon is not None \
+            else float(precision_bound)
+        hbc = seeds is not None or coalition_size > 0
+        if design is DesignName.whisper and hbc and not (seeds in (None, "global") and coalition_size == 0):
+            w = net.dense("the HBC covariance design", copies=8)
+            result = solve_hbc(w, bound=b, groups=seed_groups(seeds or "global", w),
+                               coalition_size=coalition_size, label=seeds or "global")
+        else:
+            result = design_covariance(design.value, net.dense("the covariance design", copies=8), bound=b)
+        facts = result.summary()
+        if hbc:
+            worst, where = coalition_worst_ratio(result.sigma_mix2, list(result.components or []), net.n,
+                                                 coalition_size=coalition_size, bound=b)
+            own = {"ldp": "none (independent noise)", "decor": "edges", "whisper": "global"}[design.value]
+            facts.update({"seeds": seeds or own, "coalition_size": coalition_size,
+                          "worst_coalition_ratio": worst, "worst_coalition": where,
+                          "epsilon_against_coalitions": acc.epsilon(bound=b * worst, delta=delta, clip=clip,
+                                                                    steps=steps)})
+        facts.update({"accountant": acc.name, "epsilon": acc.epsilon(bound=b * result.max_precision_ratio,
+                                                                     delta=delta, clip=clip, steps=steps),
+                      "delta": delta, "clip": clip, "steps": steps, "network": net.description})
+        if hbc:
+            facts["design"] = f"{design.value}, HBC problem (10): seeds {facts['seeds']}, coalitions of up to " \
+                              f"{coalition_size}"
+            facts["guarantee"] = (f"({facts['epsilon_against_coalitions']:.6g}, {delta:g})-DP per agent against "
+                                  f"coalitions of up to {coalition_size} curious agents; ({facts['epsilon']:.6g}, "
+                                  f"{delta:g}) against an observer outside every coalition")
+        else:
+            facts["guarantee"] = f"({facts['epsilon']:.6g}, {delta:g})-DP per agent, agent level"
+        if str(facts.get("solver", "")).lower() not in ("dual fixed point", ""):
+            for key in ("duality_gap", "iterations", "relative_duality_gap"):  # the dual solver's, not a conic's
+                facts.pop(key, None)
+        if fmt is Format.table:
+            facts.pop("worst_coalition", None)  # a nested dict: JSON only
+        if save_covariance is not None:
+            np.save(save_covariance, result.R)
+            facts["saved"] = str(save_covariance)
+    except (PrivdlError, ValueError, OSError) as exc:
+        _fail(exc)
+    _print_facts(facts, fmt, f"{design.value} covariance, n = {facts['n']} ({acc.name} accountant)")
+
+
+@app.command("rms-bounds", cls=_Command)
+def rms_bounds_command(
+    mixing: Optional[Path] = typer.Option(None, "--mixing", help="combination matrix A (.npy/.csv/.txt)"),
+    topology: str = typer.Option("erdos_renyi", "--topology", help="topology when no --mixing file is given"),
+    n: int = typer.Option(5, "--n", help="number of agents"),
+    p: float = typer.Option(0.5, "--p", help="edge probability (erdos_renyi)"),
+    graph_seed: int = typer.Option(0, "--graph-seed", min=0, help="seed of the random graph"),
+    rule: str = typer.Option("laplacian", "--rule", help="mixing rule for a generated topology (seed 002: laplacian)"),
+    lazy: bool = typer.Option(False, "--lazy", help="use the lazy rule (I + A)/2 (positive definite, EDSG-RMS)"),
+    dim: int = typer.Option(5, "--dim", min=1, help="L, the model dimension"),
+    mu: float = typer.Option(1.0, "--mu", help="mean of the diagonal step-size factors"),
+    sigma_mu: Optional[float] = typer.Option(None, "--sigma-mu", help="std of the diagonal entries (default σ_z)"),
+    sigma_z: float = typer.Option(0.01, "--sigma-z", help="std of the off-diagonal entries"),
+    smoothness: float = typer.Option(1.0, "--smoothness", help="δ: every J_k is δ-smooth"),
+    strong_convexity: float = typer.Option(0.0, "--strong-convexity", help="ν: every J_k is ν-strongly convex"),
+    fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
+) -> None:
+    """Seed 002 Theorems 1–2: admissible γ and τ of DSG-RMS / EDSG-RMS for a network and random matrix."""
+    from privdl.algorithms.rms_bounds import rms_bounds
+
+    try:
+        net = _network(mixing, topology, n, p, graph_seed, rule, lazy)
+        facts = rms_bounds(net.dense("seed 002's bounds", copies=3), dim=dim, mu=mu, sigma_mu=sigma_mu, sigma_z=sigma_z, smoothness=smoothness,
+                           strong_convexity=strong_convexity)
+    except PrivdlError as exc:
+        _fail(exc)
+    _print_facts(facts, fmt, f"seed 002 bounds, n = {net.n}, L = {dim}")
