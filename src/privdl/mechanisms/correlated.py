@@ -496,7 +496,10 @@ class LDPNoise(CorrelatedGaussian):
                 raise ValidationError(f"sigma must be > 0, got {sigma}")
             if kwargs.get("epsilon") is not None or kwargs.get("precision_bound") is not None:
                 raise ValidationError(f"{self.name} takes one of epsilon, precision_bound or sigma")
-            kwargs["precision_bound"] = 1.0 / sigma / sigma
+            try:
+                kwargs["precision_bound"] = 1.0 / sigma**2  # the formula every calibration used: same bits
+            except OverflowError:  # σ² beyond double precision
+                kwargs["precision_bound"] = 0.0
             if kwargs["precision_bound"] == 0.0:
                 raise ValidationError(f"sigma = {sigma:g} is too large: its precision bound 1/σ² underflows to 0 "
                                       f"(no information at all is released; use mechanism \"none\" with no "
