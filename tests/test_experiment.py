@@ -406,6 +406,34 @@ def test_two_processes_on_one_out_never_run_the_same_run_twice(tmp_path):
     (runs[1] / ".lock").unlink()
 
 
+def test_jobs_share_the_runs_between_processes_with_the_results_of_one_process(tmp_path):
+    """``jobs = 2``: a spawned helper and this process take the stacked groups in turn; every run is executed once,
+    by one of the two processes, with exactly the numbers a single process computes, and results.csv lists all."""
+    import os
+
+    from privdl.errors import ValidationError
+    from privdl.experiment.store import read_results
+
+    cfg = {"iterations": 10000, "eval_every": 5000, "seeds": 3, "network": {"topology": "ring", "n": 4},
+           "task": {"name": "quadratic"}, "schedule": {"name": "constant", "eta": 0.01},
+           "sweep": {"task.curvature": [1.0 + k / 4 for k in range(10)]}}  # 10 groups of 3 stacked runs
+    together = run_experiment(cfg, tmp_path / "jobs", jobs=2, progress=False)
+    alone = run_experiment(cfg, tmp_path / "one", progress=False)
+    assert together.runs == together.executed == alone.executed == 30 and together.skipped == 0
+    pids = set()
+    for path in (tmp_path / "one" / "runs").glob("*/manifest.json"):
+        mine = json.loads(path.read_text())
+        theirs = json.loads((tmp_path / "jobs" / "runs" / path.parent.name / "manifest.json").read_text())
+        assert theirs["final_metrics"] == mine["final_metrics"]
+        pids.add(theirs["process"]["pid"])
+    assert len(pids) == 2 and os.getpid() in pids  # both processes ran groups
+    assert read_results(tmp_path / "jobs" / "results.csv")[1] == read_results(tmp_path / "one" / "results.csv")[1]
+    again = run_experiment(cfg, tmp_path / "jobs", jobs=2, progress=False)
+    assert again.executed == 0 and again.skipped == 30
+    with pytest.raises(ValidationError, match="jobs must be an integer >= 1"):
+        run_experiment(cfg, tmp_path / "bad", jobs=0)
+
+
 def test_version_flag_and_the_manifest_say_which_code_and_libraries_ran(tmp_path):
     import privdl
 
@@ -610,3 +638,23 @@ def test_a_diverging_run_is_flagged_not_silently_saved(tmp_path):
     assert "ended with nan or inf metrics" in " ".join(res.output.split())
     manifests = [json.loads(p.read_text()) for p in (tmp_path / "o" / "runs").glob("*/manifest.json")]
     assert manifests and all("optimality_gap" in m["nonfinite_metrics"] for m in manifests)
+
+
+def test_reproduce_jobs_reach_every_sweep_of_a_reproduction(tmp_path, monkeypatch):
+    """``privdl reproduce --jobs N`` sets the processes of every sweep the reproduction runs (and only inside it)."""
+    from privdl.errors import ValidationError
+    from privdl.reproductions import common, parallel
+
+    seen = []
+    monkeypatch.setattr(common, "run_experiment", lambda cfg, out, **kw: seen.append(kw["jobs"]))
+    common.run({}, tmp_path)
+    with parallel(3):
+        common.run({}, tmp_path)
+        common.run({}, tmp_path)
+    common.run({}, tmp_path)
+    assert seen == [1, 3, 3, 1]
+    with pytest.raises(ValidationError, match="jobs must be an integer >= 1"):
+        with parallel(0):
+            pass
+    res = CliRunner().invoke(app, ["reproduce", "rms_filtering", "--jobs", "0", "--out", str(tmp_path / "r")])
+    assert res.exit_code != 0 and "--jobs" in res.output

@@ -160,6 +160,26 @@ def test_a_slice_of_rows_drawn_alone_gets_the_same_numbers(n, cut, seed, call):
     assert torch.equal(Keys(seed, n).normal("noise", call, 11, rows=rows), full[lo:hi])
 
 
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 40), size=st.integers(1, 30), start=st.integers(1, 50),
+       counters=st.lists(st.integers(0, 400), min_size=1, max_size=12), data=st.data())
+def test_draws_computed_ahead_are_the_direct_draws_bit_for_bit(seed, n, size, start, counters, data):
+    """A run of consecutive counters is served from blocks drawn ahead (Keys' lookahead); the numbers must be those
+    of a draw at that counter alone, for all rows, for given rows with requesters, and after jumps, repeats and
+    in-place edits of a served draw."""
+    ahead, alone = Keys(seed, n), lambda: Keys(seed, n)
+    rows = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=8)))
+    requesters = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=len(rows), max_size=len(rows))))
+    schedule = list(range(start, start + 300)) + [start + 299] + counters + [counters[0]] * 2
+    for c in schedule:
+        got = ahead.normal("noise", c, size)
+        assert torch.equal(got, normal(fold(alone().own("noise"), c), size)), c
+        got.mul_(-3.0)  # callers work in place on what they get: later draws must not see it
+        u = ahead.uniform("batch", c, size, rows=rows, requesters=requesters)
+        assert torch.equal(u, alone().uniform("batch", c, size, rows=rows, requesters=requesters)), c
+    assert torch.equal(ahead.normal("noise", schedule[-1], size), alone().normal("noise", schedule[-1], size))
+
+
 def test_cross_draws_are_keyed_by_owner_and_requester():
     keys = Keys(3, 4)
     own = keys.normal("noise", 1, 5, rows=np.array([2, 2, 2]), requesters=np.array([2, 0, 1]))

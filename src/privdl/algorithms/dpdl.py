@@ -77,7 +77,7 @@ def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False, cal
     def step(s: DPDLState, ctx: StepContext) -> DPDLState:
         comm = ctx.comm
         e = comm.edges
-        dst = e.dst.to(s.x.device)
+        dst = e.dst.to(device=s.x.device, dtype=torch.int64)  # index_add_ is slower with int32 indices
         back = cross_gradients(ctx, s.x)  # at dst(e) = i: src(e)'s data at x_i, noisy
         own = ctx.gradient(s.x, tag="self_gradient", protect=self_noise)  # ĝ^{ii}
         flat = back.reshape(back.shape[0], -1)

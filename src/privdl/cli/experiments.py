@@ -23,6 +23,7 @@ def run(
     out: Optional[Path] = typer.Option(None, "--out", help="output directory (default results/<config name>)"),
     no_plot: bool = typer.Option(False, "--no-plot", help="do not draw plots at the end"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+    jobs: int = typer.Option(1, "--jobs", min=1, help="processes sharing the runs (stacked groups) on this machine"),
 ) -> None:
     """Run (or resume) every run of an experiment's sweep; write results.csv, manifests and plots."""
     from privdl.experiment import load_config, plot_experiment, run_experiment
@@ -30,7 +31,7 @@ def run(
     try:
         cfg = load_config(config, set_)
         out = out or Path("results") / config.stem
-        summary = run_experiment(cfg, out, progress=False if quiet else _progress_mode())
+        summary = run_experiment(cfg, out, progress=False if quiet else _progress_mode(), jobs=jobs)
         console.print(f"{summary.runs} runs ({summary.executed} executed, {summary.skipped} already done"
                       + (f", {summary.busy} being run by another process: run the command again when it has "
                          "finished to collect them" if summary.busy else "")
@@ -203,9 +204,10 @@ def reproduce(
     graph: list[str] = typer.Option([], "--graph", help="dpdl: graph labels to run (repeatable: ring, 'ER(0.3)')"),
     split: list[str] = typer.Option([], "--split", help="dpdl: split labels to run (repeatable: 'Dirichlet 0.1', "
                                                         "'Dirichlet 0.5', 'missing classes')"),
+    jobs: int = typer.Option(1, "--jobs", min=1, help="processes sharing each sweep's runs on this machine"),
 ) -> None:
     """Reproduce a figure or table of the source papers: writes CSV files (and plots) (see REPRODUCTION.md)."""
-    from privdl.reproductions import REPRODUCTIONS
+    from privdl.reproductions import REPRODUCTIONS, parallel
 
     options = {k: v for k, v in {"seeds": seeds, "tune_seeds": tune_seeds, "clip": clip, "data_dir": data_dir,
                                  "iterations": iterations, "epsilons": tuple(epsilon) or None,
@@ -228,7 +230,8 @@ def reproduce(
     options["progress"] = _progress_mode()
     target = out or Path("results") / "reproduce" / name
     try:
-        rows = fn(target, **options)
+        with parallel(jobs):
+            rows = fn(target, **options)
     except PrivdlError as exc:
         _fail(exc)
     console.print(f"{name}: {len(rows)} rows written to {target} (runs, manifests and ledgers in its "

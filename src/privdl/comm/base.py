@@ -110,7 +110,7 @@ class Comm(ABC):
             plan = []
             for k in range(n):  # agent k of every system: its incoming edges, its rows, their systems
                 idx = torch.nonzero(e.dst % n == k).reshape(-1)
-                plan.append((e.src[idx], e.dst[idx], torch.div(e.dst[idx], n, rounding_mode="floor"),
+                plan.append((e.src[idx], e.dst[idx], torch.div(e.dst[idx], n, rounding_mode="floor").long(),
                              torch.arange(self.groups, device=e.dst.device) * n + k))
             self._sweep = (e, plan)
         share = 1.0 / (self.degree.to(flat.dtype) + 1.0)

@@ -9,8 +9,10 @@ calibrates and accounts every run without training (design sweeps: the mechanism
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -68,6 +70,7 @@ def _utc(stamp: float) -> str:
     return datetime.fromtimestamp(stamp, tz=timezone.utc).isoformat(timespec="seconds")
 
 
+@functools.cache  # reading the packages' metadata costs ≈ 8 ms; a sweep writes one manifest per run
 def _versions() -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -95,7 +98,7 @@ def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[i
         "privdl_version": privdl.__version__,
         "privdl_source_sha256": privdl.source_hash(),
         "torch_version": torch.__version__,
-        "versions": _versions(),
+        "versions": dict(_versions()),
         "python": platform.python_version(),
         "seeds": {"run": cfg["seed"], "network": cfg["network"].get("seed", 0), "data": cfg["task"].get("seed", 0),
                   "keys": "root seed → (purpose, access, agent[, neighbour]) and shared keys per holder set"},
@@ -110,6 +113,7 @@ def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[i
         "seconds": seconds,
         "finished_at": _utc(time.time()),
         "started_at": _utc(time.time() - seconds),
+        "process": {"host": platform.node(), "pid": os.getpid()},  # which process of a sharded / --jobs run
         "iterations_per_second": cfg["iterations"] / seconds if seconds > 0 and cfg.get("train", True) else None,
         "final_metrics": final,
     }
@@ -232,21 +236,22 @@ def _duration(s: float) -> str:
 
 def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str], None] = True,
                    shard: tuple[int, int] | None = None,
-                   on_done: Callable[[str, list, dict], None] | None = None) -> ExperimentSummary:
+                   on_done: Callable[[str, list, dict], None] | None = None, jobs: int = 1) -> ExperimentSummary:
     """Run (or resume) the experiment ``cfg`` into directory ``out``. ``shard = (i, k)`` runs only every k-th
     distinct run starting at i (k processes can share one directory). ``progress``: a live bar (True), nothing
-    (False), or a function that receives plain lines with the count and an estimate of the time left (logs)."""
+    (False), or a function that receives plain lines with the count and an estimate of the time left (logs).
+    ``jobs`` > 1 runs the stacked groups in that many processes on this machine (:func:`run_parallel`)."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValidationError(f"jobs must be an integer >= 1, got {jobs!r}")
+    if jobs > 1:
+        return run_parallel(cfg, out, jobs=jobs, progress=progress, shard=shard, on_done=on_done)
     start = time.perf_counter()
     runs, axes = expand(cfg)
     store = ResultStore(out)
     store.claim(cfg)
     store.check_writable()
     unique = list({r.run_id: r for r in runs}.values())
-    if shard is not None:
-        i, k = shard
-        if not 0 <= i < k:
-            raise ValidationError(f"shard I/K needs 0 <= I < K, got {i}/{k}")
-        unique = unique[i::k]
+    unique = _sharded(unique, shard)
     todo = [r for r in unique if not store.is_done(r.run_id)]
     nonfinite: dict[str, list[str]] = {}  # run id → its nan/inf metrics, filled as runs are saved
     lines = _Lines(cfg.get("name", "experiment"), len(unique), len(unique) - len(todo), progress) \
@@ -349,3 +354,75 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
     return ExperimentSummary(Path(out), len(unique), executed, len(unique) - len(todo), results,
                              time.perf_counter() - start, busy, nonfinite)
 
+
+
+def _sharded(unique: list[RunSpec], shard: tuple[int, int] | None) -> list[RunSpec]:
+    """Every k-th distinct run from i for ``shard = (i, k)``."""
+    if shard is None:
+        return unique
+    i, k = shard
+    if not 0 <= i < k:
+        raise ValidationError(f"shard I/K needs 0 <= I < K, got {i}/{k}")
+    return unique[i::k]
+
+
+def _helper(cfg: dict, out: str, shard: tuple[int, int] | None, threads: int, show_warning: Callable) -> None:
+    import warnings
+
+    warnings.showwarning = show_warning  # the parent's warning format (the CLI's one line per warning)
+    torch.set_num_threads(threads)
+    run_experiment(cfg, out, progress=False, shard=shard)
+
+
+def run_parallel(cfg: dict, out: str | Path, *, jobs: int, progress: bool | Callable[[str], None] = True,
+                 shard: tuple[int, int] | None = None,
+                 on_done: Callable[[str, list, dict], None] | None = None) -> ExperimentSummary:
+    """:func:`run_experiment` in ``jobs`` processes on one directory: ``jobs − 1`` helpers (spawned, quiet) and this
+    one (with the progress) take the stacked groups in turn — the runner's per-run locks keep every run to one
+    process — each with ``threads / jobs`` torch threads (a stacked step of a small problem is bound by one core's
+    Python overhead, so processes, not threads, use the machine; BENCHMARKS.md, seed 002). When all have stopped, a
+    last pass runs whatever a failed helper left and writes results.csv with every run."""
+    import multiprocessing
+    import warnings
+
+    if on_done is not None:
+        raise ValidationError("on_done sees only this process's runs: use jobs = 1 with it")
+    start = time.perf_counter()
+    store = ResultStore(out)
+    store.claim(cfg)  # the directory and its config, once, before the helpers look at it
+    runs, _ = expand(cfg)
+    unique = _sharded(list({r.run_id: r for r in runs}.values()), shard)
+    before = {r.run_id for r in unique if store.is_done(r.run_id)}
+    threads = torch.get_num_threads()
+    share = max(1, threads // jobs)
+    context = multiprocessing.get_context("spawn")  # no fork of a process that holds torch's threads
+    helpers = [context.Process(target=_helper, args=(cfg, str(out), shard, share, warnings.showwarning),
+                               daemon=True)
+               for _ in range(jobs - 1)]
+    for h in helpers:
+        h.start()
+    torch.set_num_threads(share)
+    try:
+        run_experiment(cfg, out, progress=progress, shard=shard)
+    except BaseException:
+        for h in helpers:
+            h.terminate()
+        raise
+    finally:
+        for h in helpers:
+            h.join()
+        torch.set_num_threads(threads)
+    failed = [h.exitcode for h in helpers if h.exitcode]
+    if failed:
+        warnings.warn(f"{len(failed)} of {jobs - 1} helper processes failed (exit codes {failed}); this process "
+                      "runs what they left. Run with jobs = 1 to see why (a script read from standard input cannot "
+                      "be spawned)", stacklevel=2)
+    final = run_experiment(cfg, out, progress=False, shard=shard)  # a failed helper's runs, and results.csv
+    nonfinite = {}
+    for r in unique:
+        if r.run_id not in before and store.is_done(r.run_id):
+            bad = store.manifest(r.run_id).get("nonfinite_metrics")
+            if bad:
+                nonfinite[r.run_id] = bad
+    return ExperimentSummary(Path(out), final.runs, final.runs - len(before) - final.busy, len(before),
+                             final.results, time.perf_counter() - start, final.busy, nonfinite)

@@ -2,6 +2,6 @@
 the ordinary runner, plus the papers' numbers and a thin comparison."""
 
 from privdl.reproductions import attacks, corn, dp_dec, dpdl, rms  # noqa: F401  (register)
-from privdl.reproductions.common import REPRODUCTIONS, packaged_config
+from privdl.reproductions.common import REPRODUCTIONS, packaged_config, parallel
 
-__all__ = ["REPRODUCTIONS", "packaged_config"]
+__all__ = ["REPRODUCTIONS", "packaged_config", "parallel"]

@@ -13,11 +13,14 @@ import copy
 import csv
 import json
 import tomllib
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
+from privdl.errors import ValidationError
 from privdl.experiment.config import set_dotted
 from privdl.experiment.runner import run_experiment
 from privdl.registry import Registry
@@ -42,10 +45,29 @@ def with_overrides(cfg: dict, overrides: dict[str, object]) -> dict:
     return cfg
 
 
+_JOBS: ContextVar[int] = ContextVar("privdl_reproduction_jobs", default=1)
+
+
+@contextmanager
+def parallel(jobs: int) -> Iterator[None]:
+    """Every sweep a reproduction runs inside this block uses ``jobs`` processes (``privdl reproduce --jobs``)::
+
+        with parallel(2):
+            REPRODUCTIONS.get("rms_filtering")(Path("out"))
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValidationError(f"jobs must be an integer >= 1, got {jobs!r}")
+    token = _JOBS.set(jobs)
+    try:
+        yield
+    finally:
+        _JOBS.reset(token)
+
+
 def run(cfg: dict, out: Path, *, progress: bool | Callable[[str], None] = False,
         shard: tuple[int, int] | None = None) -> Path:
-    """Run (or resume) ``cfg`` into ``out`` through the ordinary runner."""
-    run_experiment(cfg, out, progress=progress, shard=shard)
+    """Run (or resume) ``cfg`` into ``out`` through the ordinary runner (in the processes :func:`parallel` set)."""
+    run_experiment(cfg, out, progress=progress, shard=shard, jobs=_JOBS.get())
     return out
 
 
