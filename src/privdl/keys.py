@@ -387,8 +387,8 @@ class Keys:
             sig = (fn, purpose, size, *kw.items())
         else:
             keys, inverse = self.own(purpose, rows, requesters), None
-            sig = (fn, purpose, size, *kw.items(), np.asarray(rows).tobytes(),
-                   None if requesters is None else np.asarray(requesters).tobytes())
+            sig = (fn, purpose, size, *kw.items(), *(None if a is None else np.asarray(a, dtype=np.int64).tobytes()
+                                                      for a in (rows, requesters)))
         out = self._ahead.get(sig, counter, lambda c: fn(fold(keys[None], c[:, None]).reshape(-1), size, **kw),
                               len(keys) * size, size < WIDE and fn is not integers)
         if out is None:
