@@ -159,39 +159,6 @@ def cli_cases(only: tuple[str, ...] | None = None) -> list[tuple[str, list[str]]
     return out
 
 
-def run_cli_case(argv: list[str], folder: Path, timeout: int = 30) -> tuple[str, str]:
-    """('error' | 'ran' | 'slow' | 'TRACEBACK', what it printed), for one command line run in ``folder``."""
-    import os
-    import signal
-
-    from typer.testing import CliRunner
-
-    from privdl.cli import app
-
-    here = os.getcwd()
-    os.chdir(folder)  # outputs (reproduce, audit) land in the scratch folder
-    signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(timeout)
-    try:
-        res = CliRunner().invoke(app, argv)
-    except Slow:
-        return "slow", f"still running after {timeout} s"
-    finally:
-        signal.alarm(0)
-        os.chdir(here)
-    if isinstance(res.exception, Slow):
-        return "slow", f"still running after {timeout} s"
-    if res.exception is not None and not isinstance(res.exception, SystemExit):
-        import traceback
-
-        tb = "".join(traceback.format_exception(res.exception)).strip().splitlines()
-        return "TRACEBACK", f"{tb[-1]} (at {tb[-3].strip() if len(tb) > 2 else ''})"
-    text = " ".join(res.output.split())
-    if res.exit_code != 0:
-        return "error", text[:300]
-    return "ran", ""
-
-
 class Slow(Exception):
     pass
 
@@ -200,26 +167,23 @@ def _alarm(signum, frame):  # noqa: ARG001
     raise Slow()
 
 
-def run_case(cfg: dict, folder: Path, timeout: int = 60) -> tuple[str, str]:
-    """('error' | 'ran' | 'ran-nonfinite' | 'slow' | 'TRACEBACK', the first line of what it printed)."""
+def _invoke(argv: list[str], timeout: int) -> tuple[str | None, str]:
+    """Run ``privdl argv`` in this process: ('slow' | 'TRACEBACK' | 'error', what it printed), or (None, its output)
+    when the command ended without an error."""
     import signal
 
     from typer.testing import CliRunner
 
     from privdl.cli import app
 
-    path = folder / "c.toml"
-    path.write_text(to_toml(cfg))
-    out = folder / "out"
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(timeout)
     try:
-        res = CliRunner().invoke(app, ["run", str(path), "--out", str(out), "--no-plot", "--quiet"])
+        res = CliRunner().invoke(app, argv)
     except Slow:
         return "slow", f"still running after {timeout} s"
     finally:
         signal.alarm(0)
-    text = " ".join(res.output.split())
     if isinstance(res.exception, Slow):
         return "slow", f"still running after {timeout} s"
     if res.exception is not None and not isinstance(res.exception, SystemExit):
@@ -227,8 +191,31 @@ def run_case(cfg: dict, folder: Path, timeout: int = 60) -> tuple[str, str]:
 
         tb = "".join(traceback.format_exception(res.exception)).strip().splitlines()
         return "TRACEBACK", f"{tb[-1]} (at {tb[-3].strip() if len(tb) > 2 else ''})"
-    if res.exit_code != 0:
-        return "error", text[:300]
+    text = " ".join(res.output.split())
+    return ("error", text[:300]) if res.exit_code != 0 else (None, text)
+
+
+def run_cli_case(argv: list[str], folder: Path, timeout: int = 30) -> tuple[str, str]:
+    """('error' | 'ran' | 'slow' | 'TRACEBACK', what it printed), for one command line run in ``folder``."""
+    import os
+
+    here = os.getcwd()
+    os.chdir(folder)  # outputs (reproduce, audit) land in the scratch folder
+    try:
+        outcome, text = _invoke(argv, timeout)
+    finally:
+        os.chdir(here)
+    return (outcome, text) if outcome else ("ran", "")
+
+
+def run_case(cfg: dict, folder: Path, timeout: int = 60) -> tuple[str, str]:
+    """('error' | 'ran' | 'ran-nonfinite' | 'slow' | 'TRACEBACK', the first line of what it printed)."""
+    path = folder / "c.toml"
+    path.write_text(to_toml(cfg))
+    out = folder / "out"
+    outcome, text = _invoke(["run", str(path), "--out", str(out), "--no-plot", "--quiet"], timeout)
+    if outcome:
+        return outcome, text
     bad = []
     if (out / "results.csv").exists():
         with open(out / "results.csv") as f:

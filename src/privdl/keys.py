@@ -286,11 +286,10 @@ class _Lookahead:
         self._last: dict[tuple, int] = {}
         self._blocks: dict[tuple, tuple[int, torch.Tensor]] = {}
 
-    def get(self, sig: tuple, counter: int, draw_block, per_counter: int, eligible: bool) -> torch.Tensor | None:
-        """The draw of ``counter`` for ``sig`` from a block (computing the next block when the counters run on), or
-        None to draw it directly. ``draw_block(counters)`` draws counters (B,) in one call as (B·rows, size)."""
-        if not eligible:
-            return None
+    def get(self, sig: tuple, counter: int, rows: int, draw_block) -> torch.Tensor | None:
+        """The draw of ``counter`` for ``sig`` (``rows`` numbers per counter) from a block — computing the next
+        block when the counters run on — or None to draw it directly. ``draw_block(counters)`` draws counters (B,)
+        in one call as (B·rows, size)."""
         block = self._blocks.get(sig)
         if block is not None:
             i = counter - block[0]
@@ -299,7 +298,7 @@ class _Lookahead:
                 return block[1][i].clone()
             del self._blocks[sig]
         last, self._last[sig] = self._last.get(sig), counter
-        span = min(self.SPAN, self.NUMBERS // max(1, per_counter))
+        span = min(self.SPAN, self.NUMBERS // max(1, rows))
         if last != counter - 1 or span < 8:
             return None
         if len(self._blocks) >= self.SIGNATURES or len(self._last) > 4 * self.SIGNATURES:
@@ -382,17 +381,21 @@ class Keys:
 
     # ---- draws ----------------------------------------------------------------------------------------------------
     def _draw(self, fn, purpose: str, counter: int, size: int, rows, requesters, **kw) -> torch.Tensor:
-        if rows is None and requesters is None:
-            keys, inverse = self.distinct(purpose)
-            sig = (fn, purpose, size, *kw.items())
-        else:
-            keys, inverse = self.own(purpose, rows, requesters), None
-            sig = (fn, purpose, size, *kw.items(), *(None if a is None else np.asarray(a, dtype=np.int64).tobytes()
-                                                      for a in (rows, requesters)))
-        out = self._ahead.get(sig, counter, lambda c: fn(fold(keys[None], c[:, None]).reshape(-1), size, **kw),
-                              len(keys) * size, size < WIDE and fn is not integers)
+        everyone = rows is None and requesters is None
+        keys, inverse = self.distinct(purpose) if everyone else (None, None)
+
+        def own() -> np.ndarray:  # the rows' keys, computed only when something is drawn
+            return keys if keys is not None else self.own(purpose, rows, requesters)
+
+        out = None
+        if size < WIDE and fn is not integers:  # small rows: from a block drawn ahead once the counters run on
+            given = [None if a is None else np.asarray(a, dtype=np.int64).reshape(-1) for a in (rows, requesters)]
+            m = len(keys) if everyone else self.rows if rows is None else len(given[0])
+            sig = (fn, purpose, size, *kw.items(), *(None if a is None else a.tobytes() for a in given))
+            out = self._ahead.get(sig, counter, m * size,
+                                  lambda c: fn(fold(own()[None], c[:, None]).reshape(-1), size, **kw))
         if out is None:
-            out = fn(fold(keys, counter), size, **kw)
+            out = fn(fold(own(), counter), size, **kw)
         return out if inverse is None else out[torch.from_numpy(inverse)]
 
     def normal(self, purpose: str, counter: int, size: int, *, rows=None, requesters=None,

@@ -87,6 +87,13 @@ def _device(value: Optional[str]) -> Optional[str]:
     return value
 
 
+#: the graph options shared by the commands that build a network with :func:`_network` (typer reads an option's
+#: declaration afresh for each command, so one declaration can serve several)
+TOPOLOGY = typer.Option("erdos_renyi", "--topology", help="topology when no --mixing file is given")
+EDGE_PROBABILITY = typer.Option(0.5, "--p", help="edge probability (erdos_renyi)")
+GRAPH_SEED = typer.Option(0, "--graph-seed", min=0, help="seed of the random graph")
+
+
 def _network(mixing: Optional[Path], topology: str, n: int, p: float, graph_seed: int, rule: str,
              lazy: bool = False):
     """The network of a command's --mixing file, or of its --topology/--n/--p/--graph-seed/--rule options."""

@@ -11,7 +11,9 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from privdl.cli.common import Format, _Command, _fail, _network, _print_facts, app, console
+from privdl.cli.common import (
+    EDGE_PROBABILITY, GRAPH_SEED, TOPOLOGY, Format, _Command, _fail, _network, _print_facts, app, console,
+)
 from privdl.errors import PrivdlError, ValidationError
 
 
@@ -165,10 +167,10 @@ class DesignName(str, Enum):
 @app.command(cls=_Command)
 def covariance(
     mixing: Optional[Path] = typer.Option(None, "--mixing", help="mixing matrix W (.npy/.csv/.txt)"),
-    topology: str = typer.Option("erdos_renyi", "--topology", help="topology when no --mixing file is given"),
+    topology: str = TOPOLOGY,
     n: int = typer.Option(20, "--n", help="number of agents"),
-    p: float = typer.Option(0.5, "--p", help="edge probability (erdos_renyi)"),
-    graph_seed: int = typer.Option(0, "--graph-seed", min=0, help="seed of the random graph"),
+    p: float = EDGE_PROBABILITY,
+    graph_seed: int = GRAPH_SEED,
     rule: str = typer.Option("metropolis_hastings", "--rule", help="mixing rule for a generated topology"),
     design: DesignName = typer.Option(DesignName.whisper, "--design", help="covariance design (seed 001)"),
     epsilon: Optional[float] = typer.Option(None, "--epsilon", help="target ε per agent"),
@@ -252,10 +254,10 @@ def covariance(
 @app.command("rms-bounds", cls=_Command)
 def rms_bounds_command(
     mixing: Optional[Path] = typer.Option(None, "--mixing", help="combination matrix A (.npy/.csv/.txt)"),
-    topology: str = typer.Option("erdos_renyi", "--topology", help="topology when no --mixing file is given"),
+    topology: str = TOPOLOGY,
     n: int = typer.Option(5, "--n", help="number of agents"),
-    p: float = typer.Option(0.5, "--p", help="edge probability (erdos_renyi)"),
-    graph_seed: int = typer.Option(0, "--graph-seed", min=0, help="seed of the random graph"),
+    p: float = EDGE_PROBABILITY,
+    graph_seed: int = GRAPH_SEED,
     rule: str = typer.Option("laplacian", "--rule", help="mixing rule for a generated topology (seed 002: laplacian)"),
     lazy: bool = typer.Option(False, "--lazy", help="use the lazy rule (I + A)/2 (positive definite, EDSG-RMS)"),
     dim: int = typer.Option(5, "--dim", min=1, help="L, the model dimension"),

@@ -241,17 +241,14 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
     distinct run starting at i (k processes can share one directory). ``progress``: a live bar (True), nothing
     (False), or a function that receives plain lines with the count and an estimate of the time left (logs).
     ``jobs`` > 1 runs the stacked groups in that many processes on this machine (:func:`run_parallel`)."""
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValidationError(f"jobs must be an integer >= 1, got {jobs!r}")
-    if jobs > 1:
+    if check_jobs(jobs) > 1:
         return run_parallel(cfg, out, jobs=jobs, progress=progress, shard=shard, on_done=on_done)
     start = time.perf_counter()
     runs, axes = expand(cfg)
     store = ResultStore(out)
     store.claim(cfg)
     store.check_writable()
-    unique = list({r.run_id: r for r in runs}.values())
-    unique = _sharded(unique, shard)
+    unique = _distinct_runs(runs, shard)
     todo = [r for r in unique if not store.is_done(r.run_id)]
     nonfinite: dict[str, list[str]] = {}  # run id → its nan/inf metrics, filled as runs are saved
     lines = _Lines(cfg.get("name", "experiment"), len(unique), len(unique) - len(todo), progress) \
@@ -355,9 +352,16 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                              time.perf_counter() - start, busy, nonfinite)
 
 
+def check_jobs(jobs: object) -> int:
+    """``jobs`` if it is a number of processes (an integer >= 1), else a clear error."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValidationError(f"jobs must be an integer >= 1, got {jobs!r}")
+    return jobs
 
-def _sharded(unique: list[RunSpec], shard: tuple[int, int] | None) -> list[RunSpec]:
-    """Every k-th distinct run from i for ``shard = (i, k)``."""
+
+def _distinct_runs(runs: list[RunSpec], shard: tuple[int, int] | None) -> list[RunSpec]:
+    """The distinct runs of a sweep (first occurrence of each run id), every k-th from i for ``shard = (i, k)``."""
+    unique = list({r.run_id: r for r in runs}.values())
     if shard is None:
         return unique
     i, k = shard
@@ -391,7 +395,7 @@ def run_parallel(cfg: dict, out: str | Path, *, jobs: int, progress: bool | Call
     store = ResultStore(out)
     store.claim(cfg)  # the directory and its config, once, before the helpers look at it
     runs, _ = expand(cfg)
-    unique = _sharded(list({r.run_id: r for r in runs}.values()), shard)
+    unique = _distinct_runs(runs, shard)
     before = {r.run_id for r in unique if store.is_done(r.run_id)}
     threads = torch.get_num_threads()
     share = max(1, threads // jobs)

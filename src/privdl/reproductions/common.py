@@ -20,9 +20,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterator
 
-from privdl.errors import ValidationError
 from privdl.experiment.config import set_dotted
-from privdl.experiment.runner import run_experiment
+from privdl.experiment.runner import check_jobs, run_experiment
 from privdl.registry import Registry
 
 REPRODUCTIONS: Registry[Callable[..., list[dict]]] = Registry("reproduction")
@@ -55,9 +54,7 @@ def parallel(jobs: int) -> Iterator[None]:
         with parallel(2):
             REPRODUCTIONS.get("rms_filtering")(Path("out"))
     """
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValidationError(f"jobs must be an integer >= 1, got {jobs!r}")
-    token = _JOBS.set(jobs)
+    token = _JOBS.set(check_jobs(jobs))
     try:
         yield
     finally:
