@@ -1,9 +1,10 @@
 """Benchmark: DP-SGD's clipped lot sums (per-example gradients, clip, sum) for n agents at once, seed 004's small
 CNN on Fashion-MNIST (28×28), lot 256 per agent, float32.
 
-Compares, in one process on the same lots: privdl's ghost clipping (the per-layer registry), privdl's torch.func
+Compares, in one process on the same lots: privdl's ghost clipping (the per-layer registry), the same with torch's
+own ``F.mish`` in place of privdl's Mish (whose backward stays one fused pass under torch.func), privdl's torch.func
 (vmap) path, and Opacus' GradSampleModule (one module per agent, as the authors' code does), checking that all give
-the same sums. ``--old-src PATH`` (a checkout of privdl before the per-layer registry, e.g. ``git worktree add
+the same sums. The paths' repeats are interleaved (best of ``--repeats`` each), so a noisy machine slows them alike. ``--old-src PATH`` (a checkout of privdl before the per-layer registry, e.g. ``git worktree add
 /tmp/old f4c4ef3`` then ``/tmp/old/src``) also times that version's hand-written SmallCNN ghost clipping on the same
 lot and parameters, in a subprocess.
 
@@ -24,13 +25,13 @@ import torch
 
 from privdl.gradients import clipped_example_sum, ghost_clipped_sum
 from privdl.keys import Draws, Keys
-from privdl.tasks import make_task
+from privdl.tasks import make_task, models
 
 OLD = """
 import sys, time, torch
 torch.set_num_threads(int(sys.argv[2]))
 from privdl.simulator.ghost import ghost_clipped_sum
-from privdl.tasks import make_task
+from privdl.tasks import make_task, models
 data = torch.load(sys.argv[1])
 task = make_task("cnn", data["n"], dataset="fashion_mnist", partition="a_t", t=1.0, dtype=torch.float32)
 run = lambda: ghost_clipped_sum(task, data["x"], data["batch"], data["mask"], data["clip"])
@@ -74,14 +75,27 @@ def opacus_clipped_sum(task, x, batch, mask, clip, modules):
     return torch.stack(out)
 
 
-def timed(fn, repeats):
-    fn()
-    best = float("inf")
+def interleaved(fns, repeats):
+    """Best time and last result of every function, their repeats taken in turn (after one warm-up call each)."""
+    results = [fn() for fn in fns]
+    best = [float("inf")] * len(fns)
     for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
+        for k, fn in enumerate(fns):
+            start = time.perf_counter()
+            results[k] = fn()
+            best[k] = min(best[k], time.perf_counter() - start)
+    return list(zip(best, results))
+
+
+def with_torch_mish(fn):
+    """``fn`` run with torch's own Mish in seed 004's CNN (privdl's before its fused-backward Mish)."""
+    def run():
+        ours, models.mish = models.mish, torch.nn.functional.mish
+        try:
+            return fn()
+        finally:
+            models.mish = ours
+    return run
 
 
 def main() -> None:
@@ -103,11 +117,13 @@ def main() -> None:
     examples = int(mask.sum())
     clip = 1.0
     modules = [GradSampleModule(copy.deepcopy(task.model.module)) for _ in range(n)]
-    t_ghost, s_ghost = timed(lambda: ghost_clipped_sum(task, x, batch, mask, clip), args.repeats)
-    t_vmap, s_vmap = timed(lambda: clipped_example_sum(task, x, batch, mask, clip, 16), args.repeats)
-    t_op, s_op = timed(lambda: opacus_clipped_sum(task, x, batch, mask, clip, modules), args.repeats)
-    rows = [("privdl ghost clipping (per-layer registry)", t_ghost, s_ghost), ("privdl torch.func vmap", t_vmap, s_vmap),
-            ("Opacus GradSampleModule (per agent)", t_op, s_op)]
+    ghost = lambda: ghost_clipped_sum(task, x, batch, mask, clip)  # noqa: E731
+    timings = interleaved([ghost, with_torch_mish(ghost), lambda: clipped_example_sum(task, x, batch, mask, clip, 16),
+                           lambda: opacus_clipped_sum(task, x, batch, mask, clip, modules)], args.repeats)
+    (t_ghost, s_ghost), (t_torch_mish, s_torch_mish), (t_vmap, s_vmap), (t_op, s_op) = timings
+    rows = [("privdl ghost clipping (per-layer registry)", t_ghost, s_ghost),
+            ("privdl ghost clipping, torch's own Mish", t_torch_mish, s_torch_mish),
+            ("privdl torch.func vmap", t_vmap, s_vmap), ("Opacus GradSampleModule (per agent)", t_op, s_op)]
     if args.old_src:
         t_old, s_old = old_ghost(args.old_src, x, batch, mask, clip, n, args.threads, args.repeats)
         rows.insert(1, ("privdl before: hand-written SmallCNN ghost", t_old, s_old))

@@ -147,6 +147,27 @@ class _Taps:
             h.remove()
 
 
+def _probe(model, taps: _Taps, blocks_one, X_one) -> list[tuple[int, ...]]:
+    taps.shapes = []
+    try:
+        with torch.no_grad():
+            model.predict_blocks(blocks_one, X_one)
+        return taps.shapes
+    finally:
+        taps.shapes = None
+
+
+def _output_shapes(model, taps: _Taps, blocks_one, X_one) -> list[tuple[int, ...]]:
+    """Every tapped layer's output shape for one row's batch X_one: probed on two examples and scaled to the batch
+    where each output leads with the example axis (a tenth of a forward pass saved per lot), else on the batch."""
+    B = X_one.shape[0]
+    if B > 2:
+        shapes = _probe(model, taps, blocks_one, X_one[:2])
+        if all(s and s[0] == 2 for s in shapes):
+            return [(B, *s[1:]) for s in shapes]
+    return _probe(model, taps, blocks_one, X_one)
+
+
 def _group(task, taps: _Taps, blocks, X, y, mask, clip):
     model = task.model
 
@@ -155,10 +176,7 @@ def _group(task, taps: _Taps, blocks, X, y, mask, clip):
         logits = model.predict_blocks(blocks_one, X_one)
         return task.data_loss_sum(logits, y_one), taps.inputs
 
-    taps.shapes = []
-    with torch.no_grad():
-        model.predict_blocks(tuple(b[0] for b in blocks), X[0])
-    shapes, taps.shapes = taps.shapes, None
+    shapes = _output_shapes(model, taps, tuple(b[0] for b in blocks), X[0])
 
     def one(blocks_one, X_one, y_one):
         perturb = [torch.zeros(s, dtype=X_one.dtype, device=X_one.device) for s in shapes]
