@@ -408,16 +408,25 @@ def test_two_processes_on_one_out_never_run_the_same_run_twice(tmp_path):
 
 def test_jobs_share_the_runs_between_processes_with_the_results_of_one_process(tmp_path):
     """``jobs = 2``: a spawned helper and this process take the stacked groups in turn; every run is executed once,
-    by one of the two processes, with exactly the numbers a single process computes, and results.csv lists all."""
+    by one of the two processes, with exactly the numbers a single process computes, and results.csv lists all. The
+    progress counts the helper's runs too (it used to stop at this process's share)."""
     import os
 
+    import privdl.experiment.runner as runner
     from privdl.errors import ValidationError
     from privdl.experiment.store import read_results
 
     cfg = {"iterations": 10000, "eval_every": 5000, "seeds": 3, "network": {"topology": "ring", "n": 4},
            "task": {"name": "quadratic"}, "schedule": {"name": "constant", "eta": 0.01},
            "sweep": {"task.curvature": [1.0 + k / 4 for k in range(10)]}}  # 10 groups of 3 stacked runs
-    together = run_experiment(cfg, tmp_path / "jobs", jobs=2, progress=False)
+    lines: list[str] = []
+    old, runner._Lines.__init__.__defaults__ = runner._Lines.__init__.__defaults__, (0.0,)  # a line per update
+    try:
+        together = run_experiment(cfg, tmp_path / "jobs", jobs=2, progress=lines.append)
+    finally:
+        runner._Lines.__init__.__defaults__ = old
+    counts = [int(ln.split(": ")[1].split("/")[0]) for ln in lines[1:]]
+    assert counts == sorted(counts) and counts[-1] == 30 and lines[-1].startswith("experiment: 30/30 runs done")
     alone = run_experiment(cfg, tmp_path / "one", progress=False)
     assert together.runs == together.executed == alone.executed == 30 and together.skipped == 0
     pids = set()

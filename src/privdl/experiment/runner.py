@@ -206,27 +206,54 @@ def plan(todo: Sequence[RunSpec]) -> list[list[RunSpec]]:
 
 class _Lines:
     """Plain progress lines for logs (no terminal): runs done of the total, elapsed time and an estimate of what is
-    left (from the runs finished here), at most one line every ``every`` seconds and one at the end."""
+    left (from the runs finished since this process started, by it or by others sharing the directory), at most one
+    line every ``every`` seconds and one at the end."""
 
     def __init__(self, name: str, total: int, done: int, say: Callable[[str], None], every: float = 30.0) -> None:
         self.name, self.total, self.done, self.say, self.every = name, total, done, say, every
         self.start = self.last = time.perf_counter()
-        self.here = 0
+        self.initial = done
         say(f"{name}: {total} runs, {done} already done")
 
-    def advance(self, k: int, *, executed: bool = True) -> None:
-        self.done += k
-        self.here += k if executed else 0
+    def update(self, done: int) -> None:
+        self.done = done
         now = time.perf_counter()
         if now - self.last >= self.every or self.done >= self.total:
             self.last = now
             self.say(self.line(now))
 
     def line(self, now: float) -> str:
-        spent = now - self.start
-        left = (self.total - self.done) * spent / self.here if self.here else None
+        spent, new = now - self.start, self.done - self.initial
+        left = (self.total - self.done) * spent / new if new > 0 else None
         eta = f", ≈ {_duration(left)} left" if left is not None and self.done < self.total else ""
         return f"{self.name}: {self.done}/{self.total} runs done, {_duration(spent)} elapsed{eta}"
+
+
+class _Tally:
+    """How many runs of a sweep are finished in the store — this process's, counted as it saves them, and other
+    processes' on the same directory (``--jobs``, a second ``privdl run``), found by looking at the store at most
+    every few seconds (never more than 2 % of the time) — so the progress and its estimate cover the whole sweep."""
+
+    def __init__(self, store: ResultStore, run_ids: list[str], done: int, show: Callable[[int], None]) -> None:
+        self.store, self.run_ids, self.done, self.show = store, run_ids, done, show
+        self.last, self.wait = time.perf_counter(), 2.0
+
+    def add(self, k: int) -> None:
+        self.done += k
+        self.show(self.done)
+        self.look()
+
+    def look(self, force: bool = False) -> None:
+        """Count the finished runs in the store (at once with ``force``, else only if it is time to)."""
+        now = time.perf_counter()
+        if not force and now - self.last < self.wait:
+            return
+        done = sum(self.store.is_done(r) for r in self.run_ids)
+        self.last = time.perf_counter()
+        self.wait = max(2.0, 50 * (self.last - now))
+        if done != self.done:
+            self.done = done
+            self.show(done)
 
 
 def _duration(s: float) -> str:
@@ -236,11 +263,13 @@ def _duration(s: float) -> str:
 
 def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str], None] = True,
                    shard: tuple[int, int] | None = None,
-                   on_done: Callable[[str, list, dict], None] | None = None, jobs: int = 1) -> ExperimentSummary:
+                   on_done: Callable[[str, list, dict], None] | None = None, jobs: int = 1,
+                   others_running: Callable[[], bool] | None = None) -> ExperimentSummary:
     """Run (or resume) the experiment ``cfg`` into directory ``out``. ``shard = (i, k)`` runs only every k-th
     distinct run starting at i (k processes can share one directory). ``progress``: a live bar (True), nothing
     (False), or a function that receives plain lines with the count and an estimate of the time left (logs).
-    ``jobs`` > 1 runs the stacked groups in that many processes on this machine (:func:`run_parallel`)."""
+    ``jobs`` > 1 runs the stacked groups in that many processes on this machine (:func:`run_parallel`);
+    ``others_running`` (its helpers' liveness) keeps the progress counting their runs after this process's last."""
     if check_jobs(jobs) > 1:
         return run_parallel(cfg, out, jobs=jobs, progress=progress, shard=shard, on_done=on_done)
     start = time.perf_counter()
@@ -258,10 +287,12 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
         overall = bar.add_task(f"{cfg.get('name', 'experiment')}: runs", total=len(unique),
                                completed=len(unique) - len(todo))
 
-        def advance(k: int, *, executed: bool = True) -> None:
-            bar.advance(overall, k)
+        def show(done: int) -> None:
+            bar.update(overall, completed=done)
             if lines is not None:
-                lines.advance(k, executed=executed)
+                lines.update(done)
+
+        tally = _Tally(store, [r.run_id for r in unique], len(unique) - len(todo), show)
 
         def save(spec: RunSpec, rows: list, man: dict) -> None:
             save_all([(spec, rows, man)])
@@ -272,7 +303,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                 if bad:
                     nonfinite[spec.run_id] = man["nonfinite_metrics"] = bad
             store.save_runs([(spec.run_id, rows, man) for spec, rows, man in items])
-            advance(len(items))
+            tally.add(len(items))
             if on_done is not None:
                 for spec, rows, man in items:
                     on_done(spec.run_id, rows, man)
@@ -288,6 +319,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
             def tick(t: int, _task=current, _every=every) -> None:
                 if t % _every == 0:
                     bar.update(_task, completed=t)
+                    tally.look()
 
             if len(group) == 1:
                 rows, man = run_one(group[0], on_step=tick)
@@ -325,9 +357,9 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
             for s in group:
                 if not store.lock(s.run_id):
                     busy += 1
-                elif store.is_done(s.run_id):
+                elif store.is_done(s.run_id):  # another process finished it: it may be counted already
                     store.unlock(s.run_id)
-                    advance(1, executed=False)
+                    tally.look(force=True)
                 else:
                     mine.append(s)
             return mine
@@ -347,6 +379,11 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                 store.write_results(axes, [(r.run_id, r.sweep) for r in runs])
                 last_results = time.perf_counter()
                 wait = max(30.0, 20 * (last_results - t0))  # rewriting never takes more than 5 % of the sweep
+        while others_running is not None and others_running():
+            time.sleep(0.2)
+            tally.look()
+        if others_running is not None:
+            tally.look(force=True)
     results = store.write_results(axes, [(r.run_id, r.sweep) for r in runs])
     return ExperimentSummary(Path(out), len(unique), executed, len(unique) - len(todo), results,
                              time.perf_counter() - start, busy, nonfinite)
@@ -407,7 +444,8 @@ def run_parallel(cfg: dict, out: str | Path, *, jobs: int, progress: bool | Call
         h.start()
     torch.set_num_threads(share)
     try:
-        run_experiment(cfg, out, progress=progress, shard=shard)
+        run_experiment(cfg, out, progress=progress, shard=shard,
+                       others_running=lambda: any(h.is_alive() for h in helpers))
     except BaseException:
         for h in helpers:
             h.terminate()
