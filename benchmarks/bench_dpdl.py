@@ -1,9 +1,10 @@
 """DPDL's per-round cost against DP-DSGD's (the DPDL issue's bar): a DPDL round makes deg(i) cross-gradients per agent
 on top of the self-gradient, so it should cost about (1 + mean degree) DP-DSGD rounds of per-example work. Both on the
-benchmark's configuration (10 agents on a ring, seed 004's small CNN on MNIST digits, Poisson lots of 64, C = 1),
-timed in the same process; the ratio is reported against 1 + mean degree (the bar: within 1.3× of it).
+benchmark's configuration (10 agents on a ring, seed 004's small CNN on MNIST digits, Poisson lots of 64, C = 1,
+float32 as `privdl reproduce dpdl` runs it), timed in the same process; the ratio is reported against 1 + mean degree
+(the bar: within 1.3× of it).
 
-    python benchmarks/bench_dpdl.py [--rounds 20] [--topology ring] [--data-dir ../shared/data]
+    python benchmarks/bench_dpdl.py [--rounds 20] [--topology ring] [--data-dir ../shared/data] [--dtype float32]
 """
 
 from __future__ import annotations
@@ -39,14 +40,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--topology", default="ring")
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     args = ap.parse_args()
     net = Network.from_topology(args.topology, 10, **({"p": 0.3} if args.topology == "erdos_renyi" else {}))
     task = make_task("cnn", 10, dataset="mnist_t10k", train_size=8000, partition="dirichlet", alpha=0.1,
-                     batch_size=64, **({"data_dir": args.data_dir} if args.data_dir else {}))
+                     batch_size=64, dtype=getattr(torch, args.dtype),
+                     **({"data_dir": args.data_dir} if args.data_dir else {}))
     degree = float(net.W.astype(bool).sum() - net.n) / net.n
     base = timed("dsgd", task, net, args.rounds)
     ours = timed("dpdl", task, net, args.rounds, self_noise=True)
-    print(f"threads {torch.get_num_threads()}, {args.topology} n=10, mean degree {degree:.2f}")
+    print(f"threads {torch.get_num_threads()}, {args.dtype}, {args.topology} n=10, mean degree {degree:.2f}")
     print(f"DP-DSGD {1e3 * base:.1f} ms/round, DPDL (self-noise) {1e3 * ours:.1f} ms/round: ratio "
           f"{ours / base:.2f} vs 1 + mean degree = {1 + degree:.2f} -> {ours / base / (1 + degree):.2f}x of the "
           "expected cost (bar: <= 1.3)")
