@@ -2,7 +2,7 @@
 CNN on Fashion-MNIST (28×28), lot 256 per agent, float32.
 
 Compares, in one process on the same lots: privdl's ghost clipping (the per-layer registry), the same with torch's
-own ``F.mish`` in place of privdl's Mish (whose backward stays one fused pass under torch.func), privdl's torch.func
+Mish kernels, max-pool or both in place of privdl's layers (``privdl.tasks.layers``), privdl's torch.func
 (vmap) path, and Opacus' GradSampleModule (one module per agent, as the authors' code does), checking that all give
 the same sums. The paths' repeats are interleaved (best of ``--repeats`` each), so a noisy machine slows them alike. ``--old-src PATH`` (a checkout of privdl before the per-layer registry, e.g. ``git worktree add
 /tmp/old f4c4ef3`` then ``/tmp/old/src``) also times that version's hand-written SmallCNN ghost clipping on the same
@@ -25,13 +25,13 @@ import torch
 
 from privdl.gradients import clipped_example_sum, ghost_clipped_sum
 from privdl.keys import Draws, Keys
-from privdl.tasks import make_task, models
+from privdl.tasks import layers, make_task, models
 
 OLD = """
 import sys, time, torch
 torch.set_num_threads(int(sys.argv[2]))
 from privdl.simulator.ghost import ghost_clipped_sum
-from privdl.tasks import make_task, models
+from privdl.tasks import layers, make_task, models
 data = torch.load(sys.argv[1])
 task = make_task("cnn", data["n"], dataset="fashion_mnist", partition="a_t", t=1.0, dtype=torch.float32)
 run = lambda: ghost_clipped_sum(task, data["x"], data["batch"], data["mask"], data["clip"])
@@ -87,15 +87,25 @@ def interleaved(fns, repeats):
     return list(zip(best, results))
 
 
-def with_torch_mish(fn):
-    """``fn`` run with torch's own Mish in seed 004's CNN (privdl's before its fused-backward Mish)."""
+def with_swapped(fn, *swaps):
+    """``fn`` run with attributes swapped: each swap is (module, name, replacement)."""
     def run():
-        ours, models.mish = models.mish, torch.nn.functional.mish
+        saved = [(mod, name, getattr(mod, name)) for mod, name, _ in swaps]
         try:
+            for mod, name, new in swaps:
+                setattr(mod, name, new)
             return fn()
         finally:
-            models.mish = ours
+            for mod, name, old in saved:
+                setattr(mod, name, old)
     return run
+
+
+TORCH_POOL = (models, "max_pool2d", torch.nn.functional.max_pool2d)
+TORCH_MISH = (models, "mish", torch.nn.functional.mish)
+# privdl's Mish as it was at commit b1f2aa2: ATen's kernels inside its vmap rule
+ATEN_MISH = ((layers, "_mish_values", torch.nn.functional.mish),
+             (layers, "_mish_grad_values", torch.ops.aten.mish_backward))
 
 
 def main() -> None:
@@ -118,12 +128,15 @@ def main() -> None:
     clip = 1.0
     modules = [GradSampleModule(copy.deepcopy(task.model.module)) for _ in range(n)]
     ghost = lambda: ghost_clipped_sum(task, x, batch, mask, clip)  # noqa: E731
-    timings = interleaved([ghost, with_torch_mish(ghost), lambda: clipped_example_sum(task, x, batch, mask, clip, 16),
+    timings = interleaved([ghost, with_swapped(ghost, *ATEN_MISH), with_swapped(ghost, TORCH_POOL),
+                           with_swapped(ghost, *ATEN_MISH, TORCH_POOL), with_swapped(ghost, TORCH_MISH, TORCH_POOL),
+                           lambda: clipped_example_sum(task, x, batch, mask, clip, 16),
                            lambda: opacus_clipped_sum(task, x, batch, mask, clip, modules)], args.repeats)
-    (t_ghost, s_ghost), (t_torch_mish, s_torch_mish), (t_vmap, s_vmap), (t_op, s_op) = timings
-    rows = [("privdl ghost clipping (per-layer registry)", t_ghost, s_ghost),
-            ("privdl ghost clipping, torch's own Mish", t_torch_mish, s_torch_mish),
-            ("privdl torch.func vmap", t_vmap, s_vmap), ("Opacus GradSampleModule (per agent)", t_op, s_op)]
+    names = ["privdl ghost clipping (per-layer registry), privdl's layers", "  … with ATen's Mish kernels",
+             "  … with torch's max-pool", "  … with both (privdl at b1f2aa2)",
+             "  … with torch's Mish and max-pool", "privdl torch.func vmap", "Opacus GradSampleModule (per agent)"]
+    rows = [(name, t, s) for name, (t, s) in zip(names, timings)]
+    t_op, s_op = timings[-1]
     if args.old_src:
         t_old, s_old = old_ghost(args.old_src, x, batch, mask, clip, n, args.threads, args.repeats)
         rows.insert(1, ("privdl before: hand-written SmallCNN ghost", t_old, s_old))

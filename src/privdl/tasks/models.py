@@ -7,7 +7,10 @@ is the module's ``named_parameters`` order (for a linear model: the weight (out 
 from __future__ import annotations
 
 import math
+
 import torch
+
+from privdl.tasks.layers import max_pool2d, mish
 
 
 def split_blocks(theta: torch.Tensor, shapes: tuple[tuple[int, ...], ...]) -> tuple[torch.Tensor, ...]:
@@ -101,82 +104,6 @@ def mlp(n_features: int, hidden: tuple[int, ...], n_outputs: int) -> ModuleModel
     return ModuleModel("mlp", torch.nn.Sequential(*layers), (n_features,), squeeze=n_outputs == 1)
 
 
-def _to_front(t: torch.Tensor, dim: int | None, size: int) -> torch.Tensor:
-    """``t`` with its vmapped axis ``dim`` moved first (expanded to ``size`` where it has none)."""
-    return t.unsqueeze(0).expand(size, *t.shape) if dim is None else t.movedim(dim, 0)
-
-
-def _mish_derivatives(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """mish′(x) = t + x·σ·(1 − t²) and mish″(x) = σ·(1 − t²)·(2 + x·(1 − σ − 2tσ)), t = tanh(softplus(x)),
-    σ = sigmoid(x), in differentiable torch operations (for second and higher derivatives)."""
-    t, s = torch.tanh(torch.nn.functional.softplus(x)), torch.sigmoid(x)
-    u = s * (1 - t * t)
-    return t + x * u, u * (2 + x * (1 - s - 2 * t * s))
-
-
-class _MishGrad(torch.autograd.Function):
-    """g·mish′(x) with ATen's fused ``mish_backward`` kernel, batched by a vmap rule (ATen has none for it, and
-    torch.func otherwise decomposes Mish's backward into about ten elementwise passes)."""
-
-    @staticmethod
-    def forward(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.aten.mish_backward(g, x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        ctx.save_for_backward(*inputs)
-        ctx.save_for_forward(*inputs)
-
-    @staticmethod
-    def vmap(info, in_dims, g, x):
-        return _MishGrad.apply(_to_front(g, in_dims[0], info.batch_size), _to_front(x, in_dims[1], info.batch_size)), 0
-
-    @staticmethod
-    def backward(ctx, gg):
-        g, x = ctx.saved_tensors
-        first, second = _mish_derivatives(x)
-        return gg * first, gg * g * second
-
-    @staticmethod
-    def jvp(ctx, g_dot, x_dot):
-        g, x = ctx.saved_tensors
-        first, second = _mish_derivatives(x)
-        return first * g_dot + g * second * x_dot
-
-
-class _Mish(torch.autograd.Function):
-    """Mish (Misra 2019), x·tanh(softplus(x)): ATen's forward, the fused backward of :class:`_MishGrad`."""
-
-    @staticmethod
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.mish(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        ctx.save_for_backward(inputs[0])
-        ctx.save_for_forward(inputs[0])
-
-    @staticmethod
-    def vmap(info, in_dims, x):
-        return _Mish.apply(x), in_dims[0]
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return _MishGrad.apply(g, x)
-
-    @staticmethod
-    def jvp(ctx, x_dot):
-        (x,) = ctx.saved_tensors
-        return _MishGrad.apply(x_dot, x)
-
-
-def mish(x: torch.Tensor) -> torch.Tensor:
-    """``torch.nn.functional.mish`` with the same forward values and a backward that stays one fused pass under
-    ``torch.func`` (per-example gradients): 1.2–1.4× faster DP-SGD lots for seed 004's CNN (BENCHMARKS.md)."""
-    return _Mish.apply(x)
-
-
 class SmallCNN(torch.nn.Module):
     """Seed 004's MNIST model (after DiNNO): conv k×k with ``filters`` channels, Mish, 2×2 max-pool, a hidden linear
     layer of ``width`` units with Mish, a linear classifier."""
@@ -190,7 +117,7 @@ class SmallCNN(torch.nn.Module):
         self.fc2 = torch.nn.Linear(width, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.nn.functional.max_pool2d(mish(self.conv(x)), 2)
+        h = max_pool2d(mish(self.conv(x)), 2)
         h = mish(self.fc1(h.flatten(1)))
         return self.fc2(h)
 
