@@ -9,9 +9,9 @@ __version__ = "0.1.0"
 
 # Large tensors on transparent huge pages: PyTorch's own switch, read at its first allocation of 2 MiB or more, so it
 # acts when privdl is imported before torch allocates a large tensor (always through the ``privdl`` command). Fresh
-# activations otherwise cost one page fault per 4 KiB; a seed-004 CPU run takes 20× fewer faults and runs ≈ 1.2×
-# faster where the kernel offers huge pages on request (BENCHMARKS.md). Nothing else changes: no value, no result. A
-# value the user has set, e.g. THP_MEM_ALLOC_ENABLE=0, is kept; --jobs helpers inherit it.
+# activations otherwise cost one page fault per 4 KiB; a seed-004 CPU run takes 12–16× fewer faults and runs 1.14×
+# faster at one thread where the kernel offers huge pages on request (BENCHMARKS.md). Nothing else changes: no value,
+# no result. A value the user has set, e.g. THP_MEM_ALLOC_ENABLE=0, is kept; --jobs helpers inherit it.
 _os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 _SOURCE_HASH: str | None = None
