@@ -31,7 +31,7 @@ OLD = """
 import sys, time, torch
 torch.set_num_threads(int(sys.argv[2]))
 from privdl.simulator.ghost import ghost_clipped_sum
-from privdl.tasks import layers, make_task, models
+from privdl.tasks import make_task, models
 data = torch.load(sys.argv[1])
 task = make_task("cnn", data["n"], dataset="fashion_mnist", partition="a_t", t=1.0, dtype=torch.float32)
 run = lambda: ghost_clipped_sum(task, data["x"], data["batch"], data["mask"], data["clip"])

@@ -133,10 +133,9 @@ class _PoolScatter(torch.autograd.Function):
 
     @staticmethod
     def forward(g: torch.Tensor, index: torch.Tensor, H: int, W: int) -> torch.Tensor:
-        lead = torch.broadcast_shapes(g.shape[:-2], index.shape[:-2])
+        lead = index.shape[:-2]  # g's too: the vmap rule moves both batch axes first
         out = g.new_zeros(*lead, H * W)
-        out.scatter_(-1, index.expand(*lead, *index.shape[-2:]).reshape(*lead, -1),
-                     g.expand(*lead, *g.shape[-2:]).reshape(*lead, -1))
+        out.scatter_(-1, index.reshape(*lead, -1), g.reshape(*lead, -1))
         return out.reshape(*lead, H, W)
 
     @staticmethod
@@ -179,8 +178,9 @@ def _pool_values_and_argmax(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torc
     y, index = F.max_pool2d(x4, k, return_indices=True)
     back = [order.index(d) for d in range(len(lead))] + [len(lead), len(lead) + 1]
     shape = (*xp.shape[:-2], *y.shape[-2:])
-    return (y.reshape(shape).permute(*back).contiguous(),
-            index.reshape(shape).permute(*back).contiguous())
+    # the values in the caller's order (forward-mode AD wants an output laid out like its tangent); the positions,
+    # which only the backward reads through reshape, stay a view
+    return y.reshape(shape).permute(*back).contiguous(), index.reshape(shape).permute(*back)
 
 
 class _MaxPool(torch.autograd.Function):
