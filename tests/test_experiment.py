@@ -136,6 +136,27 @@ def test_output_dir_of_a_different_config_is_refused(tmp_path):
         run_experiment(load_config(_write(tmp_path), ["iterations=30"]), out, progress=False)
 
 
+def test_an_out_directory_grows_or_shrinks_with_its_grid_and_keeps_finished_runs(tmp_path):
+    """The same experiment over another grid (more seeds, more ε) re-points its folder: finished runs are reused,
+    not re-run, and results.csv is what a fresh folder would hold; anything outside the grid is still refused."""
+    out = tmp_path / "out"
+    small = SMALL.replace("seeds = [0, 1]", "seeds = [1]").replace("[1.0, 10.0]", "[10.0]")
+    (tmp_path / "x").mkdir()
+    one = run_experiment(load_config(_write(tmp_path / "x", small)), out, progress=False)
+    assert one.executed == 2  # none, gaussian_ldp at ε = 10, seed 1
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/manifest.json")}
+    full = run_experiment(load_config(_write(tmp_path)), out, progress=False)
+    assert (full.executed, full.skipped) == (4, 2)
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+    run_experiment(load_config(_write(tmp_path)), tmp_path / "fresh", progress=False)
+    assert (out / "results.csv").read_text() == (tmp_path / "fresh" / "results.csv").read_text()
+    back = run_experiment(load_config(_write(tmp_path / "x", small)), out, progress=False)
+    assert (back.executed, back.skipped) == (0, 2)
+    assert len({row["run_id"] for row in csv.DictReader(open(out / "results.csv"))}) == 2
+    with pytest.raises(ConfigError, match="different experiment.*iterations"):
+        run_experiment(load_config(_write(tmp_path), ["iterations=30"]), out, progress=False)
+
+
 def test_cli_run_and_plot(tmp_path):
     out = tmp_path / "out"
     res = CliRunner().invoke(app, ["run", str(_write(tmp_path)), "--out", str(out), "--quiet",

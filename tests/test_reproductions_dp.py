@@ -139,3 +139,21 @@ def test_table1_with_the_authors_gossip_and_resize(tmp_path):
     with pytest.raises(ValidationError, match="gossip must be"):
         REPRODUCTIONS.get("table1")(tmp_path / "b", seeds=1, iterations=2, methods=("dsgt",), dataset="digits",
                                     gossip="sideways")
+
+
+def test_table1_with_central_alone_runs_once_per_epsilon(tmp_path):
+    """Central DP-SGD has no graph: asked for alone (with or without the step-size search) it runs once per ε
+    instead of refusing the Fiedler axis."""
+    for tune in (False, True):
+        out = tmp_path / str(tune)
+        REPRODUCTIONS.get("table1")(out, seeds=1, iterations=2, epsilons=(math.inf, 2.0), fiedlers=(1.0, 0.06),
+                                    methods=("central",), dataset="digits", lot=32, tune=tune)
+        rows = read_csv(out / "table1.csv")
+        assert sorted((r["method"], r["epsilon"]) for r in rows) == [("central", "2.0"), ("central", "inf")]
+    # a table grows in place: another ε into the same folder runs only the new cell
+    out = tmp_path / "False"
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "runs" / "runs").glob("*/manifest.json")}
+    REPRODUCTIONS.get("table1")(out, seeds=1, iterations=2, epsilons=(math.inf, 2.0, 1.0), methods=("central",),
+                                dataset="digits", lot=32)
+    assert sorted(r["epsilon"] for r in read_csv(out / "table1.csv")) == ["1.0", "2.0", "inf"]
+    assert len(stamps) == 2 and all(p.stat().st_mtime_ns == t for p, t in stamps.items())

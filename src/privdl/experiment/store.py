@@ -1,6 +1,7 @@
 """The results store of one experiment directory, written atomically so an interrupted sweep loses nothing.
 
-    DIR/experiment.json            the experiment's config (a different config is refused)
+    DIR/experiment.json            the experiment's config (a different config is refused; the same one over
+                                   another grid of seeds / [sweep] values re-points the folder and keeps its runs)
     DIR/runs/<run_id>/metrics.csv  one run's rows
     DIR/runs/<run_id>/manifest.json  written last: its presence marks the run finished
     DIR/results.csv                long format: run_id, <sweep axes...>, iteration, metric, value
@@ -58,9 +59,17 @@ def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix or "(root)"]
 
 
-def _identity(experiment: Any) -> Any:
-    """What makes two experiment configs the same experiment (where the config file lies does not)."""
-    return {k: v for k, v in experiment.items() if k != "base_dir"} if isinstance(experiment, dict) else experiment
+#: the top-level keys that only choose which runs an experiment holds: a run's id hashes its own resolved config,
+#: never its place in the grid, so a folder may be re-pointed to a larger (or other) grid and keeps its finished runs
+GRID_KEYS = ("seeds", "sweep")
+
+
+def _identity(experiment: Any, *, grid: bool = True) -> Any:
+    """What makes two experiment configs the same experiment (where the config file lies does not); with ``grid =
+    False``, the same experiment up to its grid (``seeds`` and ``[sweep]``), which may grow or shrink in place."""
+    skip = {"base_dir"} | (set() if grid else set(GRID_KEYS))
+    return {k: v for k, v in experiment.items() if k not in skip} if isinstance(experiment, dict) else experiment
+
 
 
 class ResultStore:
@@ -82,6 +91,11 @@ class ResultStore:
                                   "restore it, or choose another --out") from None
             if _identity(old) != _identity(json.loads(text)):
                 keys = ", ".join(_diff(old, json.loads(text))[:8])
+                if _identity(old, grid=False) == _identity(json.loads(text), grid=False):
+                    # the same experiment over another grid (more seeds, ε, graphs): finished runs whose ids the new
+                    # grid also produces are kept and skipped; the others stay on disk, out of results.csv
+                    atomic_write(path, text)
+                    return
                 if not self._holds_results():  # e.g. a config that failed at build: nothing of it to protect
                     warnings.warn(f"{self.root} held another experiment (differing at: {keys}) with no finished or "
                                   "running run; it now holds this one", stacklevel=2)

@@ -103,6 +103,9 @@ def _table(out: Path, name: str, cfg: dict, axis: str, values: Sequence[float], 
                 cells.append(b)
     if not cells:
         raise ValidationError(f"no {name} cell has method in {list(methods)} and ε in {list(epsilons)}")
+    # central DP-SGD has no graph: alone, it runs once per ε (beside other methods the runner already dedups it)
+    graphless = axis == "network.fiedler" and all(_cell(b)[0] == "central" for b in cells)
+    values = list(values)[:1] if graphless else list(values)
     for b in cells:
         b.setdefault("mechanism", {})
         if b["mechanism"].get("name") == "dp_sgd":
@@ -117,7 +120,8 @@ def _table(out: Path, name: str, cfg: dict, axis: str, values: Sequence[float], 
     out = Path(out)
     if tune:  # lr × {½, 1, 2} on a tuning seed per (cell, axis value), the best kept for the table's seeds
         trial = with_overrides(base, {"seeds": [10_000]})
-        trial["sweep"] = {"cell": [_scaled(b, s, **{axis: v}) for b in cells for v in values for s in SCALES]}
+        point = (lambda v: {}) if graphless else (lambda v: {axis: v})
+        trial["sweep"] = {"cell": [_scaled(b, s, **point(v)) for b in cells for v in values for s in SCALES]}
         tried = [_row(r, name) | {"label": r.sweep["cell"]} for r in
                  finished_runs(run(trial, out / f"{name}_tuning", progress=progress))]
         best: dict[tuple, tuple[float, float]] = {}
@@ -129,11 +133,13 @@ def _table(out: Path, name: str, cfg: dict, axis: str, values: Sequence[float], 
         for b in cells:
             m, e = _cell(b)
             for v in values:
-                chosen.append(_scaled(b, best.get((m, e, float(v)), (1.0, 0.0))[0], **{axis: v}))
+                chosen.append(_scaled(b, best.get((m, e, float(v)), (1.0, 0.0))[0], **point(v)))
         final = with_overrides(base, {"seeds": list(range(seeds))})
         final["sweep"] = {"cell": chosen}
     else:
-        final = with_overrides(base, {"seeds": list(range(seeds)), f"sweep.{axis}": list(values)})
+        final = with_overrides(base, {"seeds": list(range(seeds)), f"sweep.{axis}": values})
+        if graphless:
+            del final["sweep"][axis]
         final["sweep"]["cell"] = cells
     done = finished_runs(run(final, out / "runs", progress=progress, shard=shards))
     rows = [_row(r, name) for r in done]
