@@ -464,6 +464,31 @@ def test_jobs_share_the_runs_between_processes_with_the_results_of_one_process(t
         run_experiment(cfg, tmp_path / "bad", jobs=0)
 
 
+def test_runs_that_cannot_stack_are_planned_one_by_one_so_jobs_share_them():
+    """The planner groups runs for the replica axis; a group is taken whole by one process, so runs that will never
+    stack (DP-SGD, DPDL) must be groups of one — else ``--jobs 2`` left one process idle on a DP-SGD table."""
+    from privdl.experiment.runner import plan
+
+    base = {"iterations": 5, "seeds": 2, "network": {"topology": "ring", "n": 4},
+            "task": {"name": "logistic", "dataset": "breast_cancer", "batch_size": 4},
+            "schedule": {"name": "constant", "eta": 0.1},
+            "sweep": {"mechanism.epsilon": [1.0, 10.0]}}
+
+    def sizes(**sections):
+        runs, _ = expand({**base, **sections})
+        return sorted(len(g) for g in plan(runs))
+
+    assert sizes(mechanism={"name": "gaussian_ldp", "clip": 1.0, "delta": 1e-5}) == [4]
+    assert sizes(mechanism={"name": "dp_sgd", "clip": 1.0, "delta": 1e-5, "lot_size": 4}) == [1, 1, 1, 1]
+    assert sizes(algorithm={"name": "dpdl"}, mechanism={"name": "dp_sgd", "clip": 1.0, "delta": 1e-5,
+                                                        "lot_size": 4}) == [1, 1, 1, 1]
+    dpdl = {**base, "sweep": {"schedule.eta": [0.1, 0.2]}}
+    runs, _ = expand({**dpdl, "algorithm": {"name": "dpdl"}})
+    assert sorted(len(g) for g in plan(runs)) == [1, 1, 1, 1]  # non-private DPDL: its algorithm does not stack
+    runs, _ = expand({**dpdl, "algorithm": {"name": "dsgd"}})
+    assert sorted(len(g) for g in plan(runs)) == [4]
+
+
 def test_version_flag_and_the_manifest_say_which_code_and_libraries_ran(tmp_path):
     import privdl
 

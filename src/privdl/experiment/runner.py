@@ -28,7 +28,8 @@ from privdl.errors import ValidationError
 from privdl.experiment.build import Components, build, build_network, build_task
 from privdl.experiment.config import RunSpec, expand
 from privdl.experiment.store import ResultStore
-from privdl.mechanisms.stack import need_signature
+from privdl.algorithms import make_algorithm
+from privdl.mechanisms.stack import may_stack, need_signature
 from privdl.privacy.ledger import statement
 from privdl.simulator import Replica, simulate, simulate_replicas, stackable
 
@@ -191,13 +192,30 @@ def _capacity(cfg: dict, parts: Components) -> int:
     return max(1, BATCH_BUDGET // max(per, 1))
 
 
+def _alone(cfg: dict, algorithms: dict[str, bool]) -> bool:
+    """A run that never shares a replica axis, known from its config: not trained, ``batch_replicas = 1``, a mechanism
+    that never stacks (DP-SGD) or an algorithm that does not (DPDL, CGA). ``algorithms`` caches the last by config."""
+    if not cfg.get("train", True) or cfg.get("batch_replicas") == 1 or not may_stack(cfg["mechanism"].get("name")):
+        return True
+    key = json.dumps(cfg["algorithm"], sort_keys=True, default=str)
+    if key not in algorithms:
+        try:
+            algorithms[key] = make_algorithm(cfg["algorithm"]["name"], **{k: v for k, v in cfg["algorithm"].items()
+                                                                          if k != "name"}).stackable
+        except Exception:  # a bad algorithm is reported where the run is built
+            algorithms[key] = True
+    return not algorithms[key]
+
+
 def plan(todo: Sequence[RunSpec]) -> list[list[RunSpec]]:
-    """Groups of runs that may be stacked (same task, algorithm, length; training runs only)."""
+    """Groups of runs that may be stacked (same task, algorithm, length; training runs only). A run that cannot be
+    stacked is a group of its own, so processes sharing a folder (``--jobs``) take such runs one by one."""
     groups: dict[str, list[RunSpec]] = {}
     singles: list[list[RunSpec]] = []
+    algorithms: dict[str, bool] = {}
     for spec in todo:
         cfg = spec.config
-        if not cfg.get("train", True) or cfg.get("batch_replicas") == 1:
+        if _alone(cfg, algorithms):
             singles.append([spec])
         else:
             groups.setdefault(_batch_key(spec), []).append(spec)

@@ -152,10 +152,23 @@ def stack(mechs: Sequence[GradientMechanism], n: int) -> GradientMechanism | Non
     return None
 
 
+def may_stack(name: object) -> bool:
+    """Whether runs with mechanism ``name`` can ever share a replica axis, decided from the name before anything is
+    built (the runner plans with it): ``none`` and the correlated Gaussian family may (:func:`stack` decides on the
+    built mechanisms); any other registered mechanism class (``dp_sgd``, ``clip``) never does. An unregistered name
+    says yes: building it reports the error."""
+    from privdl.mechanisms.base import MECHANISMS
+
+    if not isinstance(name, str) or name not in MECHANISMS:
+        return True
+    cls = MECHANISMS.get(name)
+    return not isinstance(cls, type) or cls is NoPrivacy or issubclass(cls, CorrelatedGaussian)
+
+
 def need_signature(need: object) -> tuple:
     """What mechanisms must share to read the data in one access (see :class:`privdl.mechanisms.base.ClippedSum`)."""
     sig = getattr(need, "signature", None)
     return sig() if callable(sig) else (type(need).__name__,)
 
 
-__all__ = ["StackedCorrelated", "need_signature", "stack"]
+__all__ = ["StackedCorrelated", "may_stack", "need_signature", "stack"]
