@@ -23,7 +23,8 @@ def run(
     out: Optional[Path] = typer.Option(None, "--out", help="output directory (default results/<config name>)"),
     no_plot: bool = typer.Option(False, "--no-plot", help="do not draw plots at the end"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
-    jobs: int = typer.Option(1, "--jobs", min=1, help="processes sharing the runs (stacked groups) on this machine"),
+    jobs: int = typer.Option(1, "--jobs", min=1, help="processes sharing the runs (stacked groups; unstackable runs "
+                                                      "one by one) on this machine"),
 ) -> None:
     """Run (or resume) every run of an experiment's sweep; write results.csv, manifests and plots."""
     from privdl.experiment import load_config, plot_experiment, run_experiment
