@@ -157,3 +157,8 @@ def test_table1_with_central_alone_runs_once_per_epsilon(tmp_path):
                                 dataset="digits", lot=32)
     assert sorted(r["epsilon"] for r in read_csv(out / "table1.csv")) == ["1.0", "2.0", "inf"]
     assert len(stamps) == 2 and all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+    # and shrinks: the table is the grid asked for, never every run the folder holds (no run reruns)
+    REPRODUCTIONS.get("table1")(out, seeds=1, iterations=2, epsilons=(1.0,), methods=("central",), dataset="digits",
+                                lot=32)
+    assert [r["epsilon"] for r in read_csv(out / "table1.csv")] == ["1.0"]
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())

@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterator
 
-from privdl.experiment.config import set_dotted
+from privdl.experiment.config import expand, set_dotted
 from privdl.experiment.runner import check_jobs, run_experiment
 from privdl.registry import Registry
 
@@ -82,9 +82,17 @@ class FinishedRun:
 
 
 def finished_runs(out: Path) -> list[FinishedRun]:
-    """Every finished run under ``out`` (an experiment directory), in run-id order."""
+    """The finished runs of the grid ``out`` (an experiment directory) now holds, in run-id order. A folder may have
+    held larger or other grids of the same experiment before (it grows in place): their other runs stay on disk but
+    are not this grid's, so a table never mixes, e.g., tuned and untuned or two gossip modes' runs as seeds."""
+    out = Path(out)
+    grid = None
+    if (out / "experiment.json").is_file():
+        grid = {r.run_id for r in expand(json.loads((out / "experiment.json").read_text()))[0]}
     runs = []
-    for path in sorted((Path(out) / "runs").glob("*/manifest.json")):
+    for path in sorted((out / "runs").glob("*/manifest.json")):
+        if grid is not None and path.parent.name not in grid:
+            continue
         man = json.loads(path.read_text())
         runs.append(FinishedRun(man["run_id"], man["sweep"], man["config"], man, man.get("final_metrics", {})))
     return runs
