@@ -162,3 +162,36 @@ def test_table1_with_central_alone_runs_once_per_epsilon(tmp_path):
                                 lot=32)
     assert [r["epsilon"] for r in read_csv(out / "table1.csv")] == ["1.0"]
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+
+
+def test_table1_ablation_switches_for_step_sizes_and_normalisation(tmp_path, monkeypatch):
+    """--steps nearest gives ε = 100 the ε = 10 cell's step sizes (the tables before the fidelity issue), --steps
+    authors its own; --no-normalize leaves the pixels raw. The rows record both, so an ablation reads off its CSV."""
+    from typer.testing import CliRunner
+
+    from privdl.cli import app
+    from privdl.reproductions import dp_dec
+    from privdl.reproductions.common import packaged_config
+
+    monkeypatch.setitem(dp_dec.NORMALIZE, "digits", [0.3, 0.4])  # sklearn's digits have no authors' constants
+    cells = {b["label"]: b["schedule"] for b in packaged_config("table1")["sweep"]["cell"]}
+    own, nearest = cells["dsgd eps=100.0"], cells["dsgd eps=10.0"]
+    assert own["eta_start"] != nearest["eta_start"]
+    opts = dict(seeds=1, iterations=2, epsilons=(100.0,), fiedlers=(1.0,), methods=("dsgd",), dataset="digits",
+                lot=32)
+    REPRODUCTIONS.get("table1")(tmp_path / "a", **opts)
+    REPRODUCTIONS.get("table1")(tmp_path / "b", **opts, steps="nearest", normalize=False)
+    a, b = read_csv(tmp_path / "a" / "table1.csv")[0], read_csv(tmp_path / "b" / "table1.csv")[0]
+    assert float(a["eta_start"]) == own["eta_start"] and float(b["eta_start"]) == nearest["eta_start"]
+    assert a["epsilon"] == b["epsilon"] == "100.0" and float(b["epsilon_achieved"]) <= 100.0
+    assert a["normalize"] == "0.3 0.4" and b["normalize"] == ""
+    with pytest.raises(ValidationError, match="steps must be one of"):
+        REPRODUCTIONS.get("table1")(tmp_path / "c", **opts, steps="closest")
+    seen = {}
+    monkeypatch.setattr(dp_dec, "_table", lambda *a, **kw: seen.update(kw) or [])
+    for name in ("table1", "table2"):
+        res = CliRunner().invoke(app, ["reproduce", name, "--out", str(tmp_path / "d"), "--steps", "nearest",
+                                       "--no-normalize"])
+        assert res.exit_code == 0 and (seen["steps"], seen["normalize"]) == ("nearest", False), res.output
+        CliRunner().invoke(app, ["reproduce", name, "--out", str(tmp_path / "d")])
+        assert (seen["steps"], seen["normalize"]) == ("authors", True)

@@ -162,7 +162,7 @@ REPRODUCE_FLAGS = {"seeds": "--seeds", "tune_seeds": "--tune-seeds", "clip": "--
                    "dataset": "--dataset", "tune": "--tune", "methods": "--method", "device": "--device",
                    "shard": "--shard", "gossip": "--gossip", "resize": "--resize", "images": "--images",
                    "round": "--round", "attack_iterations": "--attack-iterations", "graphs": "--graph",
-                   "splits": "--split"}
+                   "splits": "--split", "normalize": "--no-normalize", "steps": "--steps"}
 
 
 @app.command(cls=_Command)
@@ -196,6 +196,11 @@ def reproduce(
     gossip: Optional[str] = typer.Option(None, "--gossip", help="table1/table2: synchronous (default) or authors "
                                                                 "(DP-DSGD, DP-DSGT with seed 004's in-place averaging)"),
     resize: Optional[int] = typer.Option(None, "--resize", help="table1/table2: resize images (the authors: 32)"),
+    no_normalize: bool = typer.Option(False, "--no-normalize", help="table1/table2: raw pixels, not normalised as "
+                                                                    "the authors' inputs"),
+    steps: Optional[str] = typer.Option(None, "--steps", help="table1/table2: authors (default: their step sizes "
+                                                              "at every ε) or nearest (ε = 100 / 0.5 take the "
+                                                              "ε = 10 / 1 values, as our tables before)"),
     images: Optional[int] = typer.Option(None, "--images", help="rms_dlg, attack_table: victim samples attacked "
                                                                 "(default 8)"),
     round_: Optional[int] = typer.Option(None, "--round", help="rms_dlg, attack_table: first attacked round "
@@ -216,7 +221,8 @@ def reproduce(
                                  "tune": tune or None, "methods": tuple(method) or None, "device": device,
                                  "shard": shard, "gossip": gossip, "resize": resize, "images": images,
                                  "round": round_, "attack_iterations": attack_iterations,
-                                 "graphs": tuple(graph) or None, "splits": tuple(split) or None}.items()
+                                 "graphs": tuple(graph) or None, "splits": tuple(split) or None,
+                                 "normalize": False if no_normalize else None, "steps": steps}.items()
                if v is not None}
     try:
         fn = REPRODUCTIONS.get(name)

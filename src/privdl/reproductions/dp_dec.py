@@ -28,6 +28,9 @@ INF = math.inf
 METHODS = ("central", "dsgd", "dsgt", "dinno")
 METHOD_LABEL = {"central": "Central", "dsgd": "DP-DSGD", "dsgt": "DP-DSGT", "dinno": "DP-DiNNO"}
 SCALES = (0.5, 1.0, 2.0)
+#: whose step sizes a cell takes: the authors' configs at every ε ("authors"), or at ε = 100 and 0.5 those of the
+#: nearest budget with tuned values, ε = 10 and 1 ("nearest": what our tables did before the fidelity issue)
+STEPS = ("authors", "nearest")
 #: input normalisation (mean, std) per dataset, as the authors' transforms.Normalize: MNIST's own constants for MNIST
 #: (their code); Fashion-MNIST's own mean and std for the stand-in (the same transform, its dataset's statistics)
 NORMALIZE = {"mnist": [0.1307, 0.3081], "mnist_t10k": [0.1307, 0.3081], "fashion_mnist": [0.2860, 0.3530]}
@@ -71,6 +74,8 @@ def _row(r: FinishedRun, name: str) -> dict:
             "t": float(cfg["task"].get("t", 1.0)), "seed": cfg["seed"], "lr_scale": scale,
             "iterations": cfg["iterations"], "dataset": cfg["task"]["dataset"],
             "gossip": cfg["algorithm"].get("gossip", "synchronous"), "resize": cfg["task"].get("resize", ""),
+            "normalize": " ".join(map(str, cfg["task"].get("normalize") or [])),
+            "eta_start": cfg["schedule"].get("eta_start", ""), "eta_end": cfg["schedule"].get("eta_end", ""),
             "accuracy": r.final["test_accuracy"],
             "fiedler": net["normalized_fiedler_value"] if net["n"] > 1 else "",
             "epsilon_achieved": ledger["epsilon"], "unit": ledger["unit"], "accountant": ledger["accountant"],
@@ -81,11 +86,13 @@ def _row(r: FinishedRun, name: str) -> dict:
 def _table(out: Path, name: str, cfg: dict, axis: str, values: Sequence[float], *, methods: Sequence[str],
            epsilons: Sequence[float], seeds: int, iterations: int, dataset: str, data_dir: str | None, tune: bool,
            lot: int, device: str, shard: str | None, progress: bool | Callable, gossip: str = "synchronous",
-           resize: int | None = None) -> list[dict]:
+           resize: int | None = None, normalize: bool = True, steps: str = "authors") -> list[dict]:
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValidationError(f"unknown method(s) {unknown}; choose from {sorted(METHODS)}")
     check_gossip("table", gossip)
+    if steps not in STEPS:
+        raise ValidationError(f"steps must be one of {list(STEPS)}, got {steps!r}")
     # the config's own cells, then any other (method, ε) with the authors' step sizes from Table 1's cells
     packaged = {_cell(b): b for b in packaged_config("table1")["sweep"]["cell"]}
     packaged.update({_cell(b): b for b in cfg["sweep"].get("cell", [])})
@@ -94,7 +101,7 @@ def _table(out: Path, name: str, cfg: dict, axis: str, values: Sequence[float], 
         if m not in methods:
             continue
         for e in map(float, epsilons):
-            if (m, e) in packaged:
+            if (m, e) in packaged and (steps == "authors" or e in (INF, 10.0, 1.0)):
                 cells.append(copy.deepcopy(packaged[(m, e)]))
             elif (m, 10.0) in packaged and not math.isinf(e):  # an ε without tuned step sizes: nearest budget's
                 b = copy.deepcopy(packaged[(m, 10.0 if e > 5 else 1.0)])
@@ -114,7 +121,8 @@ def _table(out: Path, name: str, cfg: dict, axis: str, values: Sequence[float], 
             b["algorithm"] = {**b["algorithm"], "gossip": "authors"}
     base = with_overrides(cfg, {"iterations": int(iterations), "task.dataset": dataset, "task.batch_size": lot,
                                 "device": device, **({"task.data_dir": data_dir} if data_dir else {}),
-                                **({"task.normalize": NORMALIZE[dataset]} if dataset in NORMALIZE else {}),
+                                **({"task.normalize": NORMALIZE[dataset]} if normalize and dataset in NORMALIZE
+                                   else {}),
                                 **({"task.resize": int(resize)} if resize else {})})
     shards = parse_shard(shard)
     out = Path(out)
@@ -202,14 +210,18 @@ def table1(out: Path, *, seeds: int = 3, iterations: int = 2000, epsilons: tuple
            fiedlers: tuple[float, ...] = (1.0, 0.7, 0.39, 0.06), methods: tuple[str, ...] = METHODS,
            dataset: str = "fashion_mnist", data_dir: str | None = None, tune: bool = False,
            progress: bool | Callable = False, lot: int = 256, device: str = "cpu", shard: str | None = None,
-           gossip: str = "synchronous", resize: int | None = None, **_: object) -> list[dict]:
+           gossip: str = "synchronous", resize: int | None = None, normalize: bool = True, steps: str = "authors",
+           **_: object) -> list[dict]:
     """Seed 004 Table 1: accuracy versus ε and normalized Fiedler value, one class per agent (A(1)); central DP-SGD
     on the pooled data is the same for every graph and is run once per ε. ``gossip = "authors"``: DP-DSGD and DP-DSGT
     with the authors' in-place neighbour averaging (their DiNNO is synchronous, as ours); ``resize``: images resized
-    (the authors use 32)."""
+    (the authors use 32); ``normalize = False``: raw pixels in [0, 1] (the authors normalise); ``steps =
+    "nearest"``: ε = 100 and 0.5 take the ε = 10 and ε = 1 step sizes (our tables before the fidelity issue) — the
+    last two separate what each change did."""
     return _table(Path(out), "table1", packaged_config("table1"), "network.fiedler", fiedlers, methods=methods,
                   epsilons=epsilons, seeds=seeds, iterations=iterations, dataset=dataset, data_dir=data_dir,
-                  tune=tune, lot=lot, device=device, shard=shard, progress=progress, gossip=gossip, resize=resize)
+                  tune=tune, lot=lot, device=device, shard=shard, progress=progress, gossip=gossip, resize=resize,
+                  normalize=normalize, steps=steps)
 
 
 @REPRODUCTIONS.register("table2")
@@ -218,12 +230,12 @@ def table2(out: Path, *, seeds: int = 3, iterations: int = 2000, epsilons: tuple
            methods: tuple[str, ...] = ("dsgd", "dsgt", "dinno"), dataset: str = "fashion_mnist",
            data_dir: str | None = None, tune: bool = False, progress: bool | Callable = False, lot: int = 256,
            device: str = "cpu", shard: str | None = None, gossip: str = "synchronous", resize: int | None = None,
-           **_: object) -> list[dict]:
+           normalize: bool = True, steps: str = "authors", **_: object) -> list[dict]:
     """Seed 004 Table 2: accuracy versus the A(t) split at ε ∈ {0.5, 10} on a graph of normalized Fiedler value
-    0.06 (``gossip``, ``resize``: as :func:`table1`)."""
+    0.06 (``gossip``, ``resize``, ``normalize``, ``steps``: as :func:`table1`)."""
     if "central" in methods:
         raise ValidationError("unknown method(s) ['central'] for table2; choose from ['dinno', 'dsgd', 'dsgt']")
     cfg = with_overrides(packaged_config("table2"), {"network.fiedler": float(fiedler)})
     return _table(Path(out), "table2", cfg, "task.t", ts, methods=methods, epsilons=epsilons, seeds=seeds,
                   iterations=iterations, dataset=dataset, data_dir=data_dir, tune=tune, lot=lot, device=device,
-                  shard=shard, progress=progress, gossip=gossip, resize=resize)
+                  shard=shard, progress=progress, gossip=gossip, resize=resize, normalize=normalize, steps=steps)
