@@ -195,3 +195,23 @@ def test_table1_ablation_switches_for_step_sizes_and_normalisation(tmp_path, mon
         assert res.exit_code == 0 and (seen["steps"], seen["normalize"]) == ("nearest", False), res.output
         CliRunner().invoke(app, ["reproduce", name, "--out", str(tmp_path / "d")])
         assert (seen["steps"], seen["normalize"]) == ("authors", True)
+
+
+def test_collect_writes_the_table_from_finished_runs_and_starts_none(tmp_path):
+    """--collect: a long grid's table from what has finished (here 2 of 3 ε), with no run started; the finished rows
+    are the ones a full run writes; collecting a tuned table is refused (its cells depend on the search)."""
+    opts = dict(seeds=1, iterations=2, fiedlers=(1.0,), methods=("central",), dataset="digits", lot=32)
+    REPRODUCTIONS.get("table1")(tmp_path, epsilons=(math.inf, 2.0), **opts)
+    done = read_csv(tmp_path / "table1.csv")
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs" / "runs").glob("*/manifest.json")}
+    REPRODUCTIONS.get("table1")(tmp_path, epsilons=(math.inf, 2.0, 1.0), collect=True, **opts)
+    assert read_csv(tmp_path / "table1.csv") == done
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "runs" / "runs").glob("*/manifest.json")} == stamps
+    assert not any((tmp_path / "runs" / "runs").glob("*/.lock"))
+    REPRODUCTIONS.get("table1")(tmp_path / "empty", epsilons=(1.0,), collect=True, **opts)  # nothing yet: no rows
+    assert read_csv(tmp_path / "empty" / "table1.csv") == []
+    with pytest.raises(ValidationError, match="collect reads"):
+        REPRODUCTIONS.get("table1")(tmp_path, epsilons=(1.0,), collect=True, tune=True, **opts)
+    import inspect as _inspect
+
+    assert "collect" in _inspect.signature(REPRODUCTIONS.get("dpdl")).parameters

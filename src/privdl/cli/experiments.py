@@ -162,7 +162,7 @@ REPRODUCE_FLAGS = {"seeds": "--seeds", "tune_seeds": "--tune-seeds", "clip": "--
                    "dataset": "--dataset", "tune": "--tune", "methods": "--method", "device": "--device",
                    "shard": "--shard", "gossip": "--gossip", "resize": "--resize", "images": "--images",
                    "round": "--round", "attack_iterations": "--attack-iterations", "graphs": "--graph",
-                   "splits": "--split", "normalize": "--no-normalize", "steps": "--steps"}
+                   "splits": "--split", "normalize": "--no-normalize", "steps": "--steps", "collect": "--collect"}
 
 
 @app.command(cls=_Command)
@@ -211,6 +211,9 @@ def reproduce(
     split: list[str] = typer.Option([], "--split", help="dpdl: split labels to run (repeatable: 'Dirichlet 0.1', "
                                                         "'Dirichlet 0.5', 'missing classes')"),
     jobs: int = typer.Option(1, "--jobs", min=1, help="processes sharing each sweep's runs on this machine"),
+    collect: bool = typer.Option(False, "--collect", help="table1/table2/dpdl: start no run; write the tables from "
+                                                          "the runs already finished in --out (a long grid's "
+                                                          "progress, or shard folders gathered from machines)"),
 ) -> None:
     """Reproduce a figure or table of the source papers: writes CSV files (and plots) (see REPRODUCTION.md)."""
     from privdl.reproductions import REPRODUCTIONS, parallel
@@ -222,7 +225,8 @@ def reproduce(
                                  "shard": shard, "gossip": gossip, "resize": resize, "images": images,
                                  "round": round_, "attack_iterations": attack_iterations,
                                  "graphs": tuple(graph) or None, "splits": tuple(split) or None,
-                                 "normalize": False if no_normalize else None, "steps": steps}.items()
+                                 "normalize": False if no_normalize else None, "steps": steps,
+                                 "collect": collect or None}.items()
                if v is not None}
     try:
         fn = REPRODUCTIONS.get(name)

@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 
 from privdl.experiment.config import expand, set_dotted
 from privdl.experiment.runner import check_jobs, run_experiment
+from privdl.experiment.store import ResultStore
 from privdl.registry import Registry
 
 REPRODUCTIONS: Registry[Callable[..., list[dict]]] = Registry("reproduction")
@@ -61,9 +62,32 @@ def parallel(jobs: int) -> Iterator[None]:
         _JOBS.reset(token)
 
 
+_COLLECT: ContextVar[bool] = ContextVar("privdl_reproduction_collect", default=False)
+
+
+@contextmanager
+def collecting(on: bool = True) -> Iterator[None]:
+    """Inside this block :func:`run` starts nothing: it points ``out`` at the grid and the reproduction writes its
+    tables from the runs already finished there (a long grid's progress; shard folders gathered from machines)."""
+    token = _COLLECT.set(bool(on))
+    try:
+        yield
+    finally:
+        _COLLECT.reset(token)
+
+
+def collecting_only() -> bool:
+    """Whether :func:`run` starts nothing here (inside :func:`collecting`)."""
+    return _COLLECT.get()
+
+
 def run(cfg: dict, out: Path, *, progress: bool | Callable[[str], None] = False,
         shard: tuple[int, int] | None = None) -> Path:
-    """Run (or resume) ``cfg`` into ``out`` through the ordinary runner (in the processes :func:`parallel` set)."""
+    """Run (or resume) ``cfg`` into ``out`` through the ordinary runner (in the processes :func:`parallel` set);
+    under :func:`collecting`, only bind ``out`` to this grid (its finished runs are what the tables then read)."""
+    if _COLLECT.get():
+        ResultStore(out).claim(cfg)
+        return out
     run_experiment(cfg, out, progress=progress, shard=shard, jobs=_JOBS.get())
     return out
 
@@ -116,5 +140,5 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
-__all__ = ["FinishedRun", "REPRODUCTIONS", "finished_runs", "packaged_config", "read_csv", "run", "with_overrides",
+__all__ = ["FinishedRun", "REPRODUCTIONS", "collecting", "collecting_only", "finished_runs", "packaged_config", "read_csv", "run", "with_overrides",
            "write_csv"]

@@ -20,7 +20,7 @@ from privdl.algorithms.base import check_gossip
 from privdl.errors import ValidationError
 from privdl.experiment.summary import summarise
 from privdl.reproductions.common import (
-    REPRODUCTIONS, FinishedRun, finished_runs, packaged_config, run, with_overrides, write_csv,
+    REPRODUCTIONS, FinishedRun, collecting, collecting_only, finished_runs, packaged_config, run, with_overrides, write_csv,
 )
 from privdl.reproductions.papers import PAPER_EPSILONS, PAPER_TABLE1, PAPER_TABLE2, PAPER_TS
 
@@ -93,6 +93,9 @@ def _table(out: Path, name: str, cfg: dict, axis: str, values: Sequence[float], 
     check_gossip("table", gossip)
     if steps not in STEPS:
         raise ValidationError(f"steps must be one of {list(STEPS)}, got {steps!r}")
+    if tune and collecting_only():
+        raise ValidationError("collect reads a table's finished runs, but with tune its cells depend on the step-size "
+                              "search: run the table (finished runs are skipped) instead of collecting it")
     # the config's own cells, then any other (method, ε) with the authors' step sizes from Table 1's cells
     packaged = {_cell(b): b for b in packaged_config("table1")["sweep"]["cell"]}
     packaged.update({_cell(b): b for b in cfg["sweep"].get("cell", [])})
@@ -211,17 +214,18 @@ def table1(out: Path, *, seeds: int = 3, iterations: int = 2000, epsilons: tuple
            dataset: str = "fashion_mnist", data_dir: str | None = None, tune: bool = False,
            progress: bool | Callable = False, lot: int = 256, device: str = "cpu", shard: str | None = None,
            gossip: str = "synchronous", resize: int | None = None, normalize: bool = True, steps: str = "authors",
-           **_: object) -> list[dict]:
+           collect: bool = False, **_: object) -> list[dict]:
     """Seed 004 Table 1: accuracy versus ε and normalized Fiedler value, one class per agent (A(1)); central DP-SGD
     on the pooled data is the same for every graph and is run once per ε. ``gossip = "authors"``: DP-DSGD and DP-DSGT
     with the authors' in-place neighbour averaging (their DiNNO is synchronous, as ours); ``resize``: images resized
     (the authors use 32); ``normalize = False``: raw pixels in [0, 1] (the authors normalise); ``steps =
     "nearest"``: ε = 100 and 0.5 take the ε = 10 and ε = 1 step sizes (our tables before the fidelity issue) — the
-    last two separate what each change did."""
-    return _table(Path(out), "table1", packaged_config("table1"), "network.fiedler", fiedlers, methods=methods,
-                  epsilons=epsilons, seeds=seeds, iterations=iterations, dataset=dataset, data_dir=data_dir,
-                  tune=tune, lot=lot, device=device, shard=shard, progress=progress, gossip=gossip, resize=resize,
-                  normalize=normalize, steps=steps)
+    last two separate what each change did; ``collect``: start no run, write the table from the finished ones."""
+    with collecting(collect):
+        return _table(Path(out), "table1", packaged_config("table1"), "network.fiedler", fiedlers, methods=methods,
+                      epsilons=epsilons, seeds=seeds, iterations=iterations, dataset=dataset, data_dir=data_dir,
+                      tune=tune, lot=lot, device=device, shard=shard, progress=progress, gossip=gossip,
+                      resize=resize, normalize=normalize, steps=steps)
 
 
 @REPRODUCTIONS.register("table2")
@@ -230,12 +234,13 @@ def table2(out: Path, *, seeds: int = 3, iterations: int = 2000, epsilons: tuple
            methods: tuple[str, ...] = ("dsgd", "dsgt", "dinno"), dataset: str = "fashion_mnist",
            data_dir: str | None = None, tune: bool = False, progress: bool | Callable = False, lot: int = 256,
            device: str = "cpu", shard: str | None = None, gossip: str = "synchronous", resize: int | None = None,
-           normalize: bool = True, steps: str = "authors", **_: object) -> list[dict]:
+           normalize: bool = True, steps: str = "authors", collect: bool = False, **_: object) -> list[dict]:
     """Seed 004 Table 2: accuracy versus the A(t) split at ε ∈ {0.5, 10} on a graph of normalized Fiedler value
-    0.06 (``gossip``, ``resize``, ``normalize``, ``steps``: as :func:`table1`)."""
+    0.06 (``gossip``, ``resize``, ``normalize``, ``steps``, ``collect``: as :func:`table1`)."""
     if "central" in methods:
         raise ValidationError("unknown method(s) ['central'] for table2; choose from ['dinno', 'dsgd', 'dsgt']")
     cfg = with_overrides(packaged_config("table2"), {"network.fiedler": float(fiedler)})
-    return _table(Path(out), "table2", cfg, "task.t", ts, methods=methods, epsilons=epsilons, seeds=seeds,
-                  iterations=iterations, dataset=dataset, data_dir=data_dir, tune=tune, lot=lot, device=device,
-                  shard=shard, progress=progress, gossip=gossip, resize=resize, normalize=normalize, steps=steps)
+    with collecting(collect):
+        return _table(Path(out), "table2", cfg, "task.t", ts, methods=methods, epsilons=epsilons, seeds=seeds,
+                      iterations=iterations, dataset=dataset, data_dir=data_dir, tune=tune, lot=lot, device=device,
+                      shard=shard, progress=progress, gossip=gossip, resize=resize, normalize=normalize, steps=steps)

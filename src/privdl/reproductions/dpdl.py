@@ -17,7 +17,9 @@ import numpy as np
 
 from privdl.errors import ValidationError
 from privdl.privacy.ledger import Ledger
-from privdl.reproductions.common import REPRODUCTIONS, finished_runs, packaged_config, run, with_overrides, write_csv
+from privdl.reproductions.common import (
+    REPRODUCTIONS, collecting, finished_runs, packaged_config, run, with_overrides, write_csv,
+)
 from privdl.reproductions.dp_dec import parse_shard
 
 ALPHAS = (0.0, 0.5, 1.0, 2.0)
@@ -77,10 +79,18 @@ def _versus(rows: list[dict]) -> list[str]:
 def dpdl(out: Path, *, seeds: int = 3, iterations: int | None = None, dataset: str | None = None,
          epsilons: tuple[float, ...] | None = None, methods: tuple[str, ...] | None = None, device: str = "cpu",
          shard: str | None = None, progress: bool = False, graphs: tuple[str, ...] | None = None,
-         splits: tuple[str, ...] | None = None, **_: object) -> list[dict]:
+         splits: tuple[str, ...] | None = None, collect: bool = False, **_: object) -> list[dict]:
     """The benchmark grid of ``dpdl.toml`` (options restrict it: ``dataset``, ``epsilons``, ``methods``, ``graphs``,
     ``splits`` by label), CGA non-private, and — when ``methods`` is not restricted — DPDL's α/β sensitivity on the
-    first dataset, graph and split at ε = 3."""
+    first dataset, graph and split at ε = 3. ``collect``: start no run, write the tables from the finished ones."""
+    with collecting(collect):
+        return _dpdl(Path(out), seeds=seeds, iterations=iterations, dataset=dataset, epsilons=epsilons,
+                     methods=methods, device=device, shard=shard, progress=progress, graphs=graphs, splits=splits)
+
+
+def _dpdl(out: Path, *, seeds: int, iterations: int | None, dataset: str | None, epsilons: tuple[float, ...] | None,
+          methods: tuple[str, ...] | None, device: str, shard: str | None, progress: bool,
+          graphs: tuple[str, ...] | None, splits: tuple[str, ...] | None) -> list[dict]:
     out = Path(out)
     cfg = packaged_config("dpdl")
     over: dict[str, object] = {"seeds": int(seeds), "device": device}
