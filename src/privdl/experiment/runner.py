@@ -24,11 +24,11 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import privdl
+from privdl.algorithms import make_algorithm
 from privdl.errors import ValidationError
 from privdl.experiment.build import Components, build, build_network, build_task
 from privdl.experiment.config import RunSpec, expand
 from privdl.experiment.store import ResultStore
-from privdl.algorithms import make_algorithm
 from privdl.mechanisms.stack import may_stack, need_signature
 from privdl.privacy.ledger import statement
 from privdl.simulator import Replica, simulate, simulate_replicas, stackable

@@ -71,7 +71,6 @@ def _identity(experiment: Any, *, grid: bool = True) -> Any:
     return {k: v for k, v in experiment.items() if k not in skip} if isinstance(experiment, dict) else experiment
 
 
-
 class ResultStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)

@@ -140,5 +140,5 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
-__all__ = ["FinishedRun", "REPRODUCTIONS", "collecting", "collecting_only", "finished_runs", "packaged_config", "read_csv", "run", "with_overrides",
-           "write_csv"]
+__all__ = ["FinishedRun", "REPRODUCTIONS", "collecting", "collecting_only", "finished_runs", "packaged_config",
+           "read_csv", "run", "with_overrides", "write_csv"]

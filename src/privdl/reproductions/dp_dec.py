@@ -20,7 +20,8 @@ from privdl.algorithms.base import check_gossip
 from privdl.errors import ValidationError
 from privdl.experiment.summary import summarise
 from privdl.reproductions.common import (
-    REPRODUCTIONS, FinishedRun, collecting, collecting_only, finished_runs, packaged_config, run, with_overrides, write_csv,
+    REPRODUCTIONS, FinishedRun, collecting, collecting_only, finished_runs, packaged_config, run, with_overrides,
+    write_csv,
 )
 from privdl.reproductions.papers import PAPER_EPSILONS, PAPER_TABLE1, PAPER_TABLE2, PAPER_TS
 

@@ -82,7 +82,8 @@ def dpdl(out: Path, *, seeds: int = 3, iterations: int | None = None, dataset: s
          splits: tuple[str, ...] | None = None, collect: bool = False, **_: object) -> list[dict]:
     """The benchmark grid of ``dpdl.toml`` (options restrict it: ``dataset``, ``epsilons``, ``methods``, ``graphs``,
     ``splits`` by label), CGA non-private, and — when ``methods`` is not restricted — DPDL's α/β sensitivity on the
-    first dataset, graph and split at ε = 3. ``collect``: start no run, write the tables from the finished ones."""
+    first dataset, graph and split at ε = 3. ``collect``: start no run, write the tables from the finished
+    ones."""
     with collecting(collect):
         return _dpdl(Path(out), seeds=seeds, iterations=iterations, dataset=dataset, epsilons=epsilons,
                      methods=methods, device=device, shard=shard, progress=progress, graphs=graphs, splits=splits)
