@@ -464,6 +464,55 @@ def test_jobs_share_the_runs_between_processes_with_the_results_of_one_process(t
         run_experiment(cfg, tmp_path / "bad", jobs=0)
 
 
+def test_a_jobs_helper_leaves_when_its_main_process_is_killed(tmp_path):
+    """``kill`` of a ``--jobs`` run's main process must not leave its helper running alone (holding a core and its
+    runs' locks); the helper's unfinished run is run again by the next invocation, like any interrupted run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "main.py"
+    script.write_text(
+        "from privdl.experiment import run_experiment\n"
+        "cfg = {'iterations': 400000, 'seeds': 1, 'network': {'topology': 'ring', 'n': 4},\n"
+        "       'task': {'name': 'quadratic'}, 'schedule': {'name': 'constant', 'eta': 0.01},\n"
+        "       'sweep': {'task.curvature': [1.0, 2.0, 3.0, 4.0]}}\n"
+        "if __name__ == '__main__':\n"
+        f"    run_experiment(cfg, {str(tmp_path / 'out')!r}, jobs=2, progress=False)\n")
+    main = subprocess.Popen([sys.executable, str(script)])
+    try:
+        helper, deadline = None, time.time() + 120
+        while helper is None and time.time() < deadline:  # the helper shows itself by the lock of the run it took
+            for lock in (tmp_path / "out" / "runs").glob("*/.lock"):
+                try:
+                    pid = int(lock.read_text().split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                if pid != main.pid:
+                    helper = pid
+            time.sleep(0.2)
+        assert helper is not None, "no helper took a run"
+        os.kill(main.pid, signal.SIGKILL)
+        main.wait()
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                status = Path(f"/proc/{helper}/status").read_text()
+            except OSError:
+                break  # gone
+            if "\nState:\tZ" in status:
+                break  # exited, not yet reaped by its new parent
+            time.sleep(0.2)
+        else:
+            os.kill(helper, signal.SIGKILL)
+            raise AssertionError("the helper kept running after its main process was killed")
+    finally:
+        if main.poll() is None:
+            main.kill()
+
+
 def test_runs_that_cannot_stack_are_planned_one_by_one_so_jobs_share_them():
     """The planner groups runs for the replica axis; a group is taken whole by one process, so runs that will never
     stack (DP-SGD, DPDL) must be groups of one — else ``--jobs 2`` left one process idle on a DP-SGD table."""

@@ -425,9 +425,26 @@ def _distinct_runs(runs: list[RunSpec], shard: tuple[int, int] | None) -> list[R
     return unique[i::k]
 
 
-def _helper(cfg: dict, out: str, shard: tuple[int, int] | None, threads: int, show_warning: Callable) -> None:
+def _exit_with(parent: int, every: float = 1.0) -> None:
+    """Leave this process as soon as ``parent`` is no longer its parent (killed: the helper would run on alone, holding
+    cores and runs; its unfinished run is simply run again later, as after any interruption)."""
+    import threading
+
+    def watch() -> None:
+        while True:
+            time.sleep(every)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="privdl-parent-watch", daemon=True).start()
+
+
+def _helper(cfg: dict, out: str, shard: tuple[int, int] | None, threads: int, show_warning: Callable,
+            parent: int | None = None) -> None:
     import warnings
 
+    if parent is not None:
+        _exit_with(parent)
     warnings.showwarning = show_warning  # the parent's warning format (the CLI's one line per warning)
     torch.set_num_threads(threads)
     run_experiment(cfg, out, progress=False, shard=shard)
@@ -455,8 +472,8 @@ def run_parallel(cfg: dict, out: str | Path, *, jobs: int, progress: bool | Call
     threads = torch.get_num_threads()
     share = max(1, threads // jobs)
     context = multiprocessing.get_context("spawn")  # no fork of a process that holds torch's threads
-    helpers = [context.Process(target=_helper, args=(cfg, str(out), shard, share, warnings.showwarning),
-                               daemon=True)
+    helpers = [context.Process(target=_helper, daemon=True,
+                               args=(cfg, str(out), shard, share, warnings.showwarning, os.getpid()))
                for _ in range(jobs - 1)]
     for h in helpers:
         h.start()
