@@ -146,11 +146,16 @@ def build_task(cfg: dict, n: int) -> Task:
     return make_task(cfg["task"]["name"], n, dtype=DTYPES[cfg["dtype"]], **params)
 
 
+def build_algorithm(cfg: dict) -> Algorithm:
+    """The algorithm of a run config (cheap: a recipe; the runner also plans with it)."""
+    return make_algorithm(cfg["algorithm"]["name"], **_rest(cfg["algorithm"], "name"))
+
+
 def build(cfg: dict, *, task: Task | None = None) -> Components:
     """Every component of one run (``task``: reuse an already built task of the same config)."""
     network = build_network(cfg["network"], cfg.get("seed", 0), cfg.get("base_dir"))
     task = task if task is not None else build_task(cfg, network.n)
-    algorithm = make_algorithm(cfg["algorithm"]["name"], **_rest(cfg["algorithm"], "name"))
+    algorithm = build_algorithm(cfg)
     check_requirements(algorithm, network)
     # privacy is accounted over every noisy access to each agent's data, which may exceed the iterations (inner
     # steps, initialisation, cross-gradients)

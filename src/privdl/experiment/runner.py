@@ -24,9 +24,8 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import privdl
-from privdl.algorithms import make_algorithm
-from privdl.errors import ValidationError
-from privdl.experiment.build import Components, build, build_network, build_task
+from privdl.errors import PrivdlError, ValidationError
+from privdl.experiment.build import Components, build, build_algorithm, build_network, build_task
 from privdl.experiment.config import RunSpec, expand
 from privdl.experiment.store import ResultStore
 from privdl.mechanisms.stack import may_stack, need_signature
@@ -200,9 +199,8 @@ def _alone(cfg: dict, algorithms: dict[str, bool]) -> bool:
     key = json.dumps(cfg["algorithm"], sort_keys=True, default=str)
     if key not in algorithms:
         try:
-            algorithms[key] = make_algorithm(cfg["algorithm"]["name"], **{k: v for k, v in cfg["algorithm"].items()
-                                                                          if k != "name"}).stackable
-        except Exception:  # a bad algorithm is reported where the run is built
+            algorithms[key] = build_algorithm(cfg).stackable
+        except PrivdlError:  # a bad algorithm is reported where the run is built
             algorithms[key] = True
     return not algorithms[key]
 

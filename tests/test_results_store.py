@@ -1,0 +1,209 @@
+"""The results folder of an experiment and the processes that share it: a folder bound to one experiment (and
+grown with its grid), damaged runs redone, per-run locks across processes, ``--jobs`` helpers and the planner that
+hands them runs."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from privdl.errors import ConfigError
+from privdl.experiment import expand, load_config, run_experiment
+from tests.test_experiment import SMALL, _write
+
+
+def test_output_dir_of_a_different_config_is_refused(tmp_path):
+    out = tmp_path / "out"
+    run_experiment(load_config(_write(tmp_path)), out, progress=False)
+    with pytest.raises(ConfigError, match="different experiment.*iterations"):
+        run_experiment(load_config(_write(tmp_path), ["iterations=30"]), out, progress=False)
+
+
+def test_an_out_directory_grows_or_shrinks_with_its_grid_and_keeps_finished_runs(tmp_path):
+    """The same experiment over another grid (more seeds, more ε) re-points its folder: finished runs are reused,
+    not re-run, and results.csv is what a fresh folder would hold; anything outside the grid is still refused."""
+    out = tmp_path / "out"
+    small = SMALL.replace("seeds = [0, 1]", "seeds = [1]").replace("[1.0, 10.0]", "[10.0]")
+    (tmp_path / "x").mkdir()
+    one = run_experiment(load_config(_write(tmp_path / "x", small)), out, progress=False)
+    assert one.executed == 2  # none, gaussian_ldp at ε = 10, seed 1
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*/manifest.json")}
+    full = run_experiment(load_config(_write(tmp_path)), out, progress=False)
+    assert (full.executed, full.skipped) == (4, 2)
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+    run_experiment(load_config(_write(tmp_path)), tmp_path / "fresh", progress=False)
+    assert (out / "results.csv").read_text() == (tmp_path / "fresh" / "results.csv").read_text()
+    back = run_experiment(load_config(_write(tmp_path / "x", small)), out, progress=False)
+    assert (back.executed, back.skipped) == (0, 2)
+    assert len({row["run_id"] for row in csv.DictReader(open(out / "results.csv"))}) == 2
+    with pytest.raises(ConfigError, match="different experiment.*iterations"):
+        run_experiment(load_config(_write(tmp_path), ["iterations=30"]), out, progress=False)
+
+
+def test_a_damaged_manifest_is_run_again_and_a_cut_results_csv_is_refused(tmp_path):
+    from privdl.errors import ValidationError
+    from privdl.experiment.runner import run_experiment
+    from privdl.experiment.store import read_results
+
+    cfg = {"iterations": 3, "eval_every": 3, "seeds": 2, "network": {"topology": "ring", "n": 4},
+           "task": {"name": "quadratic"}, "schedule": {"name": "constant", "eta": 0.01}}
+    first = run_experiment(cfg, tmp_path / "o")
+    manifests = sorted((tmp_path / "o" / "runs").glob("*/manifest.json"))
+    assert first.executed == 2 and len(manifests) == 2
+    manifests[0].write_text("{")  # damaged: used to count as finished
+    with pytest.warns(UserWarning, match="damaged or incomplete"):
+        again = run_experiment(cfg, tmp_path / "o")
+    assert again.executed == 1 and json.loads(manifests[0].read_text())["status"] == "complete"
+    results = tmp_path / "o" / "results.csv"
+    fields, rows = read_results(results)
+    assert len({r["run_id"] for r in rows}) == 2
+    results.write_text(results.read_text()[:-4])  # cut in the middle of a number
+    with pytest.raises(ValidationError, match="cut short"):
+        read_results(results)
+    metrics = manifests[1].parent / "metrics.csv"
+    metrics.write_text(metrics.read_text().replace("\n0,", "\nzero,", 1))
+    with pytest.raises(ValidationError, match="is damaged"):
+        run_experiment(cfg, tmp_path / "o")
+
+
+def test_two_processes_on_one_out_never_run_the_same_run_twice(tmp_path):
+    """Each run is claimed with a lock file before it is executed; a second process skips what the first holds (and
+    says so), and takes over a lock whose process is gone."""
+    import subprocess
+    import sys
+
+    from privdl.experiment.store import ResultStore
+
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text('iterations = 20000\neval_every = 20000\nseeds = 6\nbatch_replicas = 1\n[network]\n'
+                        'topology = "ring"\nn = 4\n[task]\nname = "quadratic"\n[schedule]\nname = "constant"\n'
+                        'eta = 0.01\n')
+    out = tmp_path / "o"
+    cmd = [sys.executable, "-m", "privdl.cli", "run", str(cfg_path), "--out", str(out), "--no-plot"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    texts = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), texts
+    executed = [int(t.split("runs (")[1].split(" executed")[0]) for t in texts]
+    assert sum(executed) == 6, texts  # every run executed exactly once across the two processes
+    assert min(executed) >= 1, texts  # they did overlap (else the test would prove nothing)
+    store = ResultStore(out)
+    runs = sorted((out / "runs").iterdir())
+    assert len(runs) == 6 and not any((r / ".lock").exists() for r in runs)
+    # a lock left by a dead process is taken over
+    (runs[0] / ".lock").write_text(f"{__import__('socket').gethostname()} 999999999")
+    assert store.lock(runs[0].name)
+    (runs[1] / ".lock").write_text(f"{__import__('socket').gethostname()} 1")
+    assert not store.lock(runs[1].name)  # pid 1 is alive: another process holds it
+    (runs[1] / ".lock").unlink()
+
+
+def test_jobs_share_the_runs_between_processes_with_the_results_of_one_process(tmp_path):
+    """``jobs = 2``: a spawned helper and this process take the stacked groups in turn; every run is executed once,
+    by one of the two processes, with exactly the numbers a single process computes, and results.csv lists all. The
+    progress counts the helper's runs too (it used to stop at this process's share)."""
+    import os
+
+    import privdl.experiment.runner as runner
+    from privdl.errors import ValidationError
+    from privdl.experiment.store import read_results
+
+    cfg = {"iterations": 10000, "eval_every": 5000, "seeds": 3, "network": {"topology": "ring", "n": 4},
+           "task": {"name": "quadratic"}, "schedule": {"name": "constant", "eta": 0.01},
+           "sweep": {"task.curvature": [1.0 + k / 4 for k in range(10)]}}  # 10 groups of 3 stacked runs
+    lines: list[str] = []
+    old, runner._Lines.__init__.__defaults__ = runner._Lines.__init__.__defaults__, (0.0,)  # a line per update
+    try:
+        together = run_experiment(cfg, tmp_path / "jobs", jobs=2, progress=lines.append)
+    finally:
+        runner._Lines.__init__.__defaults__ = old
+    counts = [int(ln.split(": ")[1].split("/")[0]) for ln in lines[1:]]
+    assert counts == sorted(counts) and counts[-1] == 30 and lines[-1].startswith("experiment: 30/30 runs done")
+    alone = run_experiment(cfg, tmp_path / "one", progress=False)
+    assert together.runs == together.executed == alone.executed == 30 and together.skipped == 0
+    pids = set()
+    for path in (tmp_path / "one" / "runs").glob("*/manifest.json"):
+        mine = json.loads(path.read_text())
+        theirs = json.loads((tmp_path / "jobs" / "runs" / path.parent.name / "manifest.json").read_text())
+        assert theirs["final_metrics"] == mine["final_metrics"]
+        pids.add(theirs["process"]["pid"])
+    assert len(pids) == 2 and os.getpid() in pids  # both processes ran groups
+    assert read_results(tmp_path / "jobs" / "results.csv")[1] == read_results(tmp_path / "one" / "results.csv")[1]
+    again = run_experiment(cfg, tmp_path / "jobs", jobs=2, progress=False)
+    assert again.executed == 0 and again.skipped == 30
+    with pytest.raises(ValidationError, match="jobs must be an integer >= 1"):
+        run_experiment(cfg, tmp_path / "bad", jobs=0)
+
+
+def test_a_jobs_helper_leaves_when_its_main_process_is_killed(tmp_path):
+    """``kill`` of a ``--jobs`` run's main process must not leave its helper running alone (holding a core and its
+    runs' locks); the helper's unfinished run is run again by the next invocation, like any interrupted run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "main.py"
+    script.write_text(
+        "from privdl.experiment import run_experiment\n"
+        "cfg = {'iterations': 400000, 'seeds': 1, 'network': {'topology': 'ring', 'n': 4},\n"
+        "       'task': {'name': 'quadratic'}, 'schedule': {'name': 'constant', 'eta': 0.01},\n"
+        "       'sweep': {'task.curvature': [1.0, 2.0, 3.0, 4.0]}}\n"
+        "if __name__ == '__main__':\n"
+        f"    run_experiment(cfg, {str(tmp_path / 'out')!r}, jobs=2, progress=False)\n")
+    main = subprocess.Popen([sys.executable, str(script)])
+    try:
+        helper, deadline = None, time.time() + 120
+        while helper is None and time.time() < deadline:  # the helper shows itself by the lock of the run it took
+            for lock in (tmp_path / "out" / "runs").glob("*/.lock"):
+                try:
+                    pid = int(lock.read_text().split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                if pid != main.pid:
+                    helper = pid
+            time.sleep(0.2)
+        assert helper is not None, "no helper took a run"
+        os.kill(main.pid, signal.SIGKILL)
+        main.wait()
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                status = Path(f"/proc/{helper}/status").read_text()
+            except OSError:
+                break  # gone
+            if "\nState:\tZ" in status:
+                break  # exited, not yet reaped by its new parent
+            time.sleep(0.2)
+        else:
+            os.kill(helper, signal.SIGKILL)
+            raise AssertionError("the helper kept running after its main process was killed")
+    finally:
+        if main.poll() is None:
+            main.kill()
+
+
+def test_runs_that_cannot_stack_are_planned_one_by_one_so_jobs_share_them():
+    """The planner groups runs for the replica axis; a group is taken whole by one process, so runs that will never
+    stack (DP-SGD, DPDL) must be groups of one — else ``--jobs 2`` left one process idle on a DP-SGD table."""
+    from privdl.experiment.runner import plan
+
+    base = {"iterations": 5, "seeds": 2, "network": {"topology": "ring", "n": 4},
+            "task": {"name": "logistic", "dataset": "breast_cancer", "batch_size": 4},
+            "schedule": {"name": "constant", "eta": 0.1},
+            "sweep": {"mechanism.epsilon": [1.0, 10.0]}}
+
+    def sizes(**sections):
+        runs, _ = expand({**base, **sections})
+        return sorted(len(g) for g in plan(runs))
+
+    assert sizes(mechanism={"name": "gaussian_ldp", "clip": 1.0, "delta": 1e-5}) == [4]
+    assert sizes(mechanism={"name": "dp_sgd", "clip": 1.0, "delta": 1e-5, "lot_size": 4}) == [1, 1, 1, 1]
+    assert sizes(algorithm={"name": "dpdl"}, mechanism={"name": "dp_sgd", "clip": 1.0, "delta": 1e-5,
+                                                        "lot_size": 4}) == [1, 1, 1, 1]
+    dpdl = {**base, "sweep": {"schedule.eta": [0.1, 0.2]}}
+    runs, _ = expand({**dpdl, "algorithm": {"name": "dpdl"}})
+    assert sorted(len(g) for g in plan(runs)) == [1, 1, 1, 1]  # non-private DPDL: its algorithm does not stack
+    runs, _ = expand({**dpdl, "algorithm": {"name": "dsgd"}})
+    assert sorted(len(g) for g in plan(runs)) == [4]
