@@ -207,3 +207,47 @@ def test_runs_that_cannot_stack_are_planned_one_by_one_so_jobs_share_them():
     assert sorted(len(g) for g in plan(runs)) == [1, 1, 1, 1]  # non-private DPDL: its algorithm does not stack
     runs, _ = expand({**dpdl, "algorithm": {"name": "dsgd"}})
     assert sorted(len(g) for g in plan(runs)) == [4]
+
+
+def test_merge_gathers_shard_folders_into_one_that_then_runs_only_the_rest(tmp_path, capsys):
+    """Two folders that ran disjoint seeds of one experiment (two machines, two sessions) merge into a third; a run
+    over the whole grid there executes nothing, and its results.csv is byte-identical to one folder that ran
+    everything. Another experiment, a folder without experiment.json, a run under a name that is not its own and
+    an unfinished run are refused or left behind."""
+    from typer.testing import CliRunner
+
+    from privdl.cli import app
+    from privdl.experiment.store import merge
+
+    base = {"iterations": 4, "eval_every": 2, "network": {"topology": "ring", "n": 4},
+            "task": {"name": "quadratic"}, "schedule": {"name": "constant", "eta": 0.01}}
+    run_experiment({**base, "seeds": [0]}, tmp_path / "a", progress=False)
+    run_experiment({**base, "seeds": [1, 2]}, tmp_path / "b", progress=False)
+    s = merge([tmp_path / "a", tmp_path / "b"], tmp_path / "m")
+    assert (s.copied, s.present, s.unfinished) == (3, 0, 0)
+    assert s.outside_grid == 2  # m took a's experiment (seed 0); seeds 1, 2 wait for a larger grid
+    assert merge([tmp_path / "b"], tmp_path / "m").present == 2  # merging again copies nothing
+    whole = run_experiment({**base, "seeds": [0, 1, 2]}, tmp_path / "m", progress=False)
+    assert (whole.executed, whole.skipped) == (0, 3)
+    run_experiment({**base, "seeds": [0, 1, 2]}, tmp_path / "fresh", progress=False)
+    assert (tmp_path / "m" / "results.csv").read_text() == (tmp_path / "fresh" / "results.csv").read_text()
+
+    run_experiment({**base, "iterations": 6, "seeds": [0]}, tmp_path / "other", progress=False)
+    with pytest.raises(ConfigError, match="another experiment.*iterations"):
+        merge([tmp_path / "other"], tmp_path / "m")
+    (tmp_path / "holder" / "runs").mkdir(parents=True)
+    (tmp_path / "a").rename(tmp_path / "holder" / "runs" / "x")
+    (tmp_path / "holder" / "runs" / "x" / "experiment.json").rename(tmp_path / "holder" / "runs" / "experiment.json")
+    with pytest.raises(ConfigError, match="no experiment.json.*subfolder"):
+        merge([tmp_path / "holder"], tmp_path / "n")
+
+    runs = sorted((tmp_path / "b" / "runs").iterdir())
+    runs[0].rename(runs[0].parent / "0123456789ab")  # a finished run under another run's name
+    (runs[1] / "manifest.json").unlink()  # an unfinished run
+    with pytest.warns(UserWarning, match="is not the run its name says"):
+        s = merge([tmp_path / "b"], tmp_path / "new")
+    assert (s.copied, s.unfinished) == (0, 2) and not (tmp_path / "new" / "runs" / "0123456789ab").exists()
+
+    result = CliRunner().invoke(app, ["merge", str(tmp_path / "fresh"), "--out", str(tmp_path / "cli")])
+    assert result.exit_code == 0, result.output
+    assert "3 runs copied" in result.output and "0 already there" in result.output

@@ -1,4 +1,4 @@
-"""The ``privdl`` command line: run, plot, account, covariance, attack, rms-bounds, reproduce, audit.
+"""The ``privdl`` command line: run, plot, merge, account, covariance, attack, rms-bounds, reproduce, audit.
 
 ``privdl.cli.common`` holds the app and what the commands share; ``experiments`` and ``privacy`` register the
 commands on it."""

@@ -1,4 +1,4 @@
-"""Commands that run experiments and attack them: run, plot, attack, reproduce, audit."""
+"""Commands that run experiments and attack them: run, plot, merge, attack, reproduce, audit."""
 
 from __future__ import annotations
 
@@ -98,6 +98,35 @@ def plot(out: Path = typer.Argument(..., help="experiment output directory")) ->
         _fail(exc)
     for f in files:
         console.print(str(f))
+
+
+@app.command(cls=_Command)
+def merge(
+    sources: list[Path] = typer.Argument(..., help="experiment folders to gather runs from (for a reproduction, "
+                                                   "its runs/ subfolder)"),
+    out: Path = typer.Option(..., "--out", help="the experiment folder that receives them (created if absent)"),
+) -> None:
+    """Gather the finished runs of shard folders (other machines, earlier slices of a long grid) into one folder of
+    the same experiment; the next run / reproduce over it skips them."""
+    from privdl.experiment.store import merge as merge_runs
+
+    try:
+        s = merge_runs(sources, out)
+    except PrivdlError as exc:
+        _fail(exc)
+    console.print(f"{s.copied} runs copied into {s.dest}, {s.present} already there"
+                  + (f", {s.unfinished} unfinished or damaged left behind" if s.unfinished else "")
+                  + (f", {s.busy} being run there by another process (left to it)" if s.busy else ""))
+    if len(s.sources) > 1:
+        made = ", ".join(f"{code} ({k})" for code, k in sorted(s.sources.items()))
+        err.print(f"[bold yellow]note:[/] the copied runs were made by {len(s.sources)} versions of privdl's source: "
+                  f"{made}", markup=True)
+    if s.outside_grid:
+        console.print(f"{s.outside_grid} finished runs lie outside the grid {s.dest / 'experiment.json'} names; a "
+                      "run or reproduce over a grid that holds them (e.g. more --seeds) uses them")
+    parent = s.dest.parent if s.dest.name == "runs" else s.dest
+    console.print(f"results.csv and tables: `privdl run CONFIG --out {s.dest}`, or for a reproduction `privdl "
+                  f"reproduce NAME … --collect --out {parent}` (the grid you want: it runs nothing)")
 
 
 def _choices(name: str, *values: str) -> type[Enum]:

@@ -18,6 +18,7 @@ import json
 import os
 import socket
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -262,6 +263,97 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@dataclass
+class MergeSummary:
+    """What :func:`merge` did: runs copied, runs the destination already had finished, runs left behind (unfinished
+    in their source, or being run in the destination), and how many finished runs of the destination lie outside
+    the grid its experiment.json names (they count once that grid is grown to them)."""
+    dest: Path
+    copied: int = 0
+    present: int = 0
+    unfinished: int = 0
+    busy: int = 0
+    outside_grid: int = 0
+    sources: dict[str, int] = field(default_factory=dict)  # privdl_source_sha256 → copied runs made by that code
+
+
+def _experiment(folder: Path) -> dict:
+    path = folder / "experiment.json"
+    if not path.is_file():
+        hint = (f"; a reproduction keeps its runs in a subfolder: name {folder / 'runs'}"
+                if (folder / "runs" / "experiment.json").is_file() else "")
+        raise ConfigError(f"{folder} holds no privdl experiment (no experiment.json){hint}")
+    try:
+        return json.loads(path.read_text())
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"{path} is damaged ({exc})") from None
+
+
+def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
+    """Gather the finished runs of experiment folders (shards run on other machines, earlier sessions' slices of
+    a long grid) into ``dest``, which then holds them as if it had run them: a later ``privdl run`` / ``privdl
+    reproduce`` over ``dest`` skips them and runs only the rest.
+
+    Every source must hold the same experiment as ``dest`` up to its grid (``seeds`` and ``[sweep]``; an empty
+    ``dest`` takes the first source's experiment). A run is copied only if it is finished there and its manifest's
+    config hashes to its id (so a run cannot land under another run's name); each is written as the runner writes
+    one, metrics first and manifest last. A run ``dest`` already finished is kept, one another process is running
+    there is left to it. ``dest``'s experiment.json, and so its grid, is not changed: results.csv and tables are
+    rebuilt by the next ``privdl run`` / ``privdl reproduce`` (``--collect``) over the grid wanted."""
+    from privdl.experiment.config import expand, run_id  # the grid's run ids (config imports nothing of the store)
+
+    dest_store = ResultStore(dest)
+    srcs = [Path(s) for s in sources]
+    if not srcs:
+        raise ConfigError("name at least one experiment folder to merge from")
+    experiments = [(s, _experiment(s)) for s in srcs]
+    for s, _ in experiments:
+        if s.resolve() == dest_store.root.resolve():
+            raise ConfigError(f"{s} is the destination itself; name the other folders to merge into it")
+    target = _experiment(dest_store.root) if (dest_store.root / "experiment.json").is_file() else experiments[0][1]
+    for s, exp in experiments:
+        if _identity(exp, grid=False) != _identity(target, grid=False):
+            keys = ", ".join(k for k in _diff(target, exp) if k.split(".")[0] not in GRID_KEYS)[:400]
+            raise ConfigError(f"{s} holds another experiment than {dest_store.root} (config differs at: {keys}); "
+                              "only runs of one experiment, over any seeds and [sweep] values, can be merged")
+    dest_store.claim(target)
+    dest_store.check_writable()
+    summary = MergeSummary(dest_store.root)
+    for s, _ in experiments:
+        src = ResultStore(s)
+        for d in sorted((s / "runs").glob("*/")) if (s / "runs").is_dir() else []:
+            rid = d.name
+            if not (d / "manifest.json").is_file():
+                summary.unfinished += int((d / "metrics.csv").exists() or (d / ".lock").exists())
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # a damaged source manifest is reported below, not as "redone"
+                done = src.is_done(rid)
+            man = src.manifest(rid) if done else None
+            if not done or run_id(man.get("config", {})) != rid:
+                warnings.warn(f"run {rid} in {s} is damaged or is not the run its name says; not copied",
+                              stacklevel=2)
+                summary.unfinished += 1
+                continue
+            if dest_store.is_done(rid):
+                summary.present += 1
+                continue
+            if not dest_store.lock(rid):
+                summary.busy += 1
+                continue
+            try:
+                dest_store.save_run(rid, src.load_rows(rid), man)
+            finally:
+                dest_store.unlock(rid)
+            summary.copied += 1
+            code = str(man.get("privdl_source_sha256", "unknown"))
+            summary.sources[code] = summary.sources.get(code, 0) + 1
+    grid = {r.run_id for r in expand(target)[0]}
+    summary.outside_grid = sum(1 for p in (dest_store.root / "runs").glob("*/manifest.json")
+                               if p.parent.name not in grid)
+    return summary
 
 
 def read_results(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
