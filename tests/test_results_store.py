@@ -251,3 +251,38 @@ def test_merge_gathers_shard_folders_into_one_that_then_runs_only_the_rest(tmp_p
     result = CliRunner().invoke(app, ["merge", str(tmp_path / "fresh"), "--out", str(tmp_path / "cli")])
     assert result.exit_code == 0, result.output
     assert "3 runs copied" in result.output and "0 already there" in result.output
+
+
+def test_where_the_data_lies_is_not_part_of_a_run_or_an_experiment(tmp_path):
+    """The same runs with the data in another folder (another machine) keep their ids and their results folder;
+    a run saved under the id privdl gave it before (data folder included) is re-keyed by merge, not refused."""
+    from privdl.experiment.config import legacy_run_id, run_id
+    from privdl.experiment.store import ResultStore, merge
+
+    cfg = {"seed": 0, "iterations": 5, "task": {"name": "cnn", "dataset": "mnist_t10k", "data_dir": "../shared/data"}}
+    moved = {**cfg, "task": {**cfg["task"], "data_dir": "/data/mnist"}}
+    other = {**cfg, "task": {**cfg["task"], "dataset": "fashion_mnist"}}
+    assert run_id(cfg) == run_id(moved) != run_id(other)
+    assert legacy_run_id(cfg) != legacy_run_id(moved)
+    store = ResultStore(tmp_path / "o")
+    store.claim(cfg)
+    (tmp_path / "o" / "runs" / "r").mkdir(parents=True)
+    (tmp_path / "o" / "runs" / "r" / "metrics.csv").write_text("")  # a run under way: the folder is not free
+    store.claim(moved)  # the same experiment: not refused
+    with pytest.raises(ConfigError, match="different experiment.*task.dataset"):
+        store.claim(other)
+
+    base = {"iterations": 4, "eval_every": 2, "seeds": [0], "network": {"topology": "ring", "n": 4},
+            "task": {"name": "quadratic"}, "schedule": {"name": "constant", "eta": 0.01}}
+    run_experiment(base, tmp_path / "a", progress=False)
+    (old_dir,) = (tmp_path / "a" / "runs").iterdir()
+    man = json.loads((old_dir / "manifest.json").read_text())
+    man["config"]["task"]["data_dir"] = "/old/place"  # as if made by a version that hashed the data folder
+    legacy = legacy_run_id(man["config"])
+    man["run_id"] = legacy
+    (old_dir / "manifest.json").write_text(json.dumps(man))
+    old_dir.rename(old_dir.parent / legacy)
+    s = merge([tmp_path / "a"], tmp_path / "m")
+    assert (s.copied, s.rekeyed) == (1, 1)
+    again = json.loads((tmp_path / "m" / "runs" / old_dir.name / "manifest.json").read_text())
+    assert again["run_id"] == old_dir.name and again["previous_run_id"] == legacy

@@ -116,7 +116,9 @@ def merge(
         _fail(exc)
     console.print(f"{s.copied} runs copied into {s.dest}, {s.present} already there"
                   + (f", {s.unfinished} unfinished or damaged left behind" if s.unfinished else "")
-                  + (f", {s.busy} being run there by another process (left to it)" if s.busy else ""))
+                  + (f", {s.busy} being run there by another process (left to it)" if s.busy else "")
+                  + (f"; {s.rekeyed} of them under their id of today (made before run ids left out the data "
+                     "folder)" if s.rekeyed else ""))
     if len(s.sources) > 1:
         made = ", ".join(f"{code} ({k})" for code, k in sorted(s.sources.items()))
         err.print(f"[bold yellow]note:[/] the copied runs were made by {len(s.sources)} versions of privdl's source: "

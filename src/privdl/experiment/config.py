@@ -425,9 +425,33 @@ def _check_swept_keys(points: list[tuple[dict, dict, set[str]]], used: dict[str,
                                   f"experiment (misspelled?); valid keys: {', '.join(valid)}")
 
 
+#: top-level keys that do not change what a run computes (labels, threads, where it runs, how it is batched, the
+#: config file's folder), and keys within sections that say only where inputs lie: none of them is in a run's id
+NOT_IDENTITY = ("name", "description", "threads", "device", "batch_replicas", "base_dir")
+LOCATION_KEYS = {"task": ("data_dir",)}  # the dataset's name says which data; its folder differs between machines
+
+
+def without_locations(cfg: dict) -> dict:
+    """``cfg`` without :data:`LOCATION_KEYS`: the same runs on another machine, with the data in another folder,
+    are the same runs (and a folder of them the same experiment)."""
+    out = dict(cfg)
+    for section, keys in LOCATION_KEYS.items():
+        if isinstance(out.get(section), dict):
+            out[section] = {k: v for k, v in out[section].items() if k not in keys}
+    return out
+
+
 def run_id(effective: dict) -> str:
-    payload = {k: v for k, v in effective.items()
-               if k not in ("name", "description", "threads", "device", "batch_replicas", "base_dir")}
+    return _digest(without_locations({k: v for k, v in effective.items() if k not in NOT_IDENTITY}))
+
+
+def legacy_run_id(effective: dict) -> str:
+    """The id privdl ≤ 2026-11-24 gave a run (its data folder included): :func:`privdl.experiment.store.merge`
+    re-keys such runs."""
+    return _digest({k: v for k, v in effective.items() if k not in NOT_IDENTITY})
+
+
+def _digest(payload: dict) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 

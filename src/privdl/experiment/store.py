@@ -66,10 +66,15 @@ GRID_KEYS = ("seeds", "sweep")
 
 
 def _identity(experiment: Any, *, grid: bool = True) -> Any:
-    """What makes two experiment configs the same experiment (where the config file lies does not); with ``grid =
-    False``, the same experiment up to its grid (``seeds`` and ``[sweep]``), which may grow or shrink in place."""
-    skip = {"base_dir"} | (set() if grid else set(GRID_KEYS))
-    return {k: v for k, v in experiment.items() if k not in skip} if isinstance(experiment, dict) else experiment
+    """What makes two experiment configs the same experiment (where the config file and the data lie do not); with
+    ``grid = False``, the same experiment up to its grid (``seeds`` and ``[sweep]``), which may grow or shrink in
+    place."""
+    if not isinstance(experiment, dict):
+        return experiment
+    from privdl.experiment.config import without_locations
+
+    return without_locations({k: v for k, v in experiment.items()
+                              if k != "base_dir" and (grid or k not in GRID_KEYS)})
 
 
 class ResultStore:
@@ -276,6 +281,7 @@ class MergeSummary:
     unfinished: int = 0
     busy: int = 0
     outside_grid: int = 0
+    rekeyed: int = 0  # copied runs named by the id privdl gave them before data folders left run ids
     sources: dict[str, int] = field(default_factory=dict)  # privdl_source_sha256 → copied runs made by that code
 
 
@@ -298,11 +304,12 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
 
     Every source must hold the same experiment as ``dest`` up to its grid (``seeds`` and ``[sweep]``; an empty
     ``dest`` takes the first source's experiment). A run is copied only if it is finished there and its manifest's
-    config hashes to its id (so a run cannot land under another run's name); each is written as the runner writes
-    one, metrics first and manifest last. A run ``dest`` already finished is kept, one another process is running
+    config hashes to its id (so a run cannot land under another run's name; a run named by the id privdl gave it
+    before data folders left run ids is copied under its id now, its old one kept as ``previous_run_id``); each is
+    written as the runner writes one, metrics first and manifest last. A run ``dest`` already finished is kept, one another process is running
     there is left to it. ``dest``'s experiment.json, and so its grid, is not changed: results.csv and tables are
     rebuilt by the next ``privdl run`` / ``privdl reproduce`` (``--collect``) over the grid wanted."""
-    from privdl.experiment.config import expand, run_id  # the grid's run ids (config imports nothing of the store)
+    from privdl.experiment.config import expand, legacy_run_id, run_id  # (config imports nothing of the store)
 
     dest_store = ResultStore(dest)
     srcs = [Path(s) for s in sources]
@@ -332,11 +339,16 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
                 warnings.simplefilter("ignore")  # a damaged source manifest is reported below, not as "redone"
                 done = src.is_done(rid)
             man = src.manifest(rid) if done else None
-            if not done or run_id(man.get("config", {})) != rid:
+            config = man.get("config", {}) if isinstance(man, dict) else {}
+            if done and run_id(config) != rid and legacy_run_id(config) == rid:
+                man = {**man, "run_id": run_id(config), "previous_run_id": rid}  # made before ids left data out
+                summary.rekeyed += 1
+            elif not done or run_id(config) != rid:
                 warnings.warn(f"run {rid} in {s} is damaged or is not the run its name says; not copied",
                               stacklevel=2)
                 summary.unfinished += 1
                 continue
+            rows, rid = src.load_rows(rid), man["run_id"]
             if dest_store.is_done(rid):
                 summary.present += 1
                 continue
@@ -344,7 +356,7 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
                 summary.busy += 1
                 continue
             try:
-                dest_store.save_run(rid, src.load_rows(rid), man)
+                dest_store.save_run(rid, rows, man)
             finally:
                 dest_store.unlock(rid)
             summary.copied += 1
