@@ -408,6 +408,23 @@ def test_progress_lines_for_logs_count_runs_and_estimate_the_time_left(tmp_path)
     assert lines == ["experiment: 3 runs, 3 already done"]
 
 
+def test_the_time_left_weights_runs_by_rounds_and_agents():
+    """A sweep that finishes a cheap run first (a central run: one agent) is not promised an early end: the
+    estimate scales the time spent by the cost left over the cost done (rounds × agents), not by run counts."""
+    import privdl.experiment.runner as runner
+    from privdl.experiment.config import RunSpec
+
+    specs = [RunSpec("central", {"iterations": 100, "network": {"n": 1}}, {}),
+             *[RunSpec(f"d{k}", {"iterations": 100, "network": {"n": 10}}, {}) for k in range(3)]]
+    said: list[str] = []
+    lines = runner._Lines("t", {s.run_id: runner._cost(s) for s in specs}, set(), said.append, every=0.0)
+    lines.start -= 10.0  # the central run took 10 s
+    lines.update({"central"})
+    assert said[-1].startswith("t: 1/4 runs done, 10s elapsed, ≈ 5m00s left")  # 3 × 10 agents at 10 s per agent
+    lines.update({"central", "d0", "d1", "d2"})
+    assert "left" not in said[-1] and "4/4" in said[-1]
+
+
 def test_a_config_that_failed_at_build_does_not_bind_the_out_directory(tmp_path):
     bad = load_config_text('iterations = 5\n[network]\ntopology = "ring"\nn = 4\n[task]\nname = "quadratic"\n'
                            '[schedule]\nname = "constant"\neta = 0.01\n[mechanism]\nname = "ldp"\nepsilon = 1.0\ndelta = 1e-5\nclip = -1.0\n', tmp_path,

@@ -220,51 +220,63 @@ def plan(todo: Sequence[RunSpec]) -> list[list[RunSpec]]:
     return [g for g in groups.values()] + singles
 
 
+def _cost(spec: RunSpec) -> float:
+    """A run's share of a sweep's time, for the estimate of what is left: its rounds × agents (a central run over
+    pooled data costs about a tenth of a ten-agent run; a longer horizon costs more)."""
+    n = spec.config.get("network", {}).get("n") or 1
+    return float(max(1, spec.config.get("iterations", 1))) * float(max(1, n))
+
+
 class _Lines:
     """Plain progress lines for logs (no terminal): runs done of the total, elapsed time and an estimate of what is
-    left (from the runs finished since this process started, by it or by others sharing the directory), at most one
-    line every ``every`` seconds and one at the end."""
+    left (from the runs finished since this process started, by it or by others sharing the directory, each
+    weighted by its :func:`_cost`, so a sweep that starts with its cheap runs is not promised an early end), at most
+    one line every ``every`` seconds and one at the end."""
 
-    def __init__(self, name: str, total: int, done: int, say: Callable[[str], None], every: float = 30.0) -> None:
-        self.name, self.total, self.done, self.say, self.every = name, total, done, say, every
+    def __init__(self, name: str, costs: dict[str, float], done: set[str], say: Callable[[str], None],
+                 every: float = 30.0) -> None:
+        self.name, self.costs, self.say, self.every = name, costs, say, every
+        self.total, self.done, self.initial = len(costs), set(done), set(done)
         self.start = self.last = time.perf_counter()
-        self.initial = done
-        say(f"{name}: {total} runs, {done} already done")
+        say(f"{name}: {self.total} runs, {len(done)} already done")
 
-    def update(self, done: int) -> None:
-        self.done = done
+    def update(self, done: set[str]) -> None:
+        self.done = set(done)
         now = time.perf_counter()
-        if now - self.last >= self.every or self.done >= self.total:
+        if now - self.last >= self.every or len(self.done) >= self.total:
             self.last = now
             self.say(self.line(now))
 
     def line(self, now: float) -> str:
-        spent, new = now - self.start, self.done - self.initial
-        left = (self.total - self.done) * spent / new if new > 0 else None
-        eta = f", ≈ {_duration(left)} left" if left is not None and self.done < self.total else ""
-        return f"{self.name}: {self.done}/{self.total} runs done, {_duration(spent)} elapsed{eta}"
+        spent = now - self.start
+        new = sum(self.costs.get(r, 0.0) for r in self.done - self.initial)
+        rest = sum(c for r, c in self.costs.items() if r not in self.done)
+        left = rest * spent / new if new > 0 else None
+        eta = f", ≈ {_duration(left)} left" if left is not None and len(self.done) < self.total else ""
+        return f"{self.name}: {len(self.done)}/{self.total} runs done, {_duration(spent)} elapsed{eta}"
 
 
 class _Tally:
-    """How many runs of a sweep are finished in the store — this process's, counted as it saves them, and other
+    """Which runs of a sweep are finished in the store — this process's, noted as it saves them, and other
     processes' on the same directory (``--jobs``, a second ``privdl run``), found by looking at the store at most
     every few seconds (never more than 2 % of the time) — so the progress and its estimate cover the whole sweep."""
 
-    def __init__(self, store: ResultStore, run_ids: list[str], done: int, show: Callable[[int], None]) -> None:
-        self.store, self.run_ids, self.done, self.show = store, run_ids, done, show
+    def __init__(self, store: ResultStore, run_ids: list[str], done: set[str],
+                 show: Callable[[set[str]], None]) -> None:
+        self.store, self.run_ids, self.done, self.show = store, run_ids, set(done), show
         self.last, self.wait = time.perf_counter(), 2.0
 
-    def add(self, k: int) -> None:
-        self.done += k
+    def add(self, run_ids: list[str]) -> None:
+        self.done |= set(run_ids)
         self.show(self.done)
         self.look()
 
     def look(self, force: bool = False) -> None:
-        """Count the finished runs in the store (at once with ``force``, else only if it is time to)."""
+        """Find the finished runs in the store (at once with ``force``, else only if it is time to)."""
         now = time.perf_counter()
         if not force and now - self.last < self.wait:
             return
-        done = sum(self.store.is_done(r) for r in self.run_ids)
+        done = {r for r in self.run_ids if self.store.is_done(r)}
         self.last = time.perf_counter()
         self.wait = max(2.0, 50 * (self.last - now))
         if done != self.done:
@@ -296,19 +308,20 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
     unique = _distinct_runs(runs, shard)
     todo = [r for r in unique if not store.is_done(r.run_id)]
     nonfinite: dict[str, list[str]] = {}  # run id → its nan/inf metrics, filled as runs are saved
-    lines = _Lines(cfg.get("name", "experiment"), len(unique), len(unique) - len(todo), progress) \
+    finished = {r.run_id for r in unique} - {r.run_id for r in todo}
+    lines = _Lines(cfg.get("name", "experiment"), {r.run_id: _cost(r) for r in unique}, finished, progress) \
         if callable(progress) else None
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   disable=progress is not True, transient=False) as bar:
         overall = bar.add_task(f"{cfg.get('name', 'experiment')}: runs", total=len(unique),
                                completed=len(unique) - len(todo))
 
-        def show(done: int) -> None:
-            bar.update(overall, completed=done)
+        def show(done: set[str]) -> None:
+            bar.update(overall, completed=len(done))
             if lines is not None:
                 lines.update(done)
 
-        tally = _Tally(store, [r.run_id for r in unique], len(unique) - len(todo), show)
+        tally = _Tally(store, [r.run_id for r in unique], finished, show)
 
         def save(spec: RunSpec, rows: list, man: dict) -> None:
             save_all([(spec, rows, man)])
@@ -319,7 +332,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                 if bad:
                     nonfinite[spec.run_id] = man["nonfinite_metrics"] = bad
             store.save_runs([(spec.run_id, rows, man) for spec, rows, man in items])
-            tally.add(len(items))
+            tally.add([spec.run_id for spec, _, _ in items])
             if on_done is not None:
                 for spec, rows, man in items:
                     on_done(spec.run_id, rows, man)
