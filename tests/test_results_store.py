@@ -212,8 +212,8 @@ def test_runs_that_cannot_stack_are_planned_one_by_one_so_jobs_share_them():
 def test_merge_gathers_shard_folders_into_one_that_then_runs_only_the_rest(tmp_path, capsys):
     """Two folders that ran disjoint seeds of one experiment (two machines, two sessions) merge into a third; a run
     over the whole grid there executes nothing, and its results.csv is byte-identical to one folder that ran
-    everything. Another experiment, a folder without experiment.json, a run under a name that is not its own and
-    an unfinished run are refused or left behind."""
+    everything. Another experiment gives only the runs the grid holds; a folder without experiment.json, a run
+    under a name that is not its own and an unfinished run are refused or left behind."""
     from typer.testing import CliRunner
 
     from privdl.cli import app
@@ -233,8 +233,18 @@ def test_merge_gathers_shard_folders_into_one_that_then_runs_only_the_rest(tmp_p
     assert (tmp_path / "m" / "results.csv").read_text() == (tmp_path / "fresh" / "results.csv").read_text()
 
     run_experiment({**base, "iterations": 6, "seeds": [0]}, tmp_path / "other", progress=False)
-    with pytest.raises(ConfigError, match="another experiment.*iterations"):
-        merge([tmp_path / "other"], tmp_path / "m")
+    s = merge([tmp_path / "other"], tmp_path / "m")  # another experiment, none of whose runs m's grid holds
+    assert (s.copied, s.foreign) == (0, 1) and "iterations" in s.other_experiments[0]
+    # another experiment whose runs are m's (the same resolved configs: only its name and grid differ) gives those
+    # that m's grid holds, and only those
+    run_experiment({**base, "name": "table 2", "seeds": [3, 4]}, tmp_path / "named", progress=False)
+    s = merge([tmp_path / "named"], tmp_path / "m")
+    assert (s.copied, s.foreign) == (0, 2)
+    grown = {**base, "seeds": [0, 1, 2, 3]}
+    run_experiment(grown, tmp_path / "m", progress=False, shard=(0, 1000))  # m now holds the grid of seeds 0…3
+    s = merge([tmp_path / "named"], tmp_path / "m")
+    assert (s.copied, s.foreign) == (1, 1)
+    assert run_experiment(grown, tmp_path / "m", progress=False).executed == 0
     (tmp_path / "holder" / "runs").mkdir(parents=True)
     (tmp_path / "a").rename(tmp_path / "holder" / "runs" / "x")
     (tmp_path / "holder" / "runs" / "x" / "experiment.json").rename(tmp_path / "holder" / "runs" / "experiment.json")

@@ -119,6 +119,10 @@ def merge(
                   + (f", {s.busy} being run there by another process (left to it)" if s.busy else "")
                   + (f"; {s.rekeyed} of them under their id of today (made before run ids left out the data "
                      "folder)" if s.rekeyed else ""))
+    for other in s.other_experiments:
+        console.print(f"another experiment: {other}; only its runs this folder's grid holds were taken")
+    if s.foreign:
+        console.print(f"{s.foreign} finished runs of another experiment are not in this folder's grid: not copied")
     if len(s.sources) > 1:
         made = ", ".join(f"{code} ({k})" for code, k in sorted(s.sources.items()))
         err.print(f"[bold yellow]note:[/] the copied runs were made by {len(s.sources)} versions of privdl's source: "

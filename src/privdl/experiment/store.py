@@ -282,6 +282,8 @@ class MergeSummary:
     busy: int = 0
     outside_grid: int = 0
     rekeyed: int = 0  # copied runs named by the id privdl gave them before data folders left run ids
+    foreign: int = 0  # finished runs of another experiment that this grid does not hold: not copied
+    other_experiments: list[str] = field(default_factory=list)  # sources holding another experiment, and where
     sources: dict[str, int] = field(default_factory=dict)  # privdl_source_sha256 → copied runs made by that code
 
 
@@ -302,8 +304,10 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
     a long grid) into ``dest``, which then holds them as if it had run them: a later ``privdl run`` / ``privdl
     reproduce`` over ``dest`` skips them and runs only the rest.
 
-    Every source must hold the same experiment as ``dest`` up to its grid (``seeds`` and ``[sweep]``; an empty
-    ``dest`` takes the first source's experiment). A run is copied only if it is finished there and its manifest's
+    A source holding the same experiment as ``dest`` up to its grid (``seeds`` and ``[sweep]``; an empty ``dest``
+    takes the first source's experiment) gives all its runs, also those a larger grid would hold; a source holding
+    another experiment gives only the runs ``dest``'s grid holds (the same resolved config, so the same id: Table 1's
+    λ = 0.06 runs are Table 2's t = 1 column). A run is copied only if it is finished there and its manifest's
     config hashes to its id (so a run cannot land under another run's name; a run named by the id privdl gave it
     before data folders left run ids is copied under its id now, its old one kept as ``previous_run_id``); each is
     written as the runner writes one, metrics first and manifest last. A run ``dest`` already finished is kept, one another process is running
@@ -320,16 +324,17 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
         if s.resolve() == dest_store.root.resolve():
             raise ConfigError(f"{s} is the destination itself; name the other folders to merge into it")
     target = _experiment(dest_store.root) if (dest_store.root / "experiment.json").is_file() else experiments[0][1]
-    for s, exp in experiments:
-        if _identity(exp, grid=False) != _identity(target, grid=False):
-            keys = ", ".join(k for k in _diff(target, exp) if k.split(".")[0] not in GRID_KEYS)[:400]
-            raise ConfigError(f"{s} holds another experiment than {dest_store.root} (config differs at: {keys}); "
-                              "only runs of one experiment, over any seeds and [sweep] values, can be merged")
     dest_store.claim(target)
     dest_store.check_writable()
+    grid = {r.run_id for r in expand(target)[0]}
     summary = MergeSummary(dest_store.root)
-    for s, _ in experiments:
+    for s, exp in experiments:
         src = ResultStore(s)
+        # another experiment (e.g. Table 1 for Table 2's t = 1 column) gives only the runs this grid holds too
+        foreign = _identity(exp, grid=False) != _identity(target, grid=False)
+        if foreign:
+            summary.other_experiments.append(
+                f"{s} (differs at: {', '.join(k for k in _diff(target, exp) if k.split('.')[0] not in GRID_KEYS)})")
         for d in sorted((s / "runs").glob("*/")) if (s / "runs").is_dir() else []:
             rid = d.name
             if not (d / "manifest.json").is_file():
@@ -349,6 +354,9 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
                 summary.unfinished += 1
                 continue
             rows, rid = src.load_rows(rid), man["run_id"]
+            if foreign and rid not in grid:
+                summary.foreign += 1
+                continue
             if dest_store.is_done(rid):
                 summary.present += 1
                 continue
@@ -362,7 +370,6 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
             summary.copied += 1
             code = str(man.get("privdl_source_sha256", "unknown"))
             summary.sources[code] = summary.sources.get(code, 0) + 1
-    grid = {r.run_id for r in expand(target)[0]}
     summary.outside_grid = sum(1 for p in (dest_store.root / "runs").glob("*/manifest.json")
                                if p.parent.name not in grid)
     return summary
