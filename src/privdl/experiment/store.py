@@ -310,9 +310,10 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
     λ = 0.06 runs are Table 2's t = 1 column). A run is copied only if it is finished there and its manifest's
     config hashes to its id (so a run cannot land under another run's name; a run named by the id privdl gave it
     before data folders left run ids is copied under its id now, its old one kept as ``previous_run_id``); each is
-    written as the runner writes one, metrics first and manifest last. A run ``dest`` already finished is kept, one another process is running
-    there is left to it. ``dest``'s experiment.json, and so its grid, is not changed: results.csv and tables are
-    rebuilt by the next ``privdl run`` / ``privdl reproduce`` (``--collect``) over the grid wanted."""
+    written as the runner writes one, metrics first and manifest last. A run ``dest`` already finished is kept,
+    one another process is running there is left to it. ``dest``'s experiment.json, and so its grid, is not
+    changed: results.csv and tables are rebuilt by the next ``privdl run`` / ``privdl reproduce`` (``--collect``)
+    over the grid wanted."""
     from privdl.experiment.config import expand, legacy_run_id, run_id  # (config imports nothing of the store)
 
     dest_store = ResultStore(dest)
@@ -345,9 +346,9 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
                 done = src.is_done(rid)
             man = src.manifest(rid) if done else None
             config = man.get("config", {}) if isinstance(man, dict) else {}
-            if done and run_id(config) != rid and legacy_run_id(config) == rid:
+            rekey = done and run_id(config) != rid and legacy_run_id(config) == rid
+            if rekey:
                 man = {**man, "run_id": run_id(config), "previous_run_id": rid}  # made before ids left data out
-                summary.rekeyed += 1
             elif not done or run_id(config) != rid:
                 warnings.warn(f"run {rid} in {s} is damaged or is not the run its name says; not copied",
                               stacklevel=2)
@@ -368,6 +369,7 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
             finally:
                 dest_store.unlock(rid)
             summary.copied += 1
+            summary.rekeyed += int(rekey)
             code = str(man.get("privdl_source_sha256", "unknown"))
             summary.sources[code] = summary.sources.get(code, 0) + 1
     summary.outside_grid = sum(1 for p in (dest_store.root / "runs").glob("*/manifest.json")
