@@ -417,7 +417,8 @@ def test_the_time_left_weights_runs_by_rounds_and_agents():
     specs = [RunSpec("central", {"iterations": 100, "network": {"n": 1}}, {}),
              *[RunSpec(f"d{k}", {"iterations": 100, "network": {"n": 10}}, {}) for k in range(3)]]
     said: list[str] = []
-    lines = runner._Lines("t", {s.run_id: runner._cost(s) for s in specs}, set(), said.append, every=0.0)
+    lines = runner._Lines("t", {s.run_id: runner.run_cost(s.config) for s in specs}, set(), said.append,
+                          every=0.0)
     lines.start -= 10.0  # the central run took 10 s
     lines.update({"central"})
     assert said[-1].startswith("t: 1/4 runs done, 10s elapsed, ≈ 5m00s left")  # 3 × 10 agents at 10 s per agent

@@ -1,6 +1,7 @@
 """Seed 004's table reproductions run end to end (tiny settings) and survive interruption."""
 
 import inspect
+import json
 import math
 
 import pytest
@@ -204,8 +205,16 @@ def test_collect_writes_the_table_from_finished_runs_and_starts_none(tmp_path):
     REPRODUCTIONS.get("table1")(tmp_path, epsilons=(math.inf, 2.0), **opts)
     done = read_csv(tmp_path / "table1.csv")
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs" / "runs").glob("*/manifest.json")}
-    REPRODUCTIONS.get("table1")(tmp_path, epsilons=(math.inf, 2.0, 1.0), collect=True, **opts)
+    said: list[str] = []
+    REPRODUCTIONS.get("table1")(tmp_path, epsilons=(math.inf, 2.0, 1.0), collect=True, **{**opts,
+                                                                                        "progress": said.append})
     assert read_csv(tmp_path / "table1.csv") == done
+    # how far the grid has come, and the rest at the finished runs' pace (3 central runs of equal cost: 1 left)
+    seconds = [json.loads(p.read_text())["seconds"] for p in stamps]
+    assert said[0].startswith("seed004-table1: 2 of 3 runs of this grid finished in ")
+    from privdl.experiment.runner import format_duration
+
+    assert said[0].endswith(f"the 1 left ≈ {format_duration(sum(seconds) / 2)} of one core at the finished runs' pace")
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "runs" / "runs").glob("*/manifest.json")} == stamps
     assert not any((tmp_path / "runs" / "runs").glob("*/.lock"))
     REPRODUCTIONS.get("table1")(tmp_path / "empty", epsilons=(1.0,), collect=True, **opts)  # nothing yet: no rows
@@ -236,8 +245,6 @@ def test_the_committed_digits_runs_rebuild_the_committed_digits_table(tmp_path):
     assert len(rows) == 27 and got.keys() == want.keys()
     for k, r in want.items():
         assert float(got[k]["accuracy"]) == float(r["accuracy"]), k
-    import json
-
     from privdl.privacy.ledger import Ledger
 
     checked = set()

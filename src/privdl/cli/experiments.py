@@ -274,6 +274,8 @@ def reproduce(
         _fail(ValidationError(f"{', '.join(ignored)} do{'es' if len(ignored) == 1 else ''} not apply to {name!r}; "
                               f"it takes {takes}"))
     options["progress"] = _progress_mode()
+    if collect:  # nothing runs: its lines (how far each grid has come) are the output
+        options["progress"] = lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)
     target = out or Path("results") / "reproduce" / name
     try:
         with parallel(jobs):

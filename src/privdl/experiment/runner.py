@@ -220,17 +220,17 @@ def plan(todo: Sequence[RunSpec]) -> list[list[RunSpec]]:
     return [g for g in groups.values()] + singles
 
 
-def _cost(spec: RunSpec) -> float:
-    """A run's share of a sweep's time, for the estimate of what is left: its rounds × agents (a central run over
+def run_cost(config: dict) -> float:
+    """A run's share of a sweep's time, for estimates of what is left: its rounds × agents (a central run over
     pooled data costs about a tenth of a ten-agent run; a longer horizon costs more)."""
-    n = spec.config.get("network", {}).get("n") or 1
-    return float(max(1, spec.config.get("iterations", 1))) * float(max(1, n))
+    n = config.get("network", {}).get("n") or 1
+    return float(max(1, config.get("iterations", 1))) * float(max(1, n))
 
 
 class _Lines:
     """Plain progress lines for logs (no terminal): runs done of the total, elapsed time and an estimate of what is
     left (from the runs finished since this process started, by it or by others sharing the directory, each
-    weighted by its :func:`_cost`, so a sweep that starts with its cheap runs is not promised an early end), at most
+    weighted by its :func:`run_cost`, so a sweep that starts with its cheap runs is not promised an early end), at most
     one line every ``every`` seconds and one at the end."""
 
     def __init__(self, name: str, costs: dict[str, float], done: set[str], say: Callable[[str], None],
@@ -252,8 +252,8 @@ class _Lines:
         new = sum(self.costs.get(r, 0.0) for r in self.done - self.initial)
         rest = sum(c for r, c in self.costs.items() if r not in self.done)
         left = rest * spent / new if new > 0 else None
-        eta = f", ≈ {_duration(left)} left" if left is not None and len(self.done) < self.total else ""
-        return f"{self.name}: {len(self.done)}/{self.total} runs done, {_duration(spent)} elapsed{eta}"
+        eta = f", ≈ {format_duration(left)} left" if left is not None and len(self.done) < self.total else ""
+        return f"{self.name}: {len(self.done)}/{self.total} runs done, {format_duration(spent)} elapsed{eta}"
 
 
 class _Tally:
@@ -284,7 +284,7 @@ class _Tally:
             self.show(done)
 
 
-def _duration(s: float) -> str:
+def format_duration(s: float) -> str:
     s = int(round(s))
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
@@ -309,7 +309,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
     todo = [r for r in unique if not store.is_done(r.run_id)]
     nonfinite: dict[str, list[str]] = {}  # run id → its nan/inf metrics, filled as runs are saved
     finished = {r.run_id for r in unique} - {r.run_id for r in todo}
-    lines = _Lines(cfg.get("name", "experiment"), {r.run_id: _cost(r) for r in unique}, finished, progress) \
+    lines = _Lines(cfg.get("name", "experiment"), {r.run_id: run_cost(r.config) for r in unique}, finished, progress) \
         if callable(progress) else None
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   disable=progress is not True, transient=False) as bar:

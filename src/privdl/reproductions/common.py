@@ -87,6 +87,8 @@ def run(cfg: dict, out: Path, *, progress: bool | Callable[[str], None] = False,
     under :func:`collecting`, only bind ``out`` to this grid (its finished runs are what the tables then read)."""
     if _COLLECT.get():
         ResultStore(out).claim(cfg)
+        if callable(progress):
+            progress(grid_status(out))
         return out
     run_experiment(cfg, out, progress=progress, shard=shard, jobs=_JOBS.get())
     return out
@@ -122,6 +124,30 @@ def finished_runs(out: Path) -> list[FinishedRun]:
     return runs
 
 
+def grid_status(out: Path) -> str:
+    """One line on how far the grid ``out`` holds has come: its finished runs of all, and what the rest would take
+    one core at the pace of the finished runs (their seconds per round × agent, :func:`run_cost`), or, with none
+    finished, that no pace is known yet."""
+    from privdl.experiment.runner import format_duration, run_cost
+
+    out = Path(out)
+    cfg = json.loads((out / "experiment.json").read_text())
+    grid = {r.run_id: r for r in expand(cfg)[0]}
+    done = finished_runs(out)
+    name = cfg.get("name", "experiment")
+    line = f"{name}: {len(done)} of {len(grid)} runs of this grid finished in {out}"
+    left = [r for rid, r in grid.items() if rid not in {d.run_id for d in done}]
+    if not left:
+        return line
+    paced = [(float(d.manifest["seconds"]), run_cost(d.config)) for d in done
+             if isinstance(d.manifest.get("seconds"), (int, float))]
+    if not paced:
+        return line + f"; {len(left)} to run (no finished run gives a pace yet)"
+    pace = sum(s for s, _ in paced) / sum(c for _, c in paced)
+    return line + (f"; the {len(left)} left ≈ {format_duration(pace * sum(run_cost(r.config) for r in left))} of one "
+                   "core at the finished runs' pace")
+
+
 def write_csv(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fields: list[str] = []
@@ -140,5 +166,6 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
-__all__ = ["FinishedRun", "REPRODUCTIONS", "collecting", "collecting_only", "finished_runs", "packaged_config",
+__all__ = ["FinishedRun", "REPRODUCTIONS", "collecting", "collecting_only", "finished_runs", "grid_status",
+           "packaged_config",
            "read_csv", "run", "with_overrides", "write_csv"]
