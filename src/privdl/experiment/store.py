@@ -324,7 +324,14 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
     for s, _ in experiments:
         if s.resolve() == dest_store.root.resolve():
             raise ConfigError(f"{s} is the destination itself; name the other folders to merge into it")
-    target = _experiment(dest_store.root) if (dest_store.root / "experiment.json").is_file() else experiments[0][1]
+    root = dest_store.root
+    if not (root / "experiment.json").is_file():  # a reproduction keeps its runs one folder down: say so
+        if (root / "runs" / "experiment.json").is_file():
+            raise ConfigError(f"{root} is a reproduction's folder; its runs are in {root / 'runs'}: merge into that")
+        if all(s.name == "runs" for s in srcs) and root.name != "runs":
+            raise ConfigError(f"the sources are reproductions' runs/ folders: name the destination's too (--out "
+                              f"{root / 'runs'}), where `privdl reproduce … --out {root}` reads them")
+    target = _experiment(root) if (root / "experiment.json").is_file() else experiments[0][1]
     dest_store.claim(target)
     dest_store.check_writable()
     grid = {r.run_id for r in expand(target)[0]}
