@@ -257,3 +257,23 @@ def test_the_committed_digits_runs_rebuild_the_committed_digits_table(tmp_path):
         checked.add(target)  # one run per ε: the ledger's events alone give its ε again
         assert Ledger.from_dict(stated).reaccount().epsilon == pytest.approx(stated["epsilon"], rel=1e-9)
     assert len(checked) >= 4
+
+
+def test_grid_status_counts_a_stacked_run_as_its_share_of_the_batch(tmp_path):
+    """Runs stacked k at a time each record their batch's seconds; the pace of the rest counts a k-th of it."""
+    from privdl.experiment import run_experiment
+    from privdl.reproductions.common import grid_status
+
+    cfg = {"iterations": 3000, "eval_every": 3000, "seeds": 3, "network": {"topology": "ring", "n": 4},
+           "task": {"name": "quadratic"}, "schedule": {"name": "constant", "eta": 0.01}}
+    run_experiment(cfg, tmp_path / "o", progress=False)
+    manifests = sorted((tmp_path / "o" / "runs").glob("*/manifest.json"))
+    batch = [json.loads(p.read_text())["batch"] for p in manifests]
+    assert [b["replicas"] for b in batch] == [3, 3, 3]
+    manifests[0].unlink()
+    for p in manifests[1:]:  # as if the batch had taken 5 minutes: each of its runs took 100 s of it
+        man = json.loads(p.read_text())
+        p.write_text(json.dumps({**man, "seconds": 300.0, "batch": {**man["batch"], "seconds": 300.0}}))
+    line = grid_status(tmp_path / "o")
+    assert "2 of 3 runs of this grid finished" in line
+    assert line.endswith("the 1 left ≈ 1m40s of one core at the finished runs' pace")

@@ -126,8 +126,8 @@ def finished_runs(out: Path) -> list[FinishedRun]:
 
 def grid_status(out: Path) -> str:
     """One line on how far the grid ``out`` holds has come: its finished runs of all, and what the rest would take
-    one core at the pace of the finished runs (their seconds per round × agent, :func:`run_cost`), or, with none
-    finished, that no pace is known yet."""
+    one core at the pace of the finished runs (their seconds per round × agent, :func:`run_cost`; a run stacked
+    with k others counts a k-th of its batch's time), or, with none finished, that no pace is known yet."""
     from privdl.experiment.runner import format_duration, run_cost
 
     out = Path(out)
@@ -139,7 +139,8 @@ def grid_status(out: Path) -> str:
     left = [r for rid, r in grid.items() if rid not in {d.run_id for d in done}]
     if not left:
         return line
-    paced = [(float(d.manifest["seconds"]), run_cost(d.config)) for d in done
+    paced = [(float(d.manifest["seconds"]) / max(1, int(d.manifest.get("batch", {}).get("replicas", 1))),
+              run_cost(d.config)) for d in done  # a stacked run's seconds are its batch's: its share is a part
              if isinstance(d.manifest.get("seconds"), (int, float))]
     if not paced:
         return line + f"; {len(left)} to run (no finished run gives a pace yet)"
