@@ -258,11 +258,12 @@ def test_merge_gathers_shard_folders_into_one_that_then_runs_only_the_rest(tmp_p
         s = merge([tmp_path / "b"], tmp_path / "new")
     assert (s.copied, s.unfinished) == (0, 2) and not (tmp_path / "new" / "runs" / "0123456789ab").exists()
 
-    # a reproduction's runs live in its runs/ subfolder: merging them into its root is refused with the right path
+    # a reproduction's runs live in its runs/ subfolder: merging them into its root is refused (or, where it
+    # may be meant, warned about) with the right path
     (tmp_path / "repro").mkdir()
     (tmp_path / "fresh").rename(tmp_path / "repro" / "runs")
-    with pytest.raises(ConfigError, match="name the destination's too"):
-        merge([tmp_path / "repro" / "runs"], tmp_path / "table")
+    with pytest.warns(UserWarning, match="merge into .*archive.runs"):  # it may be meant (an archive of runs)
+        merge([tmp_path / "repro" / "runs"], tmp_path / "archive")
     merge([tmp_path / "repro" / "runs"], tmp_path / "table" / "runs")
     with pytest.raises(ConfigError, match="is a reproduction's folder"):
         merge([tmp_path / "repro" / "runs"], tmp_path / "table")

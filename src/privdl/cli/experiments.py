@@ -130,9 +130,12 @@ def merge(
     if s.outside_grid:
         console.print(f"{s.outside_grid} finished runs lie outside the grid {s.dest / 'experiment.json'} names; a "
                       "run or reproduce over a grid that holds them (e.g. more --seeds) uses them")
-    parent = s.dest.parent if s.dest.name == "runs" else s.dest
-    console.print(f"results.csv and tables: `privdl run CONFIG --out {s.dest}`, or for a reproduction `privdl "
-                  f"reproduce NAME … --collect --out {parent}` (the grid you want: it runs nothing)")
+    if s.dest.name == "runs":
+        console.print(f"tables: `privdl reproduce NAME … --collect --out {s.dest.parent}` over the grid you want (it "
+                      f"runs nothing); results.csv of a plain experiment: `privdl run CONFIG --out {s.dest}`")
+    else:
+        console.print(f"results.csv: `privdl run CONFIG --out {s.dest}`; a reproduction's tables read its OUT/runs: "
+                      f"`privdl merge {s.dest} --out OUT/runs`, then `privdl reproduce NAME … --collect --out OUT`")
 
 
 def _choices(name: str, *values: str) -> type[Enum]:

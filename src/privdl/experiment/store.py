@@ -328,9 +328,10 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
     if not (root / "experiment.json").is_file():  # a reproduction keeps its runs one folder down: say so
         if (root / "runs" / "experiment.json").is_file():
             raise ConfigError(f"{root} is a reproduction's folder; its runs are in {root / 'runs'}: merge into that")
-        if all(s.name == "runs" for s in srcs) and root.name != "runs":
-            raise ConfigError(f"the sources are reproductions' runs/ folders: name the destination's too (--out "
-                              f"{root / 'runs'}), where `privdl reproduce … --out {root}` reads them")
+        if all(s.name == "runs" for s in srcs) and root.name != "runs" and not root.exists():
+            warnings.warn(f"the sources look like reproductions' runs/ folders; if {root} is to be a reproduction's "
+                          f"--out, merge into {root / 'runs'}, where `privdl reproduce … --out {root}` reads them",
+                          stacklevel=2)
     target = _experiment(root) if (root / "experiment.json").is_file() else experiments[0][1]
     dest_store.claim(target)
     dest_store.check_writable()
