@@ -214,7 +214,8 @@ def test_collect_writes_the_table_from_finished_runs_and_starts_none(tmp_path):
     assert said[0].startswith("seed004-table1: 2 of 3 runs of this grid finished in ")
     from privdl.experiment.runner import format_duration
 
-    assert said[0].endswith(f"the 1 left ≈ {format_duration(sum(seconds) / 2)} of one core at the finished runs' pace")
+    pace = format_duration(sum(seconds) / 2)
+    assert said[0].endswith(f"the 1 left ≈ {pace} of one core at the finished runs' pace")
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "runs" / "runs").glob("*/manifest.json")} == stamps
     assert not any((tmp_path / "runs" / "runs").glob("*/.lock"))
     REPRODUCTIONS.get("table1")(tmp_path / "empty", epsilons=(1.0,), collect=True, **opts)  # nothing yet: no rows

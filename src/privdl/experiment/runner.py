@@ -230,8 +230,8 @@ def run_cost(config: dict) -> float:
 class _Lines:
     """Plain progress lines for logs (no terminal): runs done of the total, elapsed time and an estimate of what is
     left (from the runs finished since this process started, by it or by others sharing the directory, each
-    weighted by its :func:`run_cost`, so a sweep that starts with its cheap runs is not promised an early end), at most
-    one line every ``every`` seconds and one at the end."""
+    weighted by its :func:`run_cost`, so a sweep that starts with its cheap runs is not promised an early end), at
+    most one line every ``every`` seconds and one at the end."""
 
     def __init__(self, name: str, costs: dict[str, float], done: set[str], say: Callable[[str], None],
                  every: float = 30.0) -> None:
@@ -309,8 +309,8 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
     todo = [r for r in unique if not store.is_done(r.run_id)]
     nonfinite: dict[str, list[str]] = {}  # run id → its nan/inf metrics, filled as runs are saved
     finished = {r.run_id for r in unique} - {r.run_id for r in todo}
-    lines = _Lines(cfg.get("name", "experiment"), {r.run_id: run_cost(r.config) for r in unique}, finished, progress) \
-        if callable(progress) else None
+    costs = {r.run_id: run_cost(r.config) for r in unique}
+    lines = _Lines(cfg.get("name", "experiment"), costs, finished, progress) if callable(progress) else None
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   disable=progress is not True, transient=False) as bar:
         overall = bar.add_task(f"{cfg.get('name', 'experiment')}: runs", total=len(unique),

@@ -136,7 +136,8 @@ def grid_status(out: Path) -> str:
     done = finished_runs(out)
     name = cfg.get("name", "experiment")
     line = f"{name}: {len(done)} of {len(grid)} runs of this grid finished in {out}"
-    left = [r for rid, r in grid.items() if rid not in {d.run_id for d in done}]
+    finished = {d.run_id for d in done}
+    left = [r for rid, r in grid.items() if rid not in finished]
     if not left:
         return line
     paced = [(float(d.manifest["seconds"]) / max(1, int(d.manifest.get("batch", {}).get("replicas", 1))),
@@ -168,5 +169,4 @@ def read_csv(path: Path) -> list[dict]:
 
 
 __all__ = ["FinishedRun", "REPRODUCTIONS", "collecting", "collecting_only", "finished_runs", "grid_status",
-           "packaged_config",
-           "read_csv", "run", "with_overrides", "write_csv"]
+           "packaged_config", "read_csv", "run", "with_overrides", "write_csv"]
