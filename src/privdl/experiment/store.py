@@ -89,11 +89,7 @@ class ResultStore:
         if self.root.exists() and not self.root.is_dir():
             raise ConfigError(f"--out {self.root} is a file, not a folder; choose another --out")
         if path.exists():
-            try:
-                old = json.loads(path.read_text())
-            except (ValueError, OSError) as exc:
-                raise ConfigError(f"{path} is damaged ({exc}); it names the experiment this folder holds — "
-                                  "restore it, or choose another --out") from None
+            old = _experiment(self.root)
             if _identity(old) != _identity(json.loads(text)):
                 keys = ", ".join(_diff(old, json.loads(text))[:8])
                 if _identity(old, grid=False) == _identity(json.loads(text), grid=False):
@@ -296,7 +292,8 @@ def _experiment(folder: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except (ValueError, OSError) as exc:
-        raise ConfigError(f"{path} is damaged ({exc})") from None
+        raise ConfigError(f"{path} is damaged ({exc}); it names the experiment this folder holds — restore it, or "
+                          "choose another folder") from None
 
 
 def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
@@ -362,7 +359,7 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
                               stacklevel=2)
                 summary.unfinished += 1
                 continue
-            rows, rid = src.load_rows(rid), man["run_id"]
+            old_id, rid = rid, man["run_id"]
             if foreign and rid not in grid:
                 summary.foreign += 1
                 continue
@@ -373,7 +370,7 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
                 summary.busy += 1
                 continue
             try:
-                dest_store.save_run(rid, rows, man)
+                dest_store.save_run(rid, src.load_rows(old_id), man)  # read only for a run that is copied
             finally:
                 dest_store.unlock(rid)
             summary.copied += 1
