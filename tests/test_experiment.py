@@ -1,4 +1,5 @@
 import csv
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -518,6 +519,41 @@ def test_relative_paths_are_read_from_the_config_files_folder(tmp_path, monkeypa
                                   'eta = 0.01\n')
     with pytest.raises(Exception, match="no_such_dir is not a folder .*config file's folder"):
         run_experiment(load_config(moved / "c.toml"), tmp_path / "o3", progress=False)
+
+
+def test_a_finished_run_is_not_reused_for_an_input_file_that_changed(tmp_path):
+    """A run id names network.file by its path relative to the config: another folder's g.txt, or the same file
+    rewritten, would have reused a run of another graph. The manifest records the file's sha256; a changed file is
+    refused with the run and both digests named, in one process and with --jobs; the restored file is reused."""
+    ring = np.array([[0, 1], [1, 2], [2, 3], [3, 0]])
+    text = ('iterations = 3\n[network]\nfile = "g.txt"\n[task]\nname = "quadratic"\n'
+            '[schedule]\nname = "constant"\neta = 0.01\n')
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, edges in ((a, ring), (b, np.vstack([ring, [[0, 2]]]))):
+        folder.mkdir()
+        np.savetxt(folder / "g.txt", edges, fmt="%d")
+        (folder / "c.toml").write_text(text)
+    out = tmp_path / "o"
+    assert run_experiment(load_config(a / "c.toml"), out, progress=False).executed == 1
+    (rid,) = [d.name for d in (out / "runs").iterdir()]
+    digest = json.loads((out / "runs" / rid / "manifest.json").read_text())["input_files"]["network.file"]
+    assert digest == hashlib.sha256((a / "g.txt").read_bytes()).hexdigest()
+    assert expand(load_config(b / "c.toml"))[0][0].run_id == rid  # same id: only the content tells them apart
+    for jobs in (1, 2):
+        with pytest.raises(ConfigError, match=f"network.file of finished run {rid}.*changed since the run"):
+            run_experiment(load_config(b / "c.toml"), out, progress=False, jobs=jobs)
+    original = (a / "g.txt").read_text()
+    (a / "g.txt").write_text(original.replace("3 0", "3 1"))
+    with pytest.raises(ConfigError, match="another output folder"):
+        run_experiment(load_config(a / "c.toml"), out, progress=False)
+    (a / "g.txt").write_text(original)
+    assert run_experiment(load_config(a / "c.toml"), out, progress=False).skipped == 1
+    manifest = out / "runs" / rid / "manifest.json"  # a run finished before the record existed: reused, with a warning
+    old = json.loads(manifest.read_text())
+    del old["input_files"]
+    manifest.write_text(json.dumps(old))
+    with pytest.warns(UserWarning, match="predate privdl's record"):
+        assert run_experiment(load_config(b / "c.toml"), out, progress=False).skipped == 1
 
 
 BASE_TOML = ('iterations = 3\n[network]\ntopology = "ring"\nn = 5\n[task]\nname = "quadratic"\n'

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,33 @@ def resolve_path(value: str, base_dir: str | None, what: str) -> tuple[str, str]
     if base_dir:
         return str(Path(base_dir) / p), f" ({what} {value!r} is resolved against the config file's folder {base_dir})"
     return str(p.resolve()), f" ({what} {value!r} is resolved against the current folder {Path.cwd()})"
+
+
+#: config keys whose value names an input file that changes what a run computes (a W matrix, a covariance file)
+INPUT_FILE_KEYS = (("network", "file"), ("mechanism", "file"))
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def input_files(cfg: dict) -> dict[str, str]:
+    """The sha256 of each input file a run config names (``network.file``, ``mechanism.file``), by dotted key. A run's
+    id names such a file by its path (relative to the config's folder), not by what it holds: the manifest records the
+    digest, and a finished run is reused only while the file still holds the same bytes. Absent files are left out
+    (building the run reports them)."""
+    out = {}
+    for section, key in INPUT_FILE_KEYS:
+        value = (cfg.get(section) or {}).get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        path = Path(resolve_path(value, cfg.get("base_dir"), f"{section}.{key}")[0])
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        stamp = (str(path), st.st_mtime_ns, st.st_size)
+        if stamp not in _DIGESTS:
+            _DIGESTS[stamp] = hashlib.sha256(path.read_bytes()).hexdigest()
+        out[f"{section}.{key}"] = _DIGESTS[stamp]
+    return out
 
 
 def build_network(net: dict, run_seed: int = 0, base_dir: str | None = None) -> Network:

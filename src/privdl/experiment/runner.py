@@ -15,6 +15,7 @@ import math
 import os
 import platform
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -24,8 +25,8 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import privdl
-from privdl.errors import PrivdlError, ValidationError
-from privdl.experiment.build import Components, build, build_algorithm, build_network, build_task
+from privdl.errors import ConfigError, PrivdlError, ValidationError
+from privdl.experiment.build import Components, build, build_algorithm, build_network, build_task, input_files
 from privdl.experiment.config import RunSpec, expand
 from privdl.experiment.store import ResultStore
 from privdl.mechanisms.stack import may_stack, need_signature
@@ -104,6 +105,7 @@ def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[i
                   "keys": "root seed → (purpose, access, agent[, neighbour]) and shared keys per holder set"},
         "network": c.network.facts(),
         "W_fingerprint": c.network.fingerprint,
+        "input_files": input_files(cfg),
         "task": c.task.describe(),
         "mechanism": c.mechanism.describe(),
         **({"algorithm": {"name": c.algorithm.name, **c.algorithm.facts}} if c.algorithm.facts else {}),
@@ -289,6 +291,29 @@ def format_duration(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
+def check_inputs_unchanged(store: ResultStore, finished: Iterable[RunSpec]) -> None:
+    """Refuse to reuse a finished run whose input file (``network.file``, ``mechanism.file``: named in its id by path)
+    now holds other bytes than when it ran: its results would silently stand for another W or covariance."""
+    unchecked = 0
+    for spec in finished:
+        now = input_files(spec.config)
+        if not now:
+            continue
+        then = store.manifest(spec.run_id).get("input_files")
+        if then is None:
+            unchecked += 1
+            continue
+        changed = [k for k, digest in now.items() if k in then and then[k] != digest]
+        if changed:
+            raise ConfigError(
+                f"{', '.join(changed)} of finished run {spec.run_id} in {store.root} changed since the run (sha256 "
+                f"{then[changed[0]][:12]}… then, {now[changed[0]][:12]}… now): its results would stand for another "
+                f"file. Restore the file, or give the experiment with the new file another output folder")
+    if unchecked:
+        warnings.warn(f"{unchecked} finished run(s) in {store.root} read input files but predate privdl's record of "
+                      "their content (manifest key input_files): they are reused unchecked", stacklevel=2)
+
+
 def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str], None] = True,
                    shard: tuple[int, int] | None = None,
                    on_done: Callable[[str, list, dict], None] | None = None, jobs: int = 1,
@@ -307,6 +332,8 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
     store.check_writable()
     unique = _distinct_runs(runs, shard)
     todo = [r for r in unique if not store.is_done(r.run_id)]
+    pending = {r.run_id for r in todo}
+    check_inputs_unchanged(store, (r for r in unique if r.run_id not in pending))
     nonfinite: dict[str, list[str]] = {}  # run id → its nan/inf metrics, filled as runs are saved
     finished = {r.run_id for r in unique} - {r.run_id for r in todo}
     costs = {r.run_id: run_cost(r.config) for r in unique}
@@ -452,8 +479,6 @@ def _exit_with(parent: int, every: float = 1.0) -> None:
 
 def _helper(cfg: dict, out: str, shard: tuple[int, int] | None, threads: int, show_warning: Callable,
             parent: int | None = None) -> None:
-    import warnings
-
     if parent is not None:
         _exit_with(parent)
     warnings.showwarning = show_warning  # the parent's warning format (the CLI's one line per warning)
@@ -470,7 +495,6 @@ def run_parallel(cfg: dict, out: str | Path, *, jobs: int, progress: bool | Call
     Python overhead, so processes, not threads, use the machine; BENCHMARKS.md, seed 002). When all have stopped, a
     last pass runs whatever a failed helper left and writes results.csv with every run."""
     import multiprocessing
-    import warnings
 
     if on_done is not None:
         raise ValidationError("on_done sees only this process's runs: use jobs = 1 with it")
@@ -480,6 +504,7 @@ def run_parallel(cfg: dict, out: str | Path, *, jobs: int, progress: bool | Call
     runs, _ = expand(cfg)
     unique = _distinct_runs(runs, shard)
     before = {r.run_id for r in unique if store.is_done(r.run_id)}
+    check_inputs_unchanged(store, (r for r in unique if r.run_id in before))
     threads = torch.get_num_threads()
     share = max(1, threads // jobs)
     context = multiprocessing.get_context("spawn")  # no fork of a process that holds torch's threads
