@@ -231,6 +231,8 @@ def test_collect_writes_the_table_from_finished_runs_and_starts_none(tmp_path):
     (("mnist_digits",), "table1", "table1_mnist_digits_seed0.csv", 27,
      dict(fiedlers=(1.0, 0.06), dataset="mnist_t10k", data_dir="/anywhere/the/digits/lie")),  # not in a run's id
     (("fashion_mnist",), "table1", "table1_authors_settings_seed0.csv", 65, dict(fiedlers=(1.0, 0.7, 0.39, 0.06))),
+    # Table 2's own runs, and its t = 1 column from Table 1's λ = 0.06 runs (merge takes only what its grid holds)
+    (("fashion_mnist_table2", "fashion_mnist"), "table2", "table2_authors_settings_seed0.csv", 30, {}),
 ])
 def test_the_committed_runs_rebuild_the_committed_tables(tmp_path, folders, name, table, runs, opts):
     """docs/reproduction/seed004/runs holds the runs behind REPRODUCTION.md's CPU tables; merged into a results
