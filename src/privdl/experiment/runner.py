@@ -332,10 +332,9 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
     store.check_writable()
     unique = _distinct_runs(runs, shard)
     todo = [r for r in unique if not store.is_done(r.run_id)]
-    pending = {r.run_id for r in todo}
-    check_inputs_unchanged(store, (r for r in unique if r.run_id not in pending))
-    nonfinite: dict[str, list[str]] = {}  # run id → its nan/inf metrics, filled as runs are saved
     finished = {r.run_id for r in unique} - {r.run_id for r in todo}
+    check_inputs_unchanged(store, (r for r in unique if r.run_id in finished))
+    nonfinite: dict[str, list[str]] = {}  # run id → its nan/inf metrics, filled as runs are saved
     costs = {r.run_id: run_cost(r.config) for r in unique}
     lines = _Lines(cfg.get("name", "experiment"), costs, finished, progress) if callable(progress) else None
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
