@@ -54,7 +54,7 @@ def main() -> None:
         k = keys.fold(np.arange(rows, dtype=np.uint64) * np.uint64(7919), 3)
         randn = timed(lambda: torch.randn(rows, d, generator=gen, dtype=dtype), args.repeat)
         keyed = timed(lambda: keys.normal(k, d, dtype), args.repeat)
-        inverse = (timed(lambda: keys._fill(k, d, dtype, lambda u: torch.special.ndtri(u.add_(2.0**-54))),
+        inverse = (timed(lambda: keys._fill(k, d, dtype, keys.inverse_normal),
                          args.repeat) if d >= keys.WIDE else None)
         print(f"| {what} ({str(dtype).removeprefix('torch.')}) | {1e3 * randn:.2f} | {1e3 * keyed:.2f} | "
               f"{keyed / randn:.2f} | {'—' if inverse is None else f'{1e3 * inverse:.2f}'} |", flush=True)

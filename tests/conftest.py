@@ -7,6 +7,39 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 torch.set_num_threads(1)
 
+#: float64's unit roundoff u = 2⁻⁵³
+UNIT_ROUNDOFF = 2.0**-53
+
+
+def rounding_tolerance(*, rounds: int, ops: int, scale: float) -> float:
+    """How far apart two float64 evaluations of the same ``rounds``-round recursion may end when they use different
+    kernels (a BLAS product against a batched one, one row against many: other vector widths, other summation
+    orders) — the bound the tests that compare such paths assert, derived from the operation count, not fitted.
+
+    In one round every entry is computed with at most ``ops`` floating-point operations on values of magnitude at
+    most ``scale``; two evaluation orders of such a computation differ by at most ops·u·scale (the standard bound
+    γ_ops on sums and products of ops terms, Higham, *Accuracy and Stability*, §3.1). A difference made in round t
+    is carried by the state through the rounds left; the recursions compared here do not expand (mixing is
+    non-expansive, gradient steps are below 2/L, tracking and dual variables at worst accumulate), so it grows at
+    most linearly over at most ``rounds`` rounds: rounds · (rounds · ops · u · scale) in all. Loose by design — a
+    wrong draw, key or weight moves a model by η·σ or more, many orders of magnitude above it."""
+    return rounds * rounds * ops * UNIT_ROUNDOFF * scale
+
+
+def watch_privatised(mechanism) -> list[float]:
+    """Record the largest |entry| of every value ``mechanism`` privatises from now on (the scale of a run's noisy
+    gradients, for :func:`rounding_tolerance`); returns the list it appends to."""
+    seen: list[float] = []
+    privatize = mechanism.privatize
+
+    def watched(value, access):
+        out = privatize(value, access)
+        seen.append(float(out.abs().max()))
+        return out
+
+    mechanism.privatize = watched
+    return seen
+
 
 @pytest.fixture
 def shared_data() -> Path:

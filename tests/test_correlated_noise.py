@@ -44,6 +44,7 @@ def test_noise_has_the_designed_covariance(name):
     assert z.max() < z_max, f"entry {np.unravel_index(z.argmax(), z.shape)} off by {z.max():.2f} standard errors"
 
 
+@pytest.mark.exact
 def test_decor_terms_cancel_exactly():
     m = mech("decor")
     n, d, t = NET.n, 50, 3
@@ -56,7 +57,12 @@ def test_decor_terms_cancel_exactly():
 
 @pytest.mark.parametrize("name", ["ldp", "decor", "whisper"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.exact
 def test_per_agent_generation_equals_central_bit_for_bit(name, dtype):
+    """Exact by construction: both paths draw the same keyed normals (SplitMix64, then SciPy's Φ⁻¹: integer
+    arithmetic and one scalar C routine per element) and add coeff·draw terms in the same order with separate
+    elementwise products and sums (``index_add_`` adds in index order), each correctly rounded wherever ATen's vector
+    blocks fall — the same operations in the same order on any CPU."""
     m = mech(name)
     for t, d in [(1, 3), (7, 123), (50, 1000)]:
         central = m.noise.network(t, d, dtype)
@@ -195,8 +201,10 @@ def test_covariance_cli_hbc_and_errors():
     assert res.exit_code == 2 and "must be < n" in res.output
 
 
+@pytest.mark.exact
 def test_large_components_match_per_agent_bit_for_bit():
-    """Components of ≥ 8 agents take the column-by-column path; it must still equal each agent's own sum."""
+    """Components of ≥ 8 agents take the column-by-column path; it must still equal each agent's own sum (the same
+    elementwise products and sums in the same order: exact by construction, as in the test above)."""
     pytest.importorskip("cvxpy", reason="problem (10) needs the optional extra: pip install 'privdl[reference]'")
     from privdl.covariance.hbc import solve_hbc
     from privdl.covariance.seeds import seed_groups

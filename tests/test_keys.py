@@ -17,6 +17,8 @@ from privdl.keys import WIDE, Draws, Keys, RootKeys, bits, fold, fold_int, norma
 from privdl.tasks.models import linear
 from privdl.tasks.supervised import SupervisedTask
 
+pytestmark = pytest.mark.exact  # every test here asserts exact (bit-for-bit) values
+
 MASK = (1 << 64) - 1
 
 

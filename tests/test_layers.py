@@ -61,10 +61,12 @@ def _tied(*shape: int) -> torch.Tensor:
 
 @pytest.mark.parametrize("channels", [2, 2 * _CHANNELS_LAST_FROM])
 @pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.exact
 def test_max_pool_values_argmax_and_gradients_are_atens(channels, k):
     """Values and the gradient (which routes to ATen's argmax, ties included) equal F.max_pool2d's bit for bit, on
     the plain and the channels-last path, for planes the windows do not divide (9 × 7), and for an input whose
-    memory order is not its axis order (as vmap hands it over)."""
+    memory order is not its axis order (as vmap hands it over). Exact by construction: a maximum selects one of its
+    inputs (no rounding) and its gradient routes each output's gradient to one input."""
     base = _tied(channels, 5, 9, 7)
     for x in (base, base.transpose(0, 1).contiguous().transpose(0, 1)):
         assert torch.equal(max_pool2d(x, k), F.max_pool2d(x, k))
@@ -75,6 +77,7 @@ def test_max_pool_values_argmax_and_gradients_are_atens(channels, k):
         assert torch.equal(ours, ref)
 
 
+@pytest.mark.exact
 def test_max_pool_under_torch_func_and_higher_derivatives():
     """Per-example gradients under vmap (the vmapped axis inside the channels), Hessians through a Mish network,
     forward mode and second derivatives by gradcheck, against F.max_pool2d; and a clear error for a flat input."""

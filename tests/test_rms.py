@@ -94,7 +94,10 @@ def test_sparse_random_matrix_on_model_sized_rows_keeps_its_law():
         assert torch.equal(rms.apply(unit.clone(), Keys(2, 4), c)[:, j], torch.ones(4, dtype=torch.float64))
 
 
+@pytest.mark.exact
 def test_random_matrix_is_each_agents_own_draw():
+    """Row 2 alone equals row 2 of the whole batch bit for bit: keyed draws per element, elementwise products and
+    sums, a gather and an in-order scatter-add — no operation whose rounding depends on the number of rows."""
     rms = RandomMatrixStepSize(sigma_mu=0.1, sigma_z=0.1)
     g = torch.randn(5, 4, dtype=torch.float64)
     full = rms.apply(g.clone(), Keys(3, 5), 7)

@@ -2,7 +2,9 @@
 reconstructs each agent's iterates from that agent's own state and the messages it received — the agent is re-run
 with every other row set to NaN and its incoming messages served from the transcript, and must end bit for bit
 where it ended (any read of another agent's row, a hidden matrix product with W, or a side channel would put a
-NaN or a different number there)."""
+NaN or a different number there). Bit for bit holds by construction: the replay runs the same kernels on the same
+shapes, the agent's row at the same position, and no kernel mixes rows (the NaN rows cannot reach it but through a
+read of another agent's row, which is what the test looks for)."""
 
 from __future__ import annotations
 
@@ -62,6 +64,7 @@ def _mechanism(net, task, alg, kind):
 
 @pytest.mark.parametrize("name,params", [(n, p) for n, ps in VARIANTS.items() for p in ps])
 @pytest.mark.parametrize("kind", ["decor", "dp_sgd"])
+@pytest.mark.exact
 def test_the_transcript_reconstructs_every_agents_iterates(name, params, kind):
     net, task, alg = _setup(name, params)
     sched = make_schedule("constant", eta=0.1, iterations=ROUNDS)
@@ -101,6 +104,7 @@ def _run(comm_of, observers=()):
                     observers=observers)
 
 
+@pytest.mark.exact
 def test_identity_encoding_equals_no_message_mechanism_bit_for_bit():
     plain_tr, wrapped_tr = Transcript(), Transcript()
     plain = _run(SparseComm, [plain_tr])

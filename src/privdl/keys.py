@@ -11,7 +11,8 @@ Two layers:
   (the runtime issue) without touching any mechanism.
 * a **counter-based generator** turns a key and a counter (the round or the noisy access) into numbers:
   ``bits(fold(key, counter), size)`` is the SplitMix64 stream of the folded key (Steele, Lea, Flood 2014;
-  Vigna's reference constants), uniforms take its top 53 bits, normals are Φ⁻¹ of those uniforms — or, for rows of
+  Vigna's reference constants), uniforms take its top 53 bits, normals are Φ⁻¹ of those uniforms (SciPy's, the same
+  on every CPU: :func:`inverse_normal`) — or, for rows of
   at least ``WIDE`` numbers (model-sized noise), numpy's Philox4x64 keyed by the same key. Every function is
   vectorised over keys, so the draws of all agents (and all replicas of a sweep) are one array operation, and an
   agent's numbers depend only on its own key and the element index: never on n, on another agent's data size, or
@@ -133,6 +134,24 @@ def uniform(keys: np.ndarray, size: int) -> torch.Tensor:
 WIDE = 4096
 
 
+def inverse_normal(u: torch.Tensor) -> torch.Tensor:
+    """Φ⁻¹(u + 2⁻⁵⁴) for float64 uniforms u on the grid k·2⁻⁵³ (so the argument is in (0, 1)), in place of u.
+
+    SciPy's ``ndtri`` (Cephes, compiled once for the x86-64 baseline) rather than ``torch.special.ndtri``: ATen
+    compiles that kernel once per CPU capability and picks the build by processor, and the builds round differently
+    (its AVX2 build against its baseline build, ``ATEN_CPU_CAPABILITY=default``: 17 % of a million draws differ in
+    the last bits, measured here). SciPy's value does not depend on that choice (benchmarks/exactness.py checks it
+    under every capability), so every process of a run — and both holders of a shared seed — draw the same numbers
+    on AVX2 and AVX-512 machines alike. Its tails call the C library's ``log``, which glibc also picks by processor
+    (its FMA variant on every CPU with AVX2 or AVX-512)."""
+    from scipy.special import ndtri
+
+    x = u.numpy()
+    x += 2.0**-54
+    ndtri(x, out=x)
+    return u
+
+
 def normal(keys: np.ndarray, size: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """(m, size) standard normals, one row per key, computed in float64 and then cast (a float32 run sees the same
     draws as a float64 run, rounded).
@@ -147,7 +166,7 @@ def normal(keys: np.ndarray, size: int, dtype: torch.dtype = torch.float64) -> t
     on the same side of ``WIDE``."""
     k = _u64(keys).reshape(-1)
     if size < WIDE:
-        return _fill(k, size, dtype, lambda u: torch.special.ndtri(u.add_(2.0**-54)))
+        return _fill(k, size, dtype, inverse_normal)
     out = torch.empty((len(k), size), dtype=dtype)
     direct = dtype == torch.float64
 
