@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from privdl.errors import ConfigError
 from privdl.experiment import expand, load_config, run_experiment
@@ -98,6 +99,7 @@ def test_two_processes_on_one_out_never_run_the_same_run_twice(tmp_path):
     (runs[1] / ".lock").unlink()
 
 
+@pytest.mark.exact
 def test_jobs_share_the_runs_between_processes_with_the_results_of_one_process(tmp_path):
     """``jobs = 2``: a spawned helper and this process take the stacked groups in turn; every run is executed once,
     by one of the two processes, with exactly the numbers a single process computes, and results.csv lists all. The
@@ -127,6 +129,9 @@ def test_jobs_share_the_runs_between_processes_with_the_results_of_one_process(t
         theirs = json.loads((tmp_path / "jobs" / "runs" / path.parent.name / "manifest.json").read_text())
         assert theirs["final_metrics"] == mine["final_metrics"]
         pids.add(theirs["process"]["pid"])
+        # what decides a run's last bits is recorded: the kernels ATen picked and the intra-op threads
+        assert theirs["process"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+        assert theirs["process"]["threads"] >= 1
     assert len(pids) == 2 and os.getpid() in pids  # both processes ran groups
     assert read_results(tmp_path / "jobs" / "results.csv")[1] == read_results(tmp_path / "one" / "results.csv")[1]
     again = run_experiment(cfg, tmp_path / "jobs", jobs=2, progress=False)

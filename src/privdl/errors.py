@@ -18,6 +18,12 @@ class ConfigError(PrivdlError, ValueError):
     """An experiment config is malformed: unknown key, wrong type, bad value. Names the key."""
 
 
+class FileError(ValidationError, ConfigError):
+    """A file privdl reads, or a folder it writes to, is missing, a folder where a file belongs (or the reverse),
+    unreadable, empty, cut short, mis-encoded or of another kind. Names the file and what is wrong. The file is named
+    by a config or an argument, so this is both a :class:`ConfigError` and a :class:`ValidationError`."""
+
+
 class DataError(PrivdlError, OSError):
     """A data file is missing or corrupted (checksum). Says which file and where to put it."""
 

@@ -6,19 +6,21 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, TypeVar
 
 import numpy as np
 import torch
 
 from privdl.algorithms import Algorithm, make_algorithm
 from privdl.comm import Comm, make_comm
-from privdl.errors import DataError, ValidationError
+from privdl.errors import DataError, FileError, ValidationError
 from privdl.mechanisms import GradientMechanism, make_mechanism
 from privdl.network import Network, load_network_file
 from privdl.schedules import Schedule, make_schedule
 from privdl.tasks import Task, make_task
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+T = TypeVar("T")
 
 
 @dataclass
@@ -76,13 +78,31 @@ def input_files(cfg: dict) -> dict[str, str]:
     return out
 
 
+_CHECKED: set[tuple[str, int, int]] = set()
+
+
+def check_covariance_file(path: str) -> None:
+    """Refuse, naming it, a covariance file R that is not a .npy array of finite real numbers (empty, cut short,
+    text, objects, another kind of file, nan): read once per content (path, time stamp, size)."""
+    from privdl.data.files import read_input, read_matrix
+
+    st = Path(path).stat()
+    stamp = (path, st.st_mtime_ns, st.st_size)
+    if stamp in _CHECKED:
+        return
+    read_matrix(path, "covariance file")
+    if not read_input(path, "covariance file")[:6] == b"\x93NUMPY":
+        raise FileError(f"covariance file {path} is text; a covariance file is a .npy array (numpy.save)")
+    _CHECKED.add(stamp)
+
+
 def build_network(net: dict, run_seed: int = 0, base_dir: str | None = None) -> Network:
     """The network of a ``[network]`` table; ``seed = "run"`` draws a different graph for every run seed; a
     relative ``file`` is read from ``base_dir``. Networks are immutable facts: the same table and seed give the same
     (cached) object."""
     if net.get("file"):
         path, how = resolve_path(net["file"], base_dir, "network.file")
-        if not Path(path).is_file():
+        if not Path(path).exists():
             raise ValidationError(f"network file {path} does not exist{how}")
         net = {**net, "file": path}
     key = (json.dumps(net, sort_keys=True, default=str), run_seed if net.get("seed") == "run" else None)
@@ -161,6 +181,18 @@ def _check_theory(algorithm: Algorithm, network: Network, task: Task, schedule: 
     warn_outside(algorithm.name, bounds, gamma=float(schedule(1)), tau=float(facts["tau"]))
 
 
+def computed(section: str, table: dict, make: Callable[[], T]) -> T:
+    """``make()``, where a value too small or too large for double precision (σ = 1e-200: σ² is 0; a matrix of
+    such numbers whose eigenvalues do not converge) is an error naming the section and its values, not a
+    traceback from deep inside the arithmetic."""
+    try:
+        return make()
+    except (ZeroDivisionError, OverflowError, FloatingPointError, np.linalg.LinAlgError) as exc:
+        given = ", ".join(f"{k} = {v!r}" for k, v in table.items())
+        raise ValidationError(f"[{section}] {given}: a value is too small or too large to compute with in double "
+                              f"precision ({type(exc).__name__}: {exc})") from None
+
+
 def build_task(cfg: dict, n: int) -> Task:
     """The task of a run config for ``n`` agents; ``seed = "run"`` partitions the data by the run seed."""
     params = _rest(cfg["task"], "name")
@@ -191,9 +223,12 @@ def build(cfg: dict, *, task: Task | None = None) -> Components:
     mech = _rest(cfg["mechanism"], "name")
     if isinstance(mech.get("file"), str):
         mech["file"], how = resolve_path(mech["file"], cfg.get("base_dir"), "mechanism.file")
-        if not Path(mech["file"]).is_file():
+        if not Path(mech["file"]).exists():
             raise ValidationError(f"covariance file {mech['file']} does not exist{how}")
-    mechanism = make_mechanism(cfg["mechanism"]["name"], steps=accesses, network=network, task=task, **mech)
+        check_covariance_file(mech["file"])
+    mechanism = computed("mechanism", cfg["mechanism"],
+                         lambda: make_mechanism(cfg["mechanism"]["name"], steps=accesses, network=network, task=task,
+                                                **mech))
     schedule = make_schedule(cfg["schedule"]["name"], iterations=cfg["iterations"], **_rest(cfg["schedule"], "name"))
     _check_theory(algorithm, network, task, schedule)
     sparse = cfg["network"].get("sparse", "auto")

@@ -30,6 +30,7 @@ import itertools
 import json
 import math
 import re
+import sys
 import tomllib
 import types
 import typing
@@ -124,6 +125,11 @@ def _check_value(dotted: str, value: Any) -> None:
     run) and non-empty paths."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"key {dotted!r} is {value}; give a finite number")
+    if isinstance(value, float) and 0.0 < abs(value) < sys.float_info.min:
+        raise ConfigError(f"key {dotted!r} is {value}, below the smallest normal double ({sys.float_info.min:.3g}): "
+                          "no parameter means anything this small (its square is 0); give 0 or a larger value")
+    if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
+        raise ConfigError(f"key {dotted!r} is {value}, beyond 64-bit integers (TOML's range, and the arrays')")
     if isinstance(value, list):
         for v in value:
             _check_value(dotted, v)
@@ -145,8 +151,11 @@ def _accepts(annotation: Any, value: Any) -> bool:
         return any(_accepts(a, value) for a in typing.get_args(annotation))
     if annotation is type(None):
         return value is None
-    if origin in (list, tuple):
-        return isinstance(value, (list, tuple))
+    if origin in (list, tuple):  # list[float]: each element too
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        return isinstance(value, (list, tuple)) and (len(args) != 1 or all(_accepts(args[0], v) for v in value))
+    if annotation in (list, tuple):  # a bare list (anchors, target): numbers, or lists of numbers
+        return isinstance(value, (list, tuple)) and _numbers(value)
     if annotation is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if annotation is int:
@@ -154,6 +163,13 @@ def _accepts(annotation: Any, value: Any) -> bool:
     if isinstance(annotation, type):
         return isinstance(value, annotation)
     return True
+
+
+def _numbers(value: Any) -> bool:
+    """Whether ``value`` is a number or a (nested) list of numbers."""
+    if isinstance(value, (list, tuple)):
+        return all(_numbers(v) for v in value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _type_name(annotation: Any) -> str:
@@ -190,13 +206,16 @@ def set_dotted(cfg: dict, key: str, value: Any) -> None:
 def load_config(path: str | Path, overrides: list[str] | None = None, *, validate: bool = True) -> dict:
     """Read a TOML config, apply ``--set key=value`` overrides (dotted keys) and validate it (every key, type and
     registry name of every grid point: a misspelled name fails here, not when a run is built)."""
+    from privdl.data.files import read_text
+
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
+    text = read_text(path, "config file")  # missing, a folder, empty, not UTF-8/UTF-16 text: an error naming it
     try:
-        cfg = tomllib.loads(path.read_text())
+        cfg = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+        hint = (" (it looks like JSON, e.g. an experiment.json: privdl reads a TOML config, see docs/CONFIG.md)"
+                if text.lstrip().startswith(("{", "[{", "[\n")) or path.suffix == ".json" else "")
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}{hint}") from None
     cfg.setdefault("base_dir", str(path.resolve().parent))
     for item in overrides or []:
         if "=" not in item:
@@ -306,6 +325,7 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
                 raise ConfigError(f"key {key!r} must be {typ.__name__}, got {value!r}")
             if key in FIXED_CHOICES:
                 _check_choice(key, value, [FIXED_CHOICES[key]])
+            _check_value(key, value)
             out[key] = value
         elif key not in SECTIONS and key != "network":
             raise ConfigError(
@@ -321,6 +341,8 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
     for key, what in (("eval_every", "0: only the first and last round"), ("threads", "0: torch's default")):
         if out[key] < 0:
             raise ConfigError(f"{key} must be >= 0 ({what}), got {out[key]}")
+    if out["threads"] >= 2**31:
+        raise ConfigError(f"threads must be a number of threads (< 2^31), got {out['threads']}")
     if not DEVICE.fullmatch(out["device"]):
         raise ConfigError(f"device must be \"cpu\", \"cuda\", \"cuda:N\" or \"auto\", got {out['device']!r}")
     if out["batch_replicas"] < 0:

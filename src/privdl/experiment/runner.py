@@ -9,6 +9,7 @@ calibrates and accounts every run without training (design sweeps: the mechanism
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -29,12 +30,19 @@ from privdl.errors import ConfigError, PrivdlError, ValidationError
 from privdl.experiment.build import Components, build, build_algorithm, build_network, build_task, input_files
 from privdl.experiment.config import RunSpec, expand
 from privdl.experiment.store import ResultStore
+from privdl.mechanisms.base import ClippedSum
 from privdl.mechanisms.stack import may_stack, need_signature
 from privdl.privacy.ledger import statement
 from privdl.simulator import Replica, simulate, simulate_replicas, stackable
 
 #: numbers (model state plus one step's batch) a stacked batch may hold, for the automatic ``batch_replicas``
 BATCH_BUDGET = 2**25
+#: seconds between two looks at the runs other processes hold, while this process waits for them
+WAIT_POLL = 0.5
+#: ATen splits a kernel among its intra-op threads only above this many elements (``at::internal::GRAIN_SIZE``)
+GRAIN = 32768
+#: OpenMP / BLAS thread counts a user may set; any of them set, the process's thread count is the user's choice
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 #: sections that may differ between runs of one stacked batch
 PER_REPLICA = ("seed", "network", "mechanism", "schedule", "name", "description", "threads")
 
@@ -47,9 +55,11 @@ class ExperimentSummary:
     skipped: int
     results: Path
     seconds: float
-    busy: int = 0  # runs another process was running (not executed here, not in results.csv yet)
+    busy: int = 0  # runs another process was still running at the end (not executed here, not in results.csv yet)
     #: run id → metrics whose last value is nan or ±inf (the run diverged or overflowed), for runs executed here
     nonfinite: dict[str, list[str]] = field(default_factory=dict)
+    #: runs other processes sharing the directory finished while this one ran (it waited for those they held)
+    others: int = 0
 
 
 def nonfinite_metrics(rows: Iterable[tuple[int, str, float]]) -> list[str]:
@@ -115,7 +125,10 @@ def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[i
         "seconds": seconds,
         "finished_at": _utc(time.time()),
         "started_at": _utc(time.time() - seconds),
-        "process": {"host": platform.node(), "pid": os.getpid()},  # which process of a sharded / --jobs run
+        # which process of a sharded / --jobs run, and what decides its last bits besides the code and the seed: the
+        # kernels ATen picked for this CPU and the intra-op threads (docs/ARCHITECTURE.md, "What is bit-exact")
+        "process": {"host": platform.node(), "pid": os.getpid(), "threads": torch.get_num_threads(),
+                    "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine()},
         "iterations_per_second": cfg["iterations"] / seconds if seconds > 0 and cfg.get("train", True) else None,
         "final_metrics": final,
     }
@@ -139,10 +152,14 @@ def observers(cfg: dict, c: Components, rows: int) -> list:
 def run_one(spec: RunSpec, on_step: Callable[[int], None] | None = None, *,
             components: Components | None = None) -> tuple[list[tuple[int, str, float]], dict]:
     """One run, alone: its rows (iteration, metric, value) and its manifest."""
+    c = components or build(spec.config)
+    with intra_op_threads(spec.config, c.task, c.network.n, c.mechanism.need):
+        return _run_one(spec, c, on_step)
+
+
+def _run_one(spec: RunSpec, c: Components,
+             on_step: Callable[[int], None] | None) -> tuple[list[tuple[int, str, float]], dict]:
     cfg = spec.config
-    if cfg.get("threads"):
-        torch.set_num_threads(cfg["threads"])
-    c = components or build(cfg)
     if not cfg.get("train", True):
         start = time.perf_counter()
         ledger = statement(c.mechanism, c.algorithm, iterations=cfg["iterations"], edges=c.network.edges)
@@ -160,6 +177,13 @@ def run_one(spec: RunSpec, on_step: Callable[[int], None] | None = None, *,
 def run_batch(specs: Sequence[RunSpec], parts: Sequence[Components],
               on_step: Callable[[int], None] | None = None) -> list[tuple[list[tuple[int, str, float]], dict]]:
     """Runs that share task, algorithm and length, stacked on the replica axis."""
+    with intra_op_threads(specs[0].config, parts[0].task, len(specs) * parts[0].network.n,
+                          parts[0].mechanism.need):
+        return _run_batch(specs, parts, on_step)
+
+
+def _run_batch(specs: Sequence[RunSpec], parts: Sequence[Components],
+               on_step: Callable[[int], None] | None) -> list[tuple[list[tuple[int, str, float]], dict]]:
     cfg = specs[0].config
     res = simulate_replicas(task=parts[0].task, algorithm=parts[0].algorithm,
                             replicas=[Replica(c.network, c.mechanism, c.schedule, s.config["seed"])
@@ -183,14 +207,56 @@ def _batch_key(spec: RunSpec) -> str:
     return json.dumps(cfg, sort_keys=True, default=str)
 
 
+def _batch_inputs(task, need=None) -> int:
+    """Numbers in one row's inputs of one access: examples × features (a task without examples: its dimension). The
+    examples are the mini-batch, or for a per-example ``need`` its uniform batch or the largest expected Poisson lot."""
+    features = int(np.prod(task.X.shape[2:])) if hasattr(task, "X") else task.dim
+    examples = max(1, task.batch_size)
+    if isinstance(need, ClippedSum):
+        if need.batch is not None:
+            examples = need.batch
+        elif hasattr(task, "counts"):
+            rates, counts = need.rates.reshape(-1).to(torch.float64), task.counts.to(torch.float64)
+            examples = math.ceil(float((rates * counts).max() if rates.numel() in (1, counts.numel())
+                                       else rates.max() * counts.max()))
+    return max(1, examples) * features
+
+
 def _capacity(cfg: dict, parts: Components) -> int:
     if cfg.get("batch_replicas"):
         return int(cfg["batch_replicas"])
-    task = parts.task
-    features = int(np.prod(getattr(task, "X", torch.zeros(1, 1, task.dim)).shape[2:])) if hasattr(task, "X") \
-        else task.dim
-    per = parts.network.n * (4 * task.dim + max(1, task.batch_size) * features)
+    per = parts.network.n * (4 * parts.task.dim + _batch_inputs(parts.task))
     return max(1, BATCH_BUDGET // max(per, 1))
+
+
+def auto_threads(task, rows: int, need=None) -> int | None:
+    """The intra-op threads privdl picks for ``rows`` rows of ``task`` when neither the config (``threads``) nor the
+    environment (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``) says: one thread when the largest tensor of a round — the
+    rows' parameters or their batch of inputs — stays below ATen's grain, so that no kernel would be split among
+    threads and the pool could only cost (every call that still enters it waits for its threads, milliseconds each
+    when other processes hold the cores); None (the process's count) otherwise. BENCHMARKS.md, "A run beside busy
+    processes": the issue's logistic D-SGD + DECOR run is 1.2× faster alone and 22× faster beside two busy processes
+    than at torch's default."""
+    if any(v in os.environ for v in THREAD_VARIABLES):
+        return None
+    return 1 if rows * max(task.dim, _batch_inputs(task, need)) < GRAIN else None
+
+
+@contextlib.contextmanager
+def intra_op_threads(cfg: dict, task, rows: int, need=None):
+    """torch's intra-op threads while one run or one stacked batch computes: the config's ``threads`` when set, else
+    :func:`auto_threads`, else the process's count (torch's default, or a ``--jobs`` process's share); restored
+    after. The manifest records the count the run used (``process.threads``): above ATen's grain it decides the
+    last bits of a reduction (docs/ARCHITECTURE.md, "What is bit-exact")."""
+    before = torch.get_num_threads()
+    want = int(cfg.get("threads") or auto_threads(task, rows, need) or before)
+    if want != before:
+        torch.set_num_threads(want)
+    try:
+        yield want
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def _alone(cfg: dict, algorithms: dict[str, bool]) -> bool:
@@ -317,12 +383,15 @@ def check_inputs_unchanged(store: ResultStore, finished: Iterable[RunSpec]) -> N
 def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str], None] = True,
                    shard: tuple[int, int] | None = None,
                    on_done: Callable[[str, list, dict], None] | None = None, jobs: int = 1,
-                   others_running: Callable[[], bool] | None = None) -> ExperimentSummary:
+                   others_running: Callable[[], bool] | None = None, wait: bool = True) -> ExperimentSummary:
     """Run (or resume) the experiment ``cfg`` into directory ``out``. ``shard = (i, k)`` runs only every k-th
     distinct run starting at i (k processes can share one directory). ``progress``: a live bar (True), nothing
     (False), or a function that receives plain lines with the count and an estimate of the time left (logs).
     ``jobs`` > 1 runs the stacked groups in that many processes on this machine (:func:`run_parallel`);
-    ``others_running`` (its helpers' liveness) keeps the progress counting their runs after this process's last."""
+    ``others_running`` (its helpers' liveness) keeps the progress counting their runs after this process's last.
+    Runs another process holds (a second ``privdl run`` on the same ``out``) are left to it; with ``wait``, this
+    process then waits until they are finished — running any whose holder is gone
+    (:meth:`~privdl.experiment.store.ResultStore.lock`) — so that its results.csv holds every run."""
     if check_jobs(jobs) > 1:
         return run_parallel(cfg, out, jobs=jobs, progress=progress, shard=shard, on_done=on_done)
     start = time.perf_counter()
@@ -401,47 +470,71 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                                 save(spec, rows, man)
             bar.update(current, completed=iters, visible=False)
 
-        executed, busy = 0, 0
-        last_results, wait = time.perf_counter(), 30.0
+        ran: set[str] = set()
+        last_results, every = time.perf_counter(), 30.0
 
         def claimed(group: list[RunSpec]) -> list[RunSpec]:
             """The runs of ``group`` this process takes (one lock per run: two processes on one --out never run
             the same run twice); runs another process holds or has finished meanwhile are left to it."""
-            nonlocal busy
             mine = []
             for s in group:
                 if not store.lock(s.run_id):
-                    busy += 1
-                elif store.is_done(s.run_id):  # another process finished it: it may be counted already
+                    continue
+                if store.is_done(s.run_id):  # another process finished it: it may be counted already
                     store.unlock(s.run_id)
                     tally.look(force=True)
                 else:
                     mine.append(s)
             return mine
 
-        for planned in plan(todo):
+        def execute(planned: list[RunSpec]) -> None:
+            nonlocal last_results, every
             group = claimed(planned)
             if not group:
-                continue
-            executed += len(group)
+                return
+            ran.update(s.run_id for s in group)
             try:
                 _execute(group)
             finally:
                 for s in group:
                     store.unlock(s.run_id)
-            if time.perf_counter() - last_results > wait:  # results.csv grows while a long sweep runs
+            if time.perf_counter() - last_results > every:  # results.csv grows while a long sweep runs
                 t0 = time.perf_counter()
                 store.write_results(axes, [(r.run_id, r.sweep) for r in runs])
                 last_results = time.perf_counter()
-                wait = max(30.0, 20 * (last_results - t0))  # rewriting never takes more than 5 % of the sweep
+                every = max(30.0, 20 * (last_results - t0))  # rewriting never takes more than 5 % of the sweep
+
+        for planned in plan(todo):
+            execute(planned)
+        held = [s for s in todo if s.run_id not in ran and not store.is_done(s.run_id)]
+        told = False
+        while wait and held:  # runs other processes hold: wait for them, and run those whose holder is gone
+            for s in held:
+                execute([s])
+            held = [s for s in held if s.run_id not in ran and not store.is_done(s.run_id)]
+            if held and not told and others_running is None:  # (its own helpers' runs: the progress counts them)
+                told = True
+                holder = store.holder(held[0].run_id) or "just released"
+                note = (f"{cfg.get('name', 'experiment')}: waiting for {len(held)} run(s) held by other processes "
+                        f"sharing {store.root} (e.g. run {held[0].run_id}: {holder}); a run whose process is gone is "
+                        "taken over and run here")
+                if callable(progress):
+                    progress(note)
+                elif progress:
+                    bar.console.print(note, markup=False, highlight=False)
+            if held:
+                time.sleep(WAIT_POLL)
+                tally.look()
+        busy = len(held)
         while others_running is not None and others_running():
             time.sleep(0.2)
             tally.look()
         if others_running is not None:
             tally.look(force=True)
     results = store.write_results(axes, [(r.run_id, r.sweep) for r in runs])
-    return ExperimentSummary(Path(out), len(unique), executed, len(unique) - len(todo), results,
-                             time.perf_counter() - start, busy, nonfinite)
+    others = sum(1 for r in todo if r.run_id not in ran and store.is_done(r.run_id))
+    return ExperimentSummary(Path(out), len(unique), len(ran), len(unique) - len(todo), results,
+                             time.perf_counter() - start, busy, nonfinite, others)
 
 
 def check_jobs(jobs: object) -> int:
@@ -482,7 +575,7 @@ def _helper(cfg: dict, out: str, shard: tuple[int, int] | None, threads: int, sh
         _exit_with(parent)
     warnings.showwarning = show_warning  # the parent's warning format (the CLI's one line per warning)
     torch.set_num_threads(threads)
-    run_experiment(cfg, out, progress=False, shard=shard)
+    run_experiment(cfg, out, progress=False, shard=shard, wait=False)  # the main process waits and collects
 
 
 def run_parallel(cfg: dict, out: str | Path, *, jobs: int, progress: bool | Callable[[str], None] = True,

@@ -7,7 +7,11 @@
     DIR/results.csv                long format: run_id, <sweep axes...>, iteration, metric, value
 
 Each run's files are written atomically and its manifest last, so a run interrupted at any point is simply run again;
-several processes (shards) may share one directory (they run disjoint runs).
+several processes (shards, ``--jobs``, a second ``privdl run``) may share one directory: the first to come claims it
+(experiment.json appears at once, complete, or not at all, so processes started together all join), and each run is
+held by one process at a time through ``runs/<run_id>/.lock`` (host and pid; refreshed every :data:`LOCK_BEAT`
+seconds while held, and taken over when its process is gone: ended on this host, or silent for :data:`LOCK_STALE`
+seconds on any host — a folder copied with its locks from another machine does not keep its runs forever).
 """
 
 from __future__ import annotations
@@ -17,17 +21,41 @@ import io
 import json
 import os
 import socket
+import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
-from privdl.errors import ConfigError, ValidationError
+from privdl.data.files import read_json, read_text
+from privdl.errors import ConfigError, FileError, PrivdlError, ValidationError
+
+#: seconds between two refreshes of the time stamp of a lock this process holds
+LOCK_BEAT = 10.0
+#: a lock whose time stamp is older than this (seconds) belongs to a process that is gone or frozen: taken over
+LOCK_STALE = 120.0
+
+
+def make_folder(folder: Path, what: str = "--out") -> None:
+    """Create ``folder`` (and its parents), or say why it cannot be: a file on the way, no permission, a read-only
+    file system."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise FileError(f"{what} {folder} is a file, not a folder" + ("; choose another --out" if what == "--out"
+                                                                      else "")) from None
+    except NotADirectoryError:
+        above = next((q for q in reversed(folder.parents) if q.is_file()), folder)
+        raise FileError(f"{what} {folder} cannot be made: {above} is a file, not a folder") from None
+    except OSError as exc:
+        raise FileError(f"{what} {folder} cannot be made ({exc.strerror or exc}); choose a folder you can write "
+                        "in") from None
 
 
 def _stage(path: Path, text: str, *, sync: bool) -> str:
     """Write ``text`` to a temporary file beside ``path`` (fsync'd if ``sync``); returns its name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folder(path.parent, "folder")
     tmp = str(path.parent / f".{path.name}.{os.getpid()}.tmp")  # one writer per run: a fixed name is safe
     try:
         with open(tmp, "w") as f:
@@ -35,17 +63,28 @@ def _stage(path: Path, text: str, *, sync: bool) -> str:
             if sync:
                 f.flush()
                 os.fsync(f.fileno())
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise FileError(f"cannot write {path} ({exc.strerror or exc})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return tmp
 
 
+def _replace(tmp: str, path: Path) -> None:
+    """Rename a staged file onto ``path`` (an error naming ``path`` where that cannot be: e.g. it is a folder)."""
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise FileError(f"cannot write {path} ({exc.strerror or exc})") from None
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Replace ``path`` by ``text`` atomically and durably (fsync, then rename)."""
     tmp = _stage(path, text, sync=True)
     try:
-        os.replace(tmp, path)
+        _replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -83,33 +122,49 @@ class ResultStore:
         self._done: set[str] = set()  # runs found finished (a finished run stays finished): parsed once
 
     def claim(self, experiment: dict) -> None:
-        """Bind the directory to ``experiment``; refuse a directory holding another experiment's results."""
+        """Bind the directory to ``experiment``; refuse a directory holding another experiment's results. Processes
+        started together on one empty folder all join: experiment.json is created whole, by one of them (a hard
+        link of a finished file, which fails if the name exists), and the others read it."""
         path = self.root / "experiment.json"
         text = json.dumps(experiment, indent=2, sort_keys=True, default=str)
         if self.root.exists() and not self.root.is_dir():
             raise ConfigError(f"--out {self.root} is a file, not a folder; choose another --out")
-        if path.exists():
-            old = _experiment(self.root)
-            if _identity(old) != _identity(json.loads(text)):
-                keys = ", ".join(_diff(old, json.loads(text))[:8])
-                if _identity(old, grid=False) == _identity(json.loads(text), grid=False):
-                    # the same experiment over another grid (more seeds, ε, graphs): finished runs whose ids the new
-                    # grid also produces are kept and skipped; the others stay on disk, out of results.csv
-                    atomic_write(path, text)
-                    return
-                if not self._holds_results():  # e.g. a config that failed at build: nothing of it to protect
-                    warnings.warn(f"{self.root} held another experiment (differing at: {keys}) with no finished or "
-                                  "running run; it now holds this one", stacklevel=2)
-                    atomic_write(path, text)
-                    return
-                raise ConfigError(
-                    f"{self.root} holds results of a different experiment (config differs at: {keys}); "
-                    f"choose another --out directory or delete it"
-                )
+        make_folder(self.root)
+        for _ in range(3):
+            if path.exists():
+                self._compare(path, text)
+                return
+            names = [p.name for p in self.root.iterdir() if not p.name.startswith(".")]
+            if "experiment.json" in names or path.exists():  # another process claimed it meanwhile
+                continue
+            if names:
+                raise ConfigError(f"{self.root} is not empty and holds no privdl experiment (it holds "
+                                  f"{', '.join(sorted(names)[:5])}); choose another --out")
+            if _create_whole(path, text):
+                return
+        raise ConfigError(f"{path} keeps changing under other processes; try again")
+
+    def _compare(self, path: Path, text: str) -> None:
+        """The folder already holds an experiment: the same one (join it), the same over another grid (re-point
+        it), or another (refused, unless nothing of it is finished or running)."""
+        old = _experiment(self.root)
+        if _identity(old) == _identity(json.loads(text)):
             return
-        if self.root.exists() and any(not p.name.startswith(".") for p in self.root.iterdir()):
-            raise ConfigError(f"{self.root} is not empty and holds no privdl experiment; choose another --out")
-        atomic_write(path, text)
+        keys = ", ".join(_diff(old, json.loads(text))[:8])
+        if _identity(old, grid=False) == _identity(json.loads(text), grid=False):
+            # the same experiment over another grid (more seeds, ε, graphs): finished runs whose ids the new grid
+            # also produces are kept and skipped; the others stay on disk, out of results.csv
+            atomic_write(path, text)
+            return
+        if not self._holds_results():  # e.g. a config that failed at build: nothing of it to protect
+            warnings.warn(f"{self.root} held another experiment (differing at: {keys}) with no finished or "
+                          "running run; it now holds this one", stacklevel=3)
+            atomic_write(path, text)
+            return
+        raise ConfigError(
+            f"{self.root} holds results of a different experiment (config differs at: {keys}); "
+            f"choose another --out directory or delete it"
+        )
 
     def check_writable(self) -> None:
         """Refuse, before anything is computed, a folder where finished runs could not be saved."""
@@ -131,14 +186,9 @@ class ResultStore:
         for d in runs.iterdir():
             if (d / "manifest.json").exists() or (d / "metrics.csv").exists():
                 return True
-            lock = d / ".lock"
-            if lock.exists():
-                try:
-                    host, pid = lock.read_text().split()
-                except (OSError, ValueError):
-                    return True
-                if host != socket.gethostname() or _alive(int(pid)):
-                    return True
+            held = _holder(d / ".lock")
+            if held is not None and held.gone() is None:
+                return True
         return False
 
     def run_dir(self, run_id: str) -> Path:
@@ -153,8 +203,8 @@ class ResultStore:
         if not path.is_file():
             return False
         try:
-            man = json.loads(path.read_text())
-        except (ValueError, OSError):
+            man = read_json(path, "manifest")
+        except FileError:
             man = None
         ok = (isinstance(man, dict) and man.get("status") == "complete" and man.get("run_id") == run_id
               and (self.run_dir(run_id) / "metrics.csv").is_file())
@@ -166,34 +216,48 @@ class ResultStore:
         return ok
 
     def lock(self, run_id: str) -> bool:
-        """Take the run for this process (an exclusive ``.lock`` file in its folder, holding host and pid). False
-        when another live process on this host holds it, or any process on another host (delete the ``.lock`` by
-        hand if that process is gone); a lock left by a dead process on this host is taken over."""
+        """Take the run for this process: an exclusive ``.lock`` file in its folder, created whole (host and pid),
+        whose time stamp this process refreshes every :data:`LOCK_BEAT` seconds while it holds it. False while
+        another process holds it; a lock whose process is gone — ended (this host), or not refreshed for
+        :data:`LOCK_STALE` seconds (any host: a crash, a folder copied from another machine with its locks) — is
+        taken over, with a warning that names its host and pid where that process was not seen to end here."""
         d = self.run_dir(run_id)
-        d.mkdir(parents=True, exist_ok=True)
+        make_folder(d, "run folder")
         lock = d / ".lock"
-        me = f"{socket.gethostname()} {os.getpid()}"
-        for _ in range(2):
-            try:
-                fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                try:
-                    host, pid = lock.read_text().split()
-                except (OSError, ValueError):
-                    host, pid = socket.gethostname(), "0"
-                if f"{host} {pid}" == me:
-                    return True
-                if host != socket.gethostname() or _alive(int(pid)):
-                    return False
-                lock.unlink(missing_ok=True)  # its process is gone
-                continue
-            with os.fdopen(fd, "w") as f:
-                f.write(me)
-            return True
+        left: tuple[_Held, str] | None = None  # the stale lock this process removed, and why it was stale
+        for _ in range(3):
+            held = _holder(lock)
+            if held is None:
+                if not _create_whole(lock, _me()):
+                    continue  # another process created it meanwhile: look at it
+                _HEARTBEAT.add(lock)
+                if left is not None and left[1] != "ended":
+                    warnings.warn(f"run {run_id}: took over its lock {lock}, left by {left[0]} ({left[1]}): that "
+                                  "process is gone (crashed or frozen, or the folder was copied from another "
+                                  "machine); the run is done here", stacklevel=2)
+                return True
+            if held.mine():
+                _HEARTBEAT.add(lock)
+                return True
+            why = held.gone()
+            if why is None:
+                return False
+            if _take_over(lock, held):
+                left = (held, why)
         return False
 
+    def holder(self, run_id: str) -> str | None:
+        """Who holds the run's lock now ("host H, pid P, refreshed N s ago"), or None."""
+        held = _holder(self.run_dir(run_id) / ".lock")
+        return None if held is None else f"{held}, refreshed {held.age():.0f} s ago"
+
     def unlock(self, run_id: str) -> None:
-        (self.run_dir(run_id) / ".lock").unlink(missing_ok=True)
+        """Release the run (only a lock this process holds: one taken over meanwhile is the new holder's)."""
+        lock = self.run_dir(run_id) / ".lock"
+        _HEARTBEAT.discard(lock)
+        held = _holder(lock)
+        if held is not None and held.mine():
+            lock.unlink(missing_ok=True)
 
     def save_run(self, run_id: str, rows: Iterable[tuple[int, str, float]], manifest: dict) -> None:
         self.save_runs([(run_id, rows, manifest)])
@@ -217,25 +281,34 @@ class ResultStore:
             if len(runs) > 1:
                 os.sync()
             for tmp, path in staged:
-                os.replace(tmp, path)
+                _replace(tmp, path)
         except BaseException:
             for tmp, _ in staged:
                 Path(tmp).unlink(missing_ok=True)
             raise
 
     def load_rows(self, run_id: str) -> list[tuple[int, str, float]]:
+        """A finished run's rows; a metrics.csv that is cut short, mis-encoded or holds other columns is refused
+        (never read as fewer or other numbers)."""
         path = self.run_dir(run_id) / "metrics.csv"
-        with open(path) as f:
-            r = csv.reader(f)
-            next(r, None)
-            try:
-                return [(int(t), m, float(v)) for t, m, v in r]
-            except ValueError as exc:
-                raise ValidationError(f"{path} is damaged ({exc}); delete {path.parent} and run the experiment "
-                                      "again to redo that run") from None
+        redo = f"; delete {path.parent} and run the experiment again to redo that run"
+        try:
+            text = read_text(path, "metrics file")
+        except FileError as exc:
+            raise FileError(f"{exc}{redo}") from None
+        if not text.endswith("\n"):
+            raise FileError(f"{path} ends in the middle of a line (cut short?){redo}")
+        r = csv.reader(io.StringIO(text))
+        header = next(r, None)
+        if header != ["iteration", "metric", "value"]:
+            raise FileError(f"{path} is damaged: its header is {header}, not iteration,metric,value{redo}")
+        try:
+            return [(int(t), m, float(v)) for t, m, v in r]
+        except ValueError as exc:
+            raise ValidationError(f"{path} is damaged ({exc}){redo}") from None
 
     def manifest(self, run_id: str) -> dict:
-        return json.loads((self.run_dir(run_id) / "manifest.json").read_text())
+        return read_manifest(self.run_dir(run_id) / "manifest.json")
 
     def write_results(self, axes: list[str], runs: list[tuple[str, dict]]) -> Path:
         """Assemble DIR/results.csv from the finished runs' files (runs still to do, e.g. another shard's, are left
@@ -252,6 +325,144 @@ class ResultStore:
         path = self.root / "results.csv"
         atomic_write(path, buf.getvalue())
         return path
+
+
+def _me() -> str:
+    """This process as its locks name it (computed each time: a forked process is another process)."""
+    return f"{socket.gethostname()} {os.getpid()}"
+
+
+def _create_whole(path: Path, text: str) -> bool:
+    """Create ``path`` holding ``text`` if no file has that name, atomically: a finished temporary file is
+    hard-linked to the name, so another process sees the file whole or not at all. False if the name exists."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.new")
+    try:
+        tmp.write_text(text)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links: exclusive creation, then the content
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                return False
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+        return True
+    except OSError as exc:
+        raise FileError(f"cannot write {path} ({exc.strerror or exc})") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+class _Held(NamedTuple):
+    """A lock file's holder as the file says (host, pid) and the time stamp its holder last refreshed."""
+
+    host: str
+    pid: int
+    mtime_ns: int
+
+    def __str__(self) -> str:
+        return f"host {self.host}, pid {self.pid}" if self.pid else "a lock naming no process"
+
+    def age(self) -> float:
+        return time.time() - self.mtime_ns / 1e9
+
+    def mine(self) -> bool:
+        return f"{self.host} {self.pid}" == _me()
+
+    def gone(self) -> str | None:
+        """Why the holder is gone ("ended": a process of this host that no longer runs; "not refreshed for …": any
+        host), or None while it may be running."""
+        if not self.pid:
+            return "it names no process"
+        if self.host == socket.gethostname() and not _alive(self.pid):
+            return "ended"
+        if self.age() > LOCK_STALE:
+            return f"not refreshed for {self.age():.0f} s, more than {LOCK_STALE:.0f} s"
+        return None
+
+
+def _holder(lock: Path) -> _Held | None:
+    """The holder of a lock file, or None where there is none."""
+    try:
+        st = lock.stat()
+        parts = lock.read_text(errors="replace").split()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return _Held("?", 0, 0)
+    if len(parts) == 2 and parts[1].isdigit():
+        return _Held(parts[0], int(parts[1]), st.st_mtime_ns)
+    return _Held("?", 0, st.st_mtime_ns)
+
+
+def _take_over(lock: Path, held: _Held) -> bool:
+    """Remove the stale lock ``held`` so that it can be created anew: it is moved aside first (one process's
+    rename succeeds), and put back if what was moved is not that lock (another process took it over and holds it
+    since). True if the name is free now."""
+    aside = lock.with_name(f".lock.stale.{os.getpid()}")
+    try:
+        os.rename(lock, aside)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    moved = _holder(aside)
+    if moved == held:
+        aside.unlink(missing_ok=True)
+        return True
+    try:
+        os.link(aside, lock)  # a fresh lock of another process: its again
+    except OSError:
+        pass
+    aside.unlink(missing_ok=True)
+    return False
+
+
+class _Heartbeat:
+    """The locks this process holds; one daemon thread refreshes their time stamps every :data:`LOCK_BEAT`
+    seconds, so that other processes (on any host sharing the folder) see their holder alive."""
+
+    def __init__(self) -> None:
+        self.held: set[Path] = set()
+        self.guard = threading.Lock()
+        self.pid: int | None = None
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        """A forked child holds none of its parent's locks, and no thread: its first lock starts its own."""
+        self.held, self.guard, self.pid = set(), threading.Lock(), None
+
+    def add(self, lock: Path) -> None:
+        with self.guard:
+            self.held.add(lock)
+            if self.pid != os.getpid():  # first lock of this process (a fork copies no threads)
+                self.pid = os.getpid()
+                threading.Thread(target=self._beat, name="privdl-lock-heartbeat", daemon=True).start()
+
+    def discard(self, lock: Path) -> None:
+        with self.guard:
+            self.held.discard(lock)
+
+    def _beat(self) -> None:
+        last = time.monotonic()
+        while True:
+            time.sleep(min(LOCK_BEAT, 1.0))  # (a changed LOCK_BEAT applies within a second)
+            if time.monotonic() - last < LOCK_BEAT:
+                continue
+            last = time.monotonic()
+            with self.guard:
+                held = list(self.held)
+            for lock in held:
+                try:
+                    os.utime(lock)
+                except OSError:
+                    pass
+
+
+_HEARTBEAT = _Heartbeat()
 
 
 def _alive(pid: int) -> bool:
@@ -284,16 +495,36 @@ class MergeSummary:
 
 
 def _experiment(folder: Path) -> dict:
+    """The experiment config a folder holds (its experiment.json), or an error that names what is wrong."""
     path = folder / "experiment.json"
-    if not path.is_file():
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} " + ("is a file, not an experiment folder" if folder.exists() else
+                                          "does not exist"))
+    if not path.exists():
         hint = (f"; a reproduction keeps its runs in a subfolder: name {folder / 'runs'}"
                 if (folder / "runs" / "experiment.json").is_file() else "")
         raise ConfigError(f"{folder} holds no privdl experiment (no experiment.json){hint}")
     try:
-        return json.loads(path.read_text())
-    except (ValueError, OSError) as exc:
-        raise ConfigError(f"{path} is damaged ({exc}); it names the experiment this folder holds — restore it, or "
-                          "choose another folder") from None
+        return read_json(path, "experiment file")
+    except FileError as exc:
+        raise FileError(f"{exc}: it is damaged; it names the experiment this folder holds — restore it, or choose "
+                        "another folder") from None
+
+
+def read_experiment(folder: str | Path) -> dict:
+    """The experiment config a folder holds (its experiment.json): an error names a folder that holds none, or an
+    experiment.json that is empty, cut short, not JSON or not an object."""
+    return _experiment(Path(folder))
+
+
+def read_manifest(path: str | Path) -> dict:
+    """A run's manifest.json: an error names it where it is empty, cut short, not JSON, not an object, or not a
+    run's manifest (no ``run_id`` and ``config``)."""
+    man = read_json(path, "manifest")
+    missing = [k for k in ("run_id", "config") if k not in man]
+    if missing:
+        raise FileError(f"manifest {path} is not a privdl run's manifest (no {', '.join(missing)})")
+    return man
 
 
 def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
@@ -329,10 +560,14 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
             warnings.warn(f"the sources look like reproductions' runs/ folders; if {root} is to be a reproduction's "
                           f"--out, merge into {root / 'runs'}, where `privdl reproduce … --out {root}` reads them",
                           stacklevel=2)
-    target = _experiment(root) if (root / "experiment.json").is_file() else experiments[0][1]
+    origin = root if (root / "experiment.json").is_file() else experiments[0][0]
+    target = _experiment(root) if origin == root else experiments[0][1]
+    try:
+        grid = {r.run_id for r in expand(target)[0]}
+    except ConfigError as exc:  # an experiment.json edited by hand, or of a later privdl
+        raise ConfigError(f"{origin / 'experiment.json'} is not a config privdl can run: {exc}") from None
     dest_store.claim(target)
     dest_store.check_writable()
-    grid = {r.run_id for r in expand(target)[0]}
     summary = MergeSummary(dest_store.root)
     for s, exp in experiments:
         src = ResultStore(s)
@@ -349,7 +584,10 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # a damaged source manifest is reported below, not as "redone"
                 done = src.is_done(rid)
-            man = src.manifest(rid) if done else None
+            try:
+                man = src.manifest(rid) if done else None
+            except FileError:  # a manifest without its config: reported below as damaged
+                done, man = False, None
             config = man.get("config", {}) if isinstance(man, dict) else {}
             rekey = done and run_id(config) != rid and legacy_run_id(config) == rid
             if rekey:
@@ -370,7 +608,14 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
                 summary.busy += 1
                 continue
             try:
-                dest_store.save_run(rid, src.load_rows(old_id), man)  # read only for a run that is copied
+                rows = src.load_rows(old_id)  # read only for a run that is copied
+            except PrivdlError as exc:
+                warnings.warn(f"run {old_id} in {s} is damaged ({exc}); not copied", stacklevel=2)
+                summary.unfinished += 1
+                dest_store.unlock(rid)
+                continue
+            try:
+                dest_store.save_run(rid, rows, man)
             finally:
                 dest_store.unlock(rid)
             summary.copied += 1
@@ -385,13 +630,20 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
 def read_results(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
     """The rows of a results.csv; a file cut short (no final newline: an interrupted copy, a full disk) or a row
     whose value is not a number is refused rather than plotted."""
-    text = Path(path).read_text()
+    text = read_text(path, "results file", empty=True)
     if text and not text.endswith("\n"):
         raise ValidationError(f"{path} ends in the middle of a line (cut short?); `privdl run CONFIG --out "
                               f"{Path(path).parent}` rebuilds it from the finished runs without recomputing them")
     r = csv.DictReader(io.StringIO(text))
     rows = list(r)
+    missing = [c for c in ("run_id", "iteration", "metric", "value") if r.fieldnames and c not in r.fieldnames]
+    if missing:
+        raise ValidationError(f"{path} is not a privdl results.csv: its header lacks {', '.join(missing)} (it has "
+                              f"{', '.join(r.fieldnames or [])[:200]})")
     for k, row in enumerate(rows, start=2):
+        if None in row or None in row.values():
+            raise ValidationError(f"{path}, line {k} has {'more' if None in row else 'fewer'} fields than its "
+                                  f"header ({len(r.fieldnames or [])}): damaged?")
         try:
             float(row.get("value", "nan"))
         except (TypeError, ValueError):

@@ -26,7 +26,7 @@ from privdl.network.sparse import (
     validate_sparse,
 )
 from privdl.network.topology import TOPOLOGIES, make_graph
-from privdl.network.validation import slem, support_graph, validate_mixing_matrix
+from privdl.network.validation import require_symmetric_support, slem, support_graph, validate_mixing_matrix
 
 
 class Network:
@@ -235,50 +235,94 @@ def _smallest_but_one(lap: np.ndarray) -> float:
 
 def load_network_file(path: str | Path, *, kind: str = "auto", mixing: str = "metropolis_hastings",
                       lazy: bool = False) -> Network:
-    """Load a network from ``path`` (.npy, .csv or whitespace .txt).
+    """Load a network from ``path`` (.npy, or a text table: .csv, .txt; commas or white space, ``#`` comments).
 
-    ``kind``: ``"edges"`` (two integer columns i j), ``"adjacency"`` (0/1 symmetric matrix; ``mixing`` builds W),
-    ``"mixing"`` (W itself, validated) or ``"auto"`` (a two-column integer table is an edge list; a square 0/1 matrix
-    with zero diagonal is an adjacency matrix; any other square matrix is W).
+    ``kind``: ``"edges"`` (two integer columns i j: one undirected edge per row, agents numbered from 0),
+    ``"adjacency"`` (0/1 symmetric matrix; ``mixing`` builds W), ``"mixing"`` (W itself, validated) or ``"auto"``:
+    a square 0/1 matrix with zero diagonal is an adjacency matrix; a two-column table is an edge list — with two
+    rows too when it holds integers (a 2×2 integer matrix is never a valid W, and "0 1 / 1 2" is the path of three
+    agents, not a 2×2 W); any other square matrix is W. Every error names the file; a W or an adjacency whose
+    support is not symmetric is refused with an offending pair
+    (:func:`~privdl.network.validation.require_symmetric_support`).
     """
+    from privdl.data.files import read_matrix
+
     path = Path(path)
-    if not path.exists():
-        raise ValidationError(f"network file {path} does not exist")
-    if not path.is_file():
-        raise ValidationError(f"network file {path} is a folder, not a file")
-    if path.suffix == ".npy":
-        try:
-            arr = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise ValidationError(f"cannot read {path} as a numeric .npy array: {exc}") from None
-    else:
-        delim = "," if path.suffix == ".csv" else None
-        try:
-            arr = np.loadtxt(path, delimiter=delim, ndmin=2)
-        except ValueError as exc:
-            raise ValidationError(f"cannot parse network file {path}: {exc}") from None
-    arr = np.asarray(arr, dtype=float)
+    if kind not in ("auto", "edges", "adjacency", "mixing"):
+        raise ValidationError(f"unknown network file kind {kind!r}; valid: auto, edges, adjacency, mixing")
+    arr = read_matrix(path, "network file")
+    if arr.ndim != 2:
+        raise ValidationError(f"network file {path} holds {_shape_words(arr)}; a network file holds a matrix (W or "
+                              "an adjacency, n×n) or an edge list (two integer columns)")
+    integer = bool(np.all(arr == np.round(arr)))
+    weighted = arr.shape[1] == 3 and bool(np.all(arr[:, :2] == np.round(arr[:, :2]))) and arr[:, :2].min() >= 0
+    looks_like = ("adjacency" if arr.shape[0] == arr.shape[1] and np.all(np.isin(arr, (0.0, 1.0)))
+                  and not arr.diagonal().any() else "edges" if arr.shape[1] == 2 and (integer or arr.shape[0] != 2)
+                  else "weighted" if weighted else "mixing")
     if kind == "auto":
-        if arr.ndim == 2 and arr.shape[1] == 2 and arr.shape[0] != 2 and np.all(arr == np.round(arr)):
-            kind = "edges"
-        elif arr.ndim == 2 and arr.shape[0] == arr.shape[1] and np.all(np.isin(arr, (0.0, 1.0))) and not arr.diagonal().any():
-            kind = "adjacency"
-        else:
-            kind = "mixing"
-    if kind == "edges":
-        edges = arr.astype(int)
-        if edges.ndim != 2 or edges.shape[1] != 2 or edges.min() < 0:
-            raise ValidationError(f"edge list {path} must have two non-negative integer columns")
-        n = int(edges.max()) + 1
+        kind = "mixing" if looks_like == "weighted" else looks_like
+        if kind == "mixing" and arr.shape[0] != arr.shape[1]:
+            raise ValidationError(
+                f"network file {path} holds a {arr.shape[0]}×{arr.shape[1]} table: not square (W, adjacency) and "
+                + ("not two columns (an edge list)" if not weighted else
+                   "three columns: an edge list has two (weighted edge lists i j w are not read; give W itself)"))
+    try:
+        if kind == "edges":
+            return _edge_list(arr, path, mixing=mixing, lazy=lazy)
+        if kind == "adjacency":
+            if arr.shape[0] != arr.shape[1]:
+                raise ValidationError(f"an adjacency matrix must be square, got {arr.shape[0]}×{arr.shape[1]}")
+            require_symmetric_support(arr, what="adjacency matrix", symbol="A")
+            other = np.argwhere(~np.isin(arr, (0.0, 1.0)))
+            if len(other):
+                i, j = (int(k) for k in other[0])
+                raise ValidationError(f"an adjacency matrix holds 0 and 1, this one A[{i},{j}] = {arr[i, j]:g} "
+                                      "(a mixing matrix W? file_kind = \"mixing\")")
+            return Network.from_graph(nx.from_numpy_array(arr), mixing=mixing, lazy=lazy)
+        return Network.from_matrix(arr, description=f"W from {path.name}")
+    except ValidationError as exc:
+        hint = ""
+        if kind == "mixing" and looks_like != "mixing":
+            said = {"edges": "an edge list", "adjacency": "an adjacency matrix",
+                    "weighted": "a weighted edge list i j w, which privdl does not read"}[looks_like]
+            hint = f" (it looks like {said}; this file must hold the n×n mixing matrix W itself)"
+        raise type(exc)(f"network file {path}: {exc}{hint}") from None
+
+
+def _shape_words(arr: np.ndarray) -> str:
+    if arr.ndim == 0:
+        return "a single number"
+    if arr.ndim == 1:
+        return f"a 1-d array of {arr.shape[0]} numbers"
+    return f"a {arr.ndim}-d array of shape {arr.shape}"
+
+
+def _edge_list(arr: np.ndarray, path: Path, *, mixing: str, lazy: bool) -> Network:
+    """The network of an edge list (one undirected edge i j per row, agents 0..n−1 with n = the largest + 1; a
+    self-loop i i adds nothing: W's diagonal is the mixing rule's)."""
+    if arr.shape[1] != 2:
+        raise ValidationError(f"an edge list has two columns (i j), this one {arr.shape[1]}")
+    bad = np.argwhere((arr != np.round(arr)) | (arr < 0) | (arr >= 2**40))
+    if len(bad):
+        r, c = (int(k) for k in bad[0])
+        raise ValidationError(f"row {r + 1}, column {c + 1} is {arr[r, c]:g}: edge lists name agents by "
+                              "non-negative integers (from 0, below 2^40)")
+    edges = arr.astype(np.int64)
+    n = int(edges.max()) + 1
+    try:
         return Network.from_edges(n, edges[:, 0], edges[:, 1], mixing=mixing, lazy=lazy,
                                   description=f"graph n={n} {mixing}")
-    if kind == "adjacency":
-        if arr.shape[0] != arr.shape[1] or not np.array_equal(arr, arr.T):
-            raise ValidationError(f"adjacency matrix in {path} must be square and symmetric")
-        return Network.from_graph(nx.from_numpy_array(arr), mixing=mixing, lazy=lazy)
-    if kind == "mixing":
-        return Network.from_matrix(arr, description=f"W from {path.name}")
-    raise ValidationError(f"unknown network file kind {kind!r}; valid: auto, edges, adjacency, mixing")
+    except ValidationError as exc:
+        if "disconnected" not in str(exc):  # (a graph was built: n agents fit in memory)
+            raise
+        named = np.zeros(n, dtype=bool)
+        named[edges[edges[:, 0] != edges[:, 1]].ravel()] = True
+        lonely = np.flatnonzero(~named)
+        if not len(lonely):
+            raise
+        hint = " — numbered from 1? agents are numbered from 0" if lonely[0] == 0 else ""
+        raise ValidationError(f"{exc}; agents {lonely[:10].tolist()} are in no edge (the agents are 0..{n - 1}, "
+                              f"by the largest index{hint})") from None
 
 
 def erdos_renyi_with_normalized_fiedler(

@@ -32,6 +32,7 @@ from scipy.sparse import csgraph
 
 from privdl.errors import ValidationError
 from privdl.network.edges import graph_arrays, index_dtype
+from privdl.network.validation import require_symmetric_support
 
 log = logging.getLogger("privdl.network")
 
@@ -314,11 +315,7 @@ def validate_sparse(w: sps.sparray | sps.spmatrix, *, tol: float = TOL) -> sps.c
         if abs(s[bad] - 1.0) > tol:
             raise ValidationError(f"mixing matrix is not doubly stochastic: {what} {bad} sums to {s[bad]:.12g} "
                                   f"(tolerance {tol:g})")
-    t = w.T.tocsr()  # canonical (sorted) CSR of Wᵀ: its structure equals W's iff the support is symmetric
-    symmetric = np.array_equal(t.indptr, w.indptr) and np.array_equal(t.indices, w.indices)
-    del t
-    if not symmetric:
-        raise ValidationError("mixing matrix must have a symmetric support (an undirected graph)")
+    require_symmetric_support(w)
     count, _ = csgraph.connected_components(w, directed=False)
     if n > 1 and count != 1:
         raise ValidationError(f"graph is disconnected: {count} components")

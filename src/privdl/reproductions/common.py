@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import csv
-import json
 import tomllib
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -22,7 +21,7 @@ from typing import Callable, Iterator
 
 from privdl.experiment.config import expand, set_dotted
 from privdl.experiment.runner import check_jobs, run_experiment
-from privdl.experiment.store import ResultStore
+from privdl.experiment.store import ResultStore, read_experiment
 from privdl.registry import Registry
 
 REPRODUCTIONS: Registry[Callable[..., list[dict]]] = Registry("reproduction")
@@ -114,12 +113,15 @@ def finished_runs(out: Path) -> list[FinishedRun]:
     out = Path(out)
     grid = None
     if (out / "experiment.json").is_file():
-        grid = {r.run_id for r in expand(json.loads((out / "experiment.json").read_text()))[0]}
+        grid = {r.run_id for r in expand(read_experiment(out))[0]}
     runs = []
+    store = ResultStore(out)
     for path in sorted((out / "runs").glob("*/manifest.json")):
         if grid is not None and path.parent.name not in grid:
             continue
-        man = json.loads(path.read_text())
+        if not store.is_done(path.parent.name):  # damaged: warned about here, and run again by the next run
+            continue
+        man = store.manifest(path.parent.name)
         runs.append(FinishedRun(man["run_id"], man["sweep"], man["config"], man, man.get("final_metrics", {})))
     return runs
 
@@ -131,7 +133,7 @@ def grid_status(out: Path) -> str:
     from privdl.experiment.runner import format_duration, run_cost
 
     out = Path(out)
-    cfg = json.loads((out / "experiment.json").read_text())
+    cfg = read_experiment(out)
     grid = {r.run_id: r for r in expand(cfg)[0]}
     done = finished_runs(out)
     name = cfg.get("name", "experiment")
