@@ -1,13 +1,18 @@
-"""Hand-written mutants of privdl's privacy-critical code (issue 16): does the test suite notice?
+"""Hand-written mutants of privdl's privacy-critical code (issues 16 and 29): does the test suite notice?
 
-Each mutant is one textual change to one source file — σ scaled, clipping skipped or scaled, a wrong δ, T or access
-count, a wrong sensitivity, a wrong graph or mixing rule, a calibration allowed to overshoot. The script copies the
-committed tree (``git worktree``) to a scratch folder, applies one mutant at a time there, runs the privacy test files
-against the mutated source (``PYTHONPATH``, stop at the first failure) and restores the file. A mutant is **killed**
-when a test fails, **survived** when all pass. The report (markdown) lists both; every mutant that changes a privacy
-guarantee must be killed.
+Each mutant is one textual change to one source file — σ scaled, clipping skipped or scaled (in the mechanism, in the
+engine's data access, in each per-example gradient path), lots drawn at another rate than the ledger states, a wrong
+δ, T or access count, a wrong sensitivity, a wrong graph or mixing rule, a calibration allowed to overshoot. The script
+copies the tree to a scratch folder — the committed tree (``git worktree``), or with ``--working-tree`` the files of
+the working tree (tracked and untracked-but-not-ignored: uncommitted tests and fixes count) — applies one mutant at a
+time there, runs every test file that can kill a privacy mutant (:data:`SUITE`) against the mutated source
+(``PYTHONPATH``, stop at the first failure) and restores the file. A mutant is **killed** when a test fails,
+**survived** when all pass. The report (markdown) lists both; every mutant that changes a privacy guarantee must be
+killed.
 
-    python benchmarks/mutation.py [--only NAME ...] [--report docs/MUTATION.md]
+    python benchmarks/mutation.py [--working-tree] [--only NAME ...] [--report docs/MUTATION.md]
+
+``--report`` replaces the table an existing report ends with and keeps the prose above it.
 """
 
 from __future__ import annotations
@@ -22,14 +27,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SUITE = ["tests/test_accountant.py", "tests/test_correlated_noise.py", "tests/test_example_dp.py",
-         "tests/test_example_accountant.py", "tests/test_ledger.py", "tests/test_network.py",
-         "tests/test_large_network.py", "tests/test_per_example_correlated.py", "tests/test_dpdl.py",
-         "tests/test_covariance.py"]
+#: every test file that can kill a privacy mutant, the fast end-to-end ones first (``-x`` stops at the first failure):
+#: the privacy path as it runs (lots, clipping through every consumer), tamper-evident ledgers, the accountants,
+#: mechanisms, networks, and the membership audits (a statistical test of the trained models)
+SUITE = ["tests/test_privacy_path.py", "tests/test_tamper.py", "tests/test_accountant.py",
+         "tests/test_correlated_noise.py", "tests/test_example_dp.py", "tests/test_example_accountant.py",
+         "tests/test_ledger.py", "tests/test_network.py", "tests/test_large_network.py",
+         "tests/test_per_example_correlated.py", "tests/test_dpdl.py", "tests/test_covariance.py",
+         "tests/test_audit.py"]
 
 M = "src/privdl/mechanisms/"
 P = "src/privdl/privacy/"
 N = "src/privdl/network/"
+A = "src/privdl/simulator/access.py"
 #: (name, file, original text, mutated text, what it breaks)
 MUTANTS: list[tuple[str, str, str, str, str]] = [
     ("correlated_noise_halved", M + "correlated.py",
@@ -48,6 +58,27 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
      "wrong sensitivity: replace-one example accounted as add/remove"),
     ("dp_sgd_noise_halved", M + "dp_sgd.py", "((flat + scale * noise) / self.lot_size)",
      "((flat + 0.5 * scale * noise) / self.lot_size)", "σ scaled: DP-SGD noise at half its std"),
+    ("dp_sgd_clip_skipped", A, "        clip = need.clip\n", "        clip = None\n",
+     "clip skipped: the engine passes no clip to DP-SGD's per-example path (the ledger still says C)"),
+    ("closed_form_clip_skipped", "src/privdl/tasks/supervised.py",
+     "        if clip is not None:\n            sq = (r * r)", "        if False:\n            sq = (r * r)",
+     "clip skipped in the closed-form clipped sum (linear models)"),
+    ("ghost_clip_skipped", "src/privdl/gradients/ghost.py", "    if clip is None:\n        weight = mask",
+     "    if True:\n        weight = mask", "clip skipped in ghost clipping"),
+    ("vmap_clip_skipped", "src/privdl/gradients/functional.py",
+     "        if clip is not None:\n            sq = sum(", "        if False:\n            sq = sum(",
+     "clip skipped in the torch.func per-example path"),
+    ("lots_at_2q", A, "row_rates = rates.index_select(0, owners % rates.numel())",
+     "row_rates = 2 * rates.index_select(0, owners % rates.numel())",
+     "lots drawn at 2q by the engine while the ledger says q"),
+    ("lot_rate_of_requester", A, "row_rates = rates.index_select(0, owners % rates.numel())",
+     "row_rates = rates.index_select(0, requesters % rates.numel())",
+     "a cross-gradient's lot drawn at the requester's rate, not the data owner's"),
+    ("dp_sgd_need_rates_doubled", M + "dp_sgd.py", "else self.clip, self.rates, per_example, chunk)",
+     "else self.clip, 2 * self.rates, per_example, chunk)",
+     "DP-SGD asks the engine for lots at 2q while its events say q"),
+    ("lot_inclusion_doubled", "src/privdl/tasks/base.py", "include = (u < rates.to(torch.float64)",
+     "include = (u < 2 * rates.to(torch.float64)", "Poisson lots: examples join at twice the rate"),
     ("dp_sgd_rate_halved", M + "dp_sgd.py", "sample_rate=float(q))\n", "sample_rate=float(q) / 2)\n",
      "wrong sampling rate in the ledger"),
     ("dp_sgd_steps_halved", M + "dp_sgd.py", "calibrate_noise_multiplier(epsilon=epsilon, sample_rate=q, steps=t,",
@@ -56,6 +87,9 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     ("correlated_event_precision", M + "correlated.py",
      "GaussianEvent(precision=float(m), sensitivity=sens.value)",
      "GaussianEvent(precision=float(m) / 2, sensitivity=sens.value)", "ledger precision halved"),
+    ("tamper_check_off", P + "verify.py", "    if mismatches:\n        raise LedgerMismatch(mismatches)",
+     "    if False:\n        raise LedgerMismatch(mismatches)",
+     "tamper evidence off: a hand-edited ledger re-accounts to a quiet new ε"),
     ("zcdp_conversion", P + "agent_accountant.py", "return rho + 2 * math.sqrt(rho * math.log(1.0 / delta))",
      "return rho + math.sqrt(rho * math.log(1.0 / delta))", "wrong ε formula (paper accountant)"),
     ("paper_steps", P + "agent_accountant.py", "rho=2 * clip**2 * steps * bound",
@@ -94,6 +128,25 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
 ]
 
 
+def copy_working_tree(tree: Path) -> None:
+    """Copy the files git would see in the working tree — tracked (as they are now, edits included) and untracked but
+    not ignored — to ``tree``; tracked files deleted in the working tree are left out."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            check=True, capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src = ROOT / rel
+        if src.is_file():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, tree / rel)
+
+
+def write_report(path: Path, table: str) -> None:
+    """The table into ``path``: in place of the table an existing report ends with (its prose is kept), or alone."""
+    text = path.read_text() if path.is_file() else ""
+    head = text[:text.index("| mutant |")] if "| mutant |" in text else ""
+    path.write_text(head + table + "\n")
+
+
 def run_suite(tree: Path, timeout: int) -> tuple[bool, str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     t = time.perf_counter()
@@ -111,11 +164,17 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--report", default=None)
     ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--working-tree", action="store_true",
+                    help="mutate a copy of the working tree (tracked and untracked-but-not-ignored files, as they "
+                         "are now) instead of the committed tree")
     args = ap.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="privdl-mutants-"))
     tree = scratch / "tree"
-    subprocess.run(["git", "worktree", "add", "--detach", str(tree), "HEAD"], cwd=ROOT, check=True,
-                   capture_output=True)
+    if args.working_tree:
+        copy_working_tree(tree)
+    else:
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), "HEAD"], cwd=ROOT, check=True,
+                       capture_output=True)
     if (ROOT.parent / "shared").exists() and not (scratch / "shared").exists():
         (scratch / "shared").symlink_to(ROOT.parent / "shared")  # tests look for ../shared/data
     rows = []
@@ -144,7 +203,8 @@ def main() -> None:
             rows.append((name, what, "killed" if killed else "SURVIVED", failed, secs))
             print(f"{name}: {'killed by ' + failed if killed else 'SURVIVED'} ({secs:.0f} s)", flush=True)
     finally:
-        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
+        if not args.working_tree:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
         shutil.rmtree(scratch, ignore_errors=True)
     lines = ["| mutant | what it breaks | result | first failing test | seconds |", "|---|---|---|---|---|"]
     lines += [f"| `{n}` | {w} | {r} | `{f}` | {s:.0f} |" if f else f"| `{n}` | {w} | {r} | | {s:.0f} |"
@@ -152,7 +212,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.report:
-        Path(args.report).write_text(table + "\n")
+        write_report(Path(args.report), table)
     survived = [r[0] for r in rows if r[2] != "killed"]
     print(f"{len(rows) - len(survived)}/{len(rows)} killed" + (f"; not killed: {', '.join(survived)}" if survived
                                                                   else ""))

@@ -21,6 +21,9 @@ class Accountant(Protocol):
     def account(self, events: Sequence[PrivacyEvent], *, delta: float) -> float: ...
 
 
+#: the agent-level accountant privdl calibrates with unless told otherwise (mechanisms, ``privdl account``, ``privdl
+#: covariance``): the exact Gaussian-DP composition, tighter than the paper's zCDP bound at every (ε, δ, T)
+DEFAULT_AGENT_ACCOUNTANT = "tight"
 #: every accountant
 ACCOUNTANTS: Registry[Accountant] = Registry("accountant")
 #: the accountants agent-level mechanisms calibrate with (closed-form inversion to a precision bound)
@@ -35,4 +38,4 @@ def get(name: str) -> Accountant:
     return ACCOUNTANTS.get(name)
 
 
-__all__ = ["ACCOUNTANTS", "AGENT_ACCOUNTANTS", "Accountant", "get"]
+__all__ = ["ACCOUNTANTS", "AGENT_ACCOUNTANTS", "Accountant", "DEFAULT_AGENT_ACCOUNTANT", "get"]
