@@ -273,10 +273,11 @@ def _select(cfg: dict, where: dict | None):
 
 
 def observations(cfg: dict, *, attacker: int, victim: int, round: int, images: int = 1,
-                 kind: str = "curious_neighbour", where: dict | None = None) -> Observed:
+                 kind: str = "curious_neighbour", where: dict | None = None,
+                 on_round: Callable[[int, int], None] | None = None) -> Observed:
     """Run one run of an ordinary config (the first, or the first whose sweep values include ``where``) as far as
     the attack needs and return ``attacker``'s estimates of ``victim``'s gradients of rounds ``round`` …
-    ``round + images − 1`` beside the samples they were computed on."""
+    ``round + images − 1`` beside the samples they were computed on. ``on_round(t, rounds)`` follows the run."""
     from privdl.comm.observers import Transcript
     from privdl.experiment.build import build
     from privdl.keys import Draws, Keys
@@ -330,7 +331,8 @@ def observations(cfg: dict, *, attacker: int, victim: int, round: int, images: i
     simulate(task=c.task, network=c.network, algorithm=algorithm, mechanism=c.mechanism, schedule=c.schedule,
              iterations=last + extra, seed=spec.config["seed"], metrics=False, eval_every=1,
              observers=[] if kind == "generous" else [transcript],
-             on_record=lambda t, x: own.__setitem__(t, x[attacker].clone()))
+             on_record=lambda t, x: own.__setitem__(t, x[attacker].clone()),
+             on_step=None if on_round is None else lambda t: on_round(t, last + extra))
     rounds = range(round, last + 1)
     if kind == "generous":
         obs = _generous(c.algorithm, calls, victim, rounds)
@@ -350,14 +352,16 @@ def observations(cfg: dict, *, attacker: int, victim: int, round: int, images: i
 
 def attack_run(cfg: dict, *, attacker: int, victim: int, round: int, images: int = 1, kind: str = "curious_neighbour",
                method: str = "idlg", iterations: int = 300, loss: str = "l2", restarts: int = 1,
-               progress=None, where: dict | None = None) -> dict:
+               progress=None, where: dict | None = None, on_round: Callable[[int, int], None] | None = None) -> dict:
     """:func:`observations`, then DLG/iDLG on all K of them as one batched optimisation. Returns the per-image and
-    mean metrics, the originals and the reconstructions."""
+    mean metrics, the originals and the reconstructions. ``on_round(t, rounds)`` follows the run,
+    ``progress(done, total)`` the L-BFGS iterations."""
     from privdl.attacks.gradient_inversion import dlg, idlg, reconstruction_metrics
 
     if method not in ("dlg", "idlg"):
         raise ValidationError(f"attack method must be 'dlg' or 'idlg', got {method!r}")
-    got = observations(cfg, attacker=attacker, victim=victim, round=round, images=images, kind=kind, where=where)
+    got = observations(cfg, attacker=attacker, victim=victim, round=round, images=images, kind=kind, where=where,
+                       on_round=on_round)
     theta = torch.stack([o.model for o in got.observations])
     grads = torch.stack([o.gradient for o in got.observations])
     fn = idlg if method == "idlg" else dlg
@@ -374,31 +378,57 @@ def attack_run(cfg: dict, *, attacker: int, victim: int, round: int, images: int
             "reconstructions": rec.inputs}
 
 
-def save_rows(path, rows: Sequence[tuple[str, torch.Tensor]]) -> None:
-    """Rows of K images each (label, (K, C, H, W)), one row per label, as one PNG."""
+def save_rows(path, rows: Sequence[tuple[str, torch.Tensor]], *, captions: Sequence[Sequence[str] | None] = (),
+              title: str = "") -> None:
+    """Rows of K images each (label, (K, C, H, W)), one row per label, as one PNG: each row's label above it in a
+    readable size, ``captions[i][j]`` (e.g. PSNR and the guessed label) under image j of row i, ``title`` on top
+    (wrapped to the figure's width)."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     k = max(int(r[1].shape[0]) for r in rows)
-    fig, axes = plt.subplots(len(rows), k, figsize=(1.4 * k, 1.5 * len(rows)), squeeze=False)
+    below = 0.45 if any(captions) else 0.0  # room for two lines of caption under a row
+    width = max(1.7 * k, 5.5)
+    fig, axes = plt.subplots(len(rows), k, figsize=(width, (1.75 + below) * len(rows) + (0.5 if title else 0.0)),
+                             squeeze=False)
     for i, (label, imgs) in enumerate(rows):
+        words = captions[i] if i < len(captions) and captions[i] else ()
         for j in range(k):
-            axes[i][j].axis("off")
+            ax = axes[i][j]
+            ax.axis("off")
             if j < imgs.shape[0]:
                 a = imgs[j].detach().cpu().to(torch.float64)
-                axes[i][j].imshow(a[0] if a.shape[0] == 1 else a.permute(1, 2, 0).clamp(0, 1), cmap="gray")
-        axes[i][0].set_title(label, fontsize=8, loc="left")
+                ax.imshow((a[0] if a.shape[0] == 1 else a.permute(1, 2, 0).clamp(0, 1)).numpy(), cmap="gray")
+            if j < len(words):
+                ax.text(0.5, -0.04, words[j], transform=ax.transAxes, ha="center", va="top", fontsize=8)
+        axes[i][0].set_title(label, fontsize=10, fontweight="bold", loc="left")
+    if title:
+        fig.suptitle(textwrap.fill(title, width=int(width * 11)), fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
-def save_grid(path, originals: torch.Tensor, reconstructions: torch.Tensor) -> None:
-    """Originals (top row) above their reconstructions (bottom row), as one PNG."""
-    save_rows(path, [("original", originals), ("reconstruction", reconstructions)])
+def image_captions(images: Sequence[dict]) -> tuple[list[str], list[str]]:
+    """Captions of an attack's originals (the true label) and reconstructions (PSNR, SSIM, the label read off the
+    gradient and whether it is right), from its per-image metrics."""
+    truth = [f"label {m['true_label']}" for m in images]
+    rec = [f"PSNR {m['psnr']:.1f} dB, SSIM {m['ssim']:.2f}\nlabel {m['label']} "
+           f"{'(right)' if m['label_correct'] else '(wrong)'}" for m in images]
+    return truth, rec
+
+
+def save_grid(path, originals: torch.Tensor, reconstructions: torch.Tensor, *, images: Sequence[dict] = (),
+              title: str = "") -> None:
+    """Originals (top row) above their reconstructions (bottom row), as one PNG; with the attack's per-image metrics
+    (``images``) each image carries its label and each reconstruction its PSNR, SSIM and guessed label."""
+    save_rows(path, [("original", originals), ("reconstruction", reconstructions)],
+              captions=image_captions(images) if images else (), title=title)
 
 
 __all__ = ["FAMILIES", "GENEROUS_NOTE", "KINDS", "Observation", "Observed", "SUPPORTED", "attack_run", "observations",
-           "observe", "observe_rounds", "save_grid", "save_rows"]
+           "observe", "observe_rounds", "image_captions", "save_grid", "save_rows"]

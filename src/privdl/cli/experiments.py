@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import inspect
 import json
+import time
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from privdl.cli.common import Format, _Command, _device, _fail, _print_facts, _progress_mode, app, console, err
@@ -34,6 +34,7 @@ def run(
         out = out or Path("results") / config.stem
         summary = run_experiment(cfg, out, progress=False if quiet else _progress_mode(), jobs=jobs)
         console.print(f"{summary.runs} runs ({summary.executed} executed, {summary.skipped} already done"
+                      + (f", {summary.others} by another process sharing the folder" if summary.others else "")
                       + (f", {summary.busy} being run by another process: run the command again when it has "
                          "finished to collect them" if summary.busy else "")
                       + f") in {summary.seconds:.1f} s → {summary.results}")
@@ -42,8 +43,7 @@ def run(
             err.print(f"[bold yellow]warning:[/] {len(summary.nonfinite)} run(s) ended with nan or inf metrics "
                       f"(diverged or overflowed; recorded as nonfinite_metrics in their manifests), e.g. run {first}: "
                       f"{', '.join(metrics)} — lower the step size or check the scale of the inputs", markup=True)
-        _print_final(summary.out)
-        if not no_plot:
+        if _print_final(summary.out) and not no_plot:  # no finished run yet (all held elsewhere): nothing to draw
             try:
                 files = plot_experiment(summary.out)
             except OSError as exc:
@@ -54,8 +54,9 @@ def run(
         _fail(exc)
 
 
-def _print_final(out: Path) -> None:
-    """A table of final metrics, mean ± std over seeds, per combination of the other sweep axes."""
+def _print_final(out: Path) -> bool:
+    """A table of final metrics, mean ± std over seeds, per combination of the other sweep axes; False (and no
+    table) while results.csv holds no row."""
     from collections import defaultdict
 
     from privdl.experiment.plot import axis_title
@@ -63,6 +64,8 @@ def _print_final(out: Path) -> None:
     from privdl.experiment.summary import mean_std, sort_key
 
     fields, rows = read_results(out / "results.csv")
+    if not rows:
+        return False
     axes = [f for f in fields if f not in ("run_id", "iteration", "metric", "value", "seed")]
     last = max(int(r["iteration"]) for r in rows)
     metrics = sorted({r["metric"] for r in rows} - {"consensus_distance", "train_loss", "local_optimality_gap"})
@@ -83,6 +86,7 @@ def _print_final(out: Path) -> None:
             vals.append("" if not v else f"{mean:.4g} ± {std:.1g}")
         table.add_row(*[k if k != "" else "n/a" for k in key], *vals)
     console.print(table)
+    return True
 
 
 @app.command(cls=_Command)
@@ -138,6 +142,51 @@ def merge(
                       f"`privdl merge {s.dest} --out OUT/runs`, then `privdl reproduce NAME … --collect --out OUT`")
 
 
+class _Progress:
+    """Progress of a command whose result goes to stdout (a table, or JSON for tools), shown on stderr so the result
+    stays clean: a live bar where stderr is a terminal; in a log, a plain line for each part of the work when it
+    starts and at most one every ``every`` seconds after, with the share done, the time spent and what is left."""
+
+    def __init__(self, every: float = 15.0) -> None:
+        from rich.progress import Progress
+
+        self.every = every
+        self.bar = Progress(console=err, transient=True) if err.is_terminal else None
+
+    def __enter__(self) -> "_Progress":
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def part(self, label: str, unit: str) -> Callable[[float, float], None]:
+        """The ``(done, total)`` callback of one part of the work, shown as ``label`` (counts in ``unit``)."""
+        from privdl.experiment.runner import format_duration
+
+        if self.bar is not None:
+            task = self.bar.add_task(label, total=None)
+            return lambda done, total: self.bar.update(task, completed=done, total=total)
+        start = last = first = None  # the clock starts at the first report: the part's own time
+
+        def show(done: float, total: float) -> None:
+            nonlocal start, last, first
+            now = time.perf_counter()
+            if start is None:
+                start, first = now, done
+            elif now - last < self.every and done < total:
+                return
+            last, spent = now, now - start
+            rate = (done - first) / spent if spent > 0 else 0.0
+            left = f", ≈ {format_duration((total - done) / rate)} left" if rate > 0 and done < total else ""
+            err.print(f"{label}: {done:.0f}/{total:.0f} {unit} ({100 * done / max(total, 1):.0f} %), "
+                      f"{format_duration(spent)} elapsed{left}", markup=False, highlight=False, soft_wrap=True)
+
+        return show
+
+
 def _choices(name: str, *values: str) -> type[Enum]:
     """A command-line choice type (a str Enum whose members are ``values``)."""
     return Enum(name, {v: v for v in values}, type=str)  # type: ignore[return-value]
@@ -150,7 +199,8 @@ AttackerKind = _choices("AttackerKind", "curious_neighbour", "eavesdropper", "ge
 @app.command(cls=_Command)
 def attack(
     method: AttackMethod = typer.Argument(..., help="dlg (input and soft label) or idlg (label from the gradient)"),
-    config: Path = typer.Option(..., "--config", help="an ordinary run config (its first run is attacked)"),
+    config: Path = typer.Option(..., "--config", help="an ordinary run config with a model task and batch_size = 1 "
+                                                      "(its first run is attacked), e.g. examples/attack.toml"),
     attacker: int = typer.Option(..., "--attacker", help="the attacking agent (a curious neighbour's index)"),
     victim: int = typer.Option(..., "--victim", help="the agent whose samples are reconstructed"),
     round_: int = typer.Option(..., "--round", help="the first attacked round (≥ 1)"),
@@ -167,24 +217,26 @@ def attack(
 ) -> None:
     """Gradient inversion from what an attacker really sees (seed 002 §5.2): reconstruct a victim's training samples
     from the transcript of a run; prints MSE, PSNR, SSIM and label accuracy, writes originals and reconstructions as
-    one PNG grid."""
-    from rich.progress import Progress
-
+    one PNG grid. Example: privdl attack idlg --config examples/attack.toml --attacker 0 --victim 1 --round 10
+    --images 3 (≈ 20 s). Progress goes to stderr."""
     from privdl.attacks.views import attack_run, save_grid
     from privdl.experiment.config import load_config
 
     try:
         cfg = load_config(config, overrides)
-        with Progress(transient=True, disable=fmt is Format.json) as bar:
-            task = bar.add_task("L-BFGS", total=iterations * restarts)
+        with _Progress() as shown:
             result = attack_run(cfg, attacker=attacker, victim=victim, round=round_, images=images, kind=kind.value,
                                 method=method.value, iterations=iterations, loss=loss, restarts=restarts,
-                                progress=lambda done, total: bar.update(task, completed=done, total=total))
+                                on_round=shown.part("attack: training the run", "rounds"),
+                                progress=shown.part(f"attack: {method.value} (L-BFGS)", "iterations"))
     except PrivdlError as exc:
         _fail(exc)
     out.mkdir(parents=True, exist_ok=True)
     grid = out / f"{method.value}_{kind.value}_victim{victim}_round{round_}.png"
-    save_grid(grid, result.pop("originals"), result.pop("reconstructions"))
+    save_grid(grid, result["originals"], result["reconstructions"], images=result["images"],
+              title=f"{method.value} by agent {attacker} ({kind.value.replace('_', ' ')}) on agent {victim}, rounds "
+                    f"{round_}–{round_ + images - 1}")
+    del result["originals"], result["reconstructions"]
     result["grid"] = str(grid)
     (out / grid.with_suffix(".json").name).write_text(json.dumps(result, indent=2))
     if fmt is Format.json:
@@ -316,7 +368,8 @@ def audit(
     dataset: str = typer.Option("mnist_t10k", "--dataset", help="image dataset D is drawn from"),
     per_class: int = typer.Option(100, "--per-class", min=1, help="images of each of the three classes in D"),
     canary: str = typer.Option("blank", "--canary", help="blank (seed 004) or bright (exposes disabled clipping)"),
-    broken: str = typer.Option("none", "--broken", help="none, noise (σ/10) or clip (no clipping): self-test"),
+    broken: str = typer.Option("none", "--broken", help="none, noise (σ/30) or clip (no clipping): the self-test, "
+                                                        "with --canary bright --model softmax --models 100"),
     one_run: int = typer.Option(0, "--one-run", min=0, help="also run Steinke et al.'s one-run audit with this many "
                                                    "canaries (0: skip)"),
     batch: int = typer.Option(200, "--batch", min=1, help="systems trained at once (memory)"),
@@ -330,25 +383,23 @@ def audit(
 ) -> None:
     """Membership-inference audit (seed 004 App. D): empirical ε lower bounds (Clopper–Pearson 95%) beside the
     nominal ε for each algorithm, and optionally the one-run bound. A lower bound above the nominal ε means the
-    implementation does not deliver its guarantee."""
-    import json
-
+    implementation does not deliver its guarantee. Self-test (every algorithm must say VIOLATION): privdl audit
+    --model softmax --canary bright --broken noise --models 100. Progress goes to stderr."""
     import numpy as np
-    from rich.progress import Progress
 
     from privdl.audit import AuditSetup, membership_audit, one_run_membership_audit
 
     rows, report = [], {"unit": "example", "mechanism": "dp_sgd", "accountant": "rdp (dp_accounting)",
                         "delta": delta, "nominal_epsilon": epsilon, "results": {}}
     try:
-        with Progress(transient=True, disable=fmt is Format.json) as bar:
+        with _Progress() as shown:
             for alg in algorithm:
                 setup = AuditSetup(algorithm=alg.value, epsilon=epsilon, delta=delta, clip=clip,
                                    iterations=iterations, model=model, dataset=dataset, per_class=per_class,
                                    canary=canary, broken=broken, data_dir=data_dir)
-                task_id = bar.add_task(f"audit {alg.value}", total=2 * models)
+                show = shown.part(f"audit {alg.value}", "models")
                 res = membership_audit(setup, models, held_out=held_out, batch=batch, seed=seed, device=device,
-                                       progress=lambda done, total: bar.update(task_id, completed=done))
+                                       progress=lambda done, total: show(done / iterations, total / iterations))
                 entry = {"threshold_audit": res.threshold.to_dict(), "violation": res.violation,
                          "nominal_epsilon": None if setup.claims_none else epsilon,
                          "guarantee": "none (no DP mechanism; the bound is what membership inference shows)"
@@ -369,11 +420,12 @@ def audit(
     if fmt is Format.json:
         typer.echo(json.dumps(report, default=str))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from privdl.audit.membership import NOISE_DIVISOR
 
+    what = {"none": "correct mechanism", "noise": f"mechanism broken on purpose: noise σ/{NOISE_DIVISOR}",
+            "clip": "mechanism broken on purpose: no clipping"}[broken]
     table = Table(title=f"membership audit: nominal (ε, δ) = ({epsilon}, {delta}), example level, "
-                        f"{models} + {models} models, {broken if broken != 'none' else 'correct'} mechanism")
+                        f"{models} + {models} models, {canary} canary, {what}")
     for col in ("method", "nominal ε", "ε lower bound (95%)", "point", "TPR", "FPR", "one-run ε lb"):
         table.add_column(col)
     table.add_column("verdict", no_wrap=True)
@@ -384,4 +436,4 @@ def audit(
                       f"{t.fpr:.3f}", "—" if one is None else f"{one:.3f}",
                       "[red]VIOLATION[/red]" if res.violation else
                       ("claims none" if res.setup.claims_none else "none found"))
-    Console().print(table)
+    console.print(table)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
@@ -39,6 +40,11 @@ LABELS = {
 #: series styles: colour, line style and marker all change, so series that lie on top of each other stay visible
 STYLES = [("-", "o"), ("--", "s"), ("-.", "^"), (":", "D"), ((0, (5, 1, 1, 1)), "v"), ((0, (1, 1)), "P")]
 REFERENCE_STYLES = [("black", (0, (6, 3))), ("dimgray", (0, (2, 2))), ("gray", (0, (6, 2, 1, 2)))]
+#: a legend with more entries than this, or with an entry longer than LEGEND_LABEL characters, goes right of the axes
+#: (it would cover the data inside them); its labels are wrapped to LEGEND_LABEL characters a line
+LEGEND_INSIDE, LEGEND_LABEL = 2, 32
+#: characters of title (12 pt) per inch of figure width, of axis label (10 pt) per inch of its side
+TITLE_CHARS, LABEL_CHARS = 9.5, 11.0
 
 
 def label(key: str) -> str:
@@ -103,17 +109,51 @@ def figure(series: Sequence[tuple[str, Sequence[float], Sequence[float], Sequenc
         color, ls = REFERENCE_STYLES[k % len(REFERENCE_STYLES)]
         ax.axhline(m, color=color, linestyle=ls, linewidth=1.2, label=name)
         ax.axhspan(m - s, m + s, color=color, alpha=0.08)
-    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    handles, names = ax.get_legend_handles_labels()
+    outside = len(names) > LEGEND_INSIDE or any(len(n) > LEGEND_LABEL for n in names)
+    if outside:  # room for the legend right of the axes (7 pt: ≈ 0.065 in a character), the axes keep their size
+        fig.set_size_inches(size[0] + 0.6 + 0.065 * min(LEGEND_LABEL, max(map(len, names))), size[1])
+    width = fig.get_size_inches()[0]
+    ax.set_title(textwrap.fill(title, int(size[0] * TITLE_CHARS)))  # centred over the axes: their width
+    ax.set_xlabel(textwrap.fill(xlabel, int(size[0] * LABEL_CHARS)))
+    ax.set_ylabel(textwrap.fill(ylabel, int(size[1] * LABEL_CHARS)))
     if logx:
         ax.set_xscale("log")
+        _log_ticks(ax.xaxis, ax.get_xlim())
     if logy:
         ax.set_yscale("log")
+        _log_ticks(ax.yaxis, ax.get_ylim())
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    if caption:
-        fig.text(0.01, 0.01, caption, fontsize=7, ha="left", va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.05 if caption else 0, 1, 1))
+    if outside:
+        ax.legend(handles, [textwrap.fill(n, LEGEND_LABEL) for n in names], fontsize=7, loc="upper left",
+                  bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    elif names:
+        ax.legend(fontsize=7)
+    bottom = 0.0
+    if caption:  # 7 pt lines, about 16 characters an inch
+        text = textwrap.fill(caption, int(width * 16))
+        fig.text(0.01, 0.01, text, fontsize=7, ha="left", va="bottom")
+        bottom = ((text.count("\n") + 1) * 7 * 1.25 / 72 + 0.1) / size[1]
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig
+
+
+def _log_ticks(axis, limits: tuple[float, float]) -> None:
+    """At least three labelled ticks on a log axis: matplotlib labels only powers of ten, so an axis spanning less
+    than about three decades shows one or two labels, or none; there 1-2-5 of each decade are labelled (below one
+    decade: evenly spaced round numbers), as plain numbers."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    lo, hi = sorted(limits)
+    if not lo > 0:
+        return
+    decades = math.log10(hi / lo)
+    if decades >= 3.0:
+        return
+    axis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 5.0)) if decades >= 1.0
+                           else MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10], min_n_ticks=3))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.6g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def axis_title(axis: str) -> str:
@@ -157,7 +197,9 @@ def plot_experiment(out: str | Path) -> list[Path]:
         raise ConfigError(f"{path} not found: run the experiment first (privdl run CONFIG --out {out})")
     fields, rows = read_results(path)
     if not rows:
-        return []
+        what = "only a header line" if fields else "nothing (an empty file)"
+        raise ConfigError(f"{path} holds {what}: no run has finished there yet, so there is nothing to plot — "
+                          f"`privdl run CONFIG --out {out}` runs (or resumes) the experiment and rewrites it")
     axes = [f for f in fields if f not in ("run_id", "iteration", "metric", "value")]
     caption = privacy_caption(out)
     task_axis = next((a for a in ("task", "task.name") if a in axes and len({r[a] for r in rows}) > 1), None)

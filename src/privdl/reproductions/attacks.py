@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from privdl.attacks.views import attack_run, save_rows
+from privdl.attacks.views import attack_run, image_captions, save_rows
 from privdl.experiment.plot import draw
 from privdl.experiment.store import ResultStore
 from privdl.reproductions.common import REPRODUCTIONS, finished_runs, packaged_config, run, with_overrides, write_csv
@@ -88,21 +88,26 @@ def rms_dlg(out: Path, *, iterations: int | None = None, images: int = 8, round:
                  title=f"seed 002 Fig. 2(a), {ds} (1 run)", markers=False, size=(6.4, 4.0))
     rows, summary = [], []
     for ds in datasets:
-        grid = []
+        grid, captions = [], []
         for m in methods:
             kinds = ("generous", "curious_neighbour") if _algorithm(cfg, m) == "edsg_rms" else ("curious_neighbour",)
             for kind in kinds:
                 res = _attack(out, cfg, m, ds, kind, attacker=0, victim=1, round=round, images=images,
                               iterations=attack_iterations, loss="l2")
+                truth, seen = image_captions(res["images"])
                 if not grid:
                     grid.append(("original", res["originals"]))
+                    captions.append(truth)
                 grid.append((f"{m['label']} ({kind.replace('_', ' ')})", res["reconstructions"]))
+                captions.append(seen)
                 for i, im in enumerate(res["images"]):
                     rows.append({"dataset": ds, "method": m["label"], "kind": kind, "image": i, **im})
                 summary.append({"dataset": ds, "method": m["label"], "kind": kind,
                                 **{k: res[k] for k in ("mse", "psnr", "ssim", "label_correct")},
                                 "notes": " | ".join(res["notes"])})
-        save_rows(out / f"rms_dlg_b_{ds}.png", grid)
+        save_rows(out / f"rms_dlg_b_{ds}.png", grid, captions=captions,
+                  title=f"seed 002 Fig. 2(b), {ds}: agent 1's iDLG reconstructions of agent 2's samples (seed 002's "
+                        f"numbering; indices 0 and 1), rounds {round}–{round + images - 1}")
     write_csv(out / "rms_dlg_attacks.csv", rows)
     write_csv(out / "rms_dlg_summary.csv", summary)
     return summary
