@@ -306,3 +306,19 @@ def test_an_attack_asks_for_no_more_images_than_the_victim_holds(mnist):
     cfg["task"]["train_size"] = 100  # 100 training digits over 5 agents: agent 1 holds fewer than 40
     with pytest.raises(ValidationError, match="more than agent 1's"):
         observations(cfg, attacker=0, victim=1, round=1, images=40)
+
+
+@pytest.mark.parametrize("name,extra", [("dsgd", 0), ("dsgt", 1)])
+def test_an_attacks_true_samples_are_what_the_engine_drew_for_the_observed_access(mnist, name, extra):
+    """The attack takes the victim's true samples from the engine's own record of each access (GradientOracle's
+    on_access), not from a re-derived counter rule; they agree with the rule (the observed gradient of round r is
+    access r, DSGT's init being access 1), derived here independently from the keys."""
+    from privdl.attacks.views import observations
+    from privdl.keys import Draws, Keys
+
+    got = observations(_attack_config(name, {}), attacker=0, victim=1, round=3, images=2, kind="eavesdropper")
+    for k, r in enumerate((3, 4)):
+        want = got.task.sample(Draws(Keys(0, 5), "batch", r + extra, np.array([1]), np.array([1])),
+                               torch.tensor([1]))
+        assert torch.equal(got.inputs[k].reshape(-1), want[0][0].reshape(-1).to(torch.float64))
+        assert int(got.labels[k]) == int(want[1][0][0])

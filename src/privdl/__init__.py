@@ -44,11 +44,3 @@ def source_hash() -> str:
             h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
         _SOURCE_HASH = h.hexdigest()[:16]
     return _SOURCE_HASH
-
-from privdl import moved as _moved
-
-_moved.install()  # removed modules (privdl.rng, ...) fail with the name of their replacement
-
-
-def __getattr__(name: str) -> object:
-    raise _moved.moved_attribute(__name__, name)

@@ -286,6 +286,46 @@ class RootKeys:
         return self._base(purpose, "public")
 
 
+#: the key a slice uses in place of an agent's it does not hold (its draws fill rows that are never used or sent)
+NOT_HELD = hash_key("privdl", "not held")
+
+
+class HeldKeys:
+    """The key source of an engine that holds only ``held`` agents (:class:`privdl.placement.Placement`): own keys
+    of held agents and shared keys of groups with a held member come from ``source``; any other key is the
+    placeholder ``NOT_HELD`` — the slice never derives another agent's key, and the rows it fills with the
+    placeholder's numbers belong to agents it does not hold (never sent, never combined into a held row).
+    ``asked`` records every agent and group whose real key was derived (tests check it holds only held agents)."""
+
+    def __init__(self, source: KeySource, held: np.ndarray, *, record: bool = False) -> None:
+        self.source, self.held = source, np.asarray(held, dtype=bool)
+        self.name = f"{source.name} (held: {int(self.held.sum())} of {len(self.held)})"
+        self.asked: set | None = set() if record else None
+
+    def own(self, purpose: str, agents: np.ndarray, *qualifiers: np.ndarray) -> np.ndarray:
+        agents = np.asarray(agents, dtype=np.int64)
+        mine = self.held[agents % len(self.held)]
+        out = np.full(np.broadcast_shapes(agents.shape, *(np.shape(q) for q in qualifiers)), NOT_HELD,
+                      dtype=np.uint64)
+        if mine.any():
+            quals = [np.broadcast_to(np.asarray(q), out.shape)[mine] for q in qualifiers]
+            out[mine] = self.source.own(purpose, np.broadcast_to(agents, out.shape)[mine], *quals)
+            if self.asked is not None:
+                self.asked.update(int(a) for a in np.unique(np.broadcast_to(agents, out.shape)[mine]))
+        return out
+
+    def shared(self, purpose: str, holders: Sequence[int]) -> int:
+        members = sorted({int(h) for h in holders})
+        if not any(self.held[h % len(self.held)] for h in members):
+            return int(NOT_HELD)
+        if self.asked is not None:
+            self.asked.add(tuple(members))
+        return self.source.shared(purpose, members)
+
+    def public(self, purpose: str) -> int:
+        return self.source.public(purpose)
+
+
 class _Lookahead:
     """Small keyed draws for the next counters, computed in one block once a purpose's counters run consecutively.
 
@@ -454,5 +494,5 @@ class Draws:
                                 dtype=dtype)
 
 
-__all__ = ["GOLDEN", "Draws", "KeySource", "Keys", "RootKeys", "bits", "derive_seed", "fold", "hash_key", "integers", "mix64",
+__all__ = ["GOLDEN", "Draws", "HeldKeys", "KeySource", "Keys", "NOT_HELD", "RootKeys", "bits", "derive_seed", "fold", "hash_key", "integers", "mix64",
            "normal", "uniform"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Callable, Generic, Iterator, TypeVar
 
@@ -44,14 +45,15 @@ class Registry(Generic[T]):
             ) from None
 
     def build(self, name: str, *args: object, **kwargs: object) -> object:
-        """Call the implementation ``name``; a bad keyword becomes a ValidationError naming the concept."""
+        """Call the implementation ``name``; parameters that do not fit its signature (an unknown keyword, a
+        missing one, too many) become a ValidationError naming the concept. They are checked against the signature
+        before the call, so a TypeError raised inside the implementation propagates unchanged."""
         fn = self.get(name)
         try:
-            return fn(*args, **kwargs)  # type: ignore[operator]
+            _check_fits(fn, args, kwargs)
         except TypeError as exc:
-            if "argument" not in str(exc):
-                raise
             raise ValidationError(f"bad parameters for {self.concept} {name!r}: {exc}") from None
+        return fn(*args, **kwargs)  # type: ignore[operator]
 
     def names(self) -> list[str]:
         return sorted(self._items)
@@ -61,6 +63,42 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
+
+
+def _check_fits(fn: object, args: tuple, kwargs: dict) -> None:
+    """Raise TypeError (as a call would) when ``args`` and ``kwargs`` do not fit ``fn``'s signature, without
+    calling it. A class whose ``__init__`` takes ``**kwargs`` hands them to its bases' ``__init__``: a keyword that
+    none of those up the MRO (to the first without ``**kwargs``) names is unexpected too (if every one takes
+    ``**kwargs``, only the class's own signature is checked). A callable without an introspectable signature (a
+    builtin) is not checked: its call reports."""
+    try:
+        signature = inspect.signature(fn)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return
+    signature.bind(*args, **kwargs)
+    if not (inspect.isclass(fn) and _takes_var_keyword(signature)):
+        return
+    named: set[str] = set()
+    for cls in fn.__mro__:
+        if cls is object or "__init__" not in vars(cls):
+            continue
+        try:
+            init = inspect.signature(vars(cls)["__init__"])
+        except (TypeError, ValueError):
+            return
+        named |= {p.name for p in init.parameters.values()
+                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if not _takes_var_keyword(init):
+            break
+    else:
+        return  # every __init__ takes **kwargs: where they end up cannot be told from the signatures
+    unexpected = [k for k in kwargs if k not in named]
+    if unexpected:
+        raise TypeError(f"got an unexpected keyword argument {unexpected[0]!r}")
+
+
+def _takes_var_keyword(signature: inspect.Signature) -> bool:
+    return any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,10 @@ class Algorithm(NamedTuple):
     unprotected: tuple[Callable[[int, Edges], torch.Tensor], str] | None = None
     #: False when its accesses are not every row's own gradient (cross-gradients): the runner then runs it alone
     stackable: bool = True
+    #: the random matrix step-sizes its gradients are multiplied by (seed 002's
+    #: :class:`privdl.mechanisms.rms.RandomMatrixStepSize`), None without: the one place the attacks and the
+    #: theory checks read them from
+    rms: Any = None
 
     def gradient_calls(self, iterations: int) -> int:
         """The most noisy accesses any agent's data gets in ``iterations`` rounds (on a 2-agent complete graph for

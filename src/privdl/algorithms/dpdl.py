@@ -85,7 +85,7 @@ def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False, cal
         c = (calibration_weights(flat, own_e) if calibration
              else torch.full((flat.shape[0],), 0.5, dtype=flat.dtype, device=flat.device))
         w = e.weight.to(dtype=flat.dtype, device=flat.device)
-        agents = comm.rows // comm.groups  # N: the agents of one system
+        agents = comm.n  # N: the network's agents
         terms = flat / (w.sqrt()[:, None] * agents) + (alpha * w * c)[:, None] * own_e
         g = torch.zeros_like(own.reshape(own.shape[0], -1)).index_add_(0, dst, terms).reshape(s.x.shape)
         v_new = beta * s.v + g

@@ -97,7 +97,7 @@ def with_rms(base: Algorithm, *, name: str, rms: RandomMatrixStepSize | None, pr
     facts = {**(rms.describe() if rms is not None else {}),
              **(protection.describe() if protection is not None else {}), "protection_lag": lag}
     return Algorithm(name, init, step, lambda s: base.params(s.inner), base.accesses, tuple(parts), base.requires,
-                     protection if protect else None, facts)
+                     protection if protect else None, facts, rms=rms)
 
 
 def _parts(mu: float, sigma_mu: float | None, sigma_z: float, structure: str, law: str, protection: str,

@@ -234,11 +234,7 @@ def _recording(algorithm, victim: int, calls: list) -> Any:
 
 def _generous(algorithm, calls: list, victim: int, rounds: range) -> list[Observation]:
     """The victim's true model and M_v(n)·ĝ_v(n) (the run's own draw of M, from its keys) for each round."""
-    from privdl.mechanisms.rms import RandomMatrixStepSize
-
-    facts = algorithm.facts
-    rms = (RandomMatrixStepSize(**{k: facts[k] for k in ("mu", "sigma_mu", "sigma_z", "structure", "law")})
-           if "structure" in facts else None)
+    rms = algorithm.rms
     out = []
     for n in rounds:
         counter, keys, model, g = calls[n - 1]
@@ -280,7 +276,6 @@ def observations(cfg: dict, *, attacker: int, victim: int, round: int, images: i
     ``round + images − 1`` beside the samples they were computed on. ``on_round(t, rounds)`` follows the run."""
     from privdl.comm.observers import Transcript
     from privdl.experiment.build import build
-    from privdl.keys import Draws, Keys
     from privdl.mechanisms.base import BatchGradient
     from privdl.simulator import simulate
 
@@ -326,12 +321,19 @@ def observations(cfg: dict, *, attacker: int, victim: int, round: int, images: i
     if last + extra > spec.config["iterations"]:
         raise ValidationError(f"rounds {round}..{last} (+{extra} to read them) go beyond the run's "
                               f"{spec.config['iterations']} iterations")
-    transcript, own, calls = Transcript(), {}, []
+    transcript, own, calls, drawn = Transcript(), {}, [], {}
+
+    def seen(t: int, access, batch) -> None:  # the engine's record of the victim's samples, by round
+        examples = batch[0] if isinstance(batch[0], tuple) else batch
+        rows = (access.owners == victim).nonzero().reshape(-1)
+        if t not in drawn and rows.numel():
+            drawn[t] = tuple(x[rows[0]].clone() for x in examples)
+
     algorithm = _recording(c.algorithm, victim, calls) if kind == "generous" else c.algorithm
     simulate(task=c.task, network=c.network, algorithm=algorithm, mechanism=c.mechanism, schedule=c.schedule,
              iterations=last + extra, seed=spec.config["seed"], metrics=False, eval_every=1,
              observers=[] if kind == "generous" else [transcript],
-             on_record=lambda t, x: own.__setitem__(t, x[attacker].clone()),
+             on_record=lambda t, x: own.__setitem__(t, x[attacker].clone()), on_access=seen,
              on_step=None if on_round is None else lambda t: on_round(t, last + extra))
     rounds = range(round, last + 1)
     if kind == "generous":
@@ -342,11 +344,9 @@ def observations(cfg: dict, *, attacker: int, victim: int, round: int, images: i
                              eta=lambda t: float(c.schedule(t)), attacker=attacker, own_models=own,
                              protection=c.algorithm.wire, algorithm=name, initial=own[0],
                              lag=int(c.algorithm.facts.get("protection_lag", 1)))
-    rows = np.array([victim])
-    keys = Keys(spec.config["seed"], n)
-    truth = [c.task.sample(Draws(keys, "batch", r + extra, rows, rows), torch.tensor([victim])) for r in rounds]
-    x = torch.cat([t[0][0] for t in truth]).reshape(images, *c.task.model.input_shape).to(torch.float64)
-    y = torch.cat([t[1][0] for t in truth]).long()
+    truth = [drawn[r] for r in rounds]  # the samples of the victim's access in round r (the observed gradient's)
+    x = torch.cat([t[0] for t in truth]).reshape(images, *c.task.model.input_shape).to(torch.float64)
+    y = torch.cat([t[1] for t in truth]).long()
     return Observed(name, obs, x, y, c.task)
 
 

@@ -8,9 +8,3 @@ from privdl.audit.membership import AuditSetup, MembershipAuditResult, membershi
 __all__ = ["AuditSetup", "MembershipAuditResult", "OneRunAudit", "ThresholdAudit", "clopper_pearson",
            "membership_audit", "one_run_audit", "one_run_epsilon", "one_run_membership_audit", "one_run_p_value",
            "threshold_audit"]
-
-
-def __getattr__(name: str) -> object:
-    from privdl.moved import moved_attribute
-
-    raise moved_attribute(__name__, name)

@@ -25,14 +25,18 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
     jobs: int = typer.Option(1, "--jobs", min=1, help="processes sharing the runs (stacked groups; unstackable runs "
                                                       "one by one) on this machine"),
+    resume: bool = typer.Option(False, "--resume", help="continue interrupted runs from their last checkpoint "
+                                                        "(runtime.checkpoint_every); without it they start over"),
 ) -> None:
-    """Run (or resume) every run of an experiment's sweep; write results.csv, manifests and plots."""
+    """Run (or resume) every run of an experiment's sweep; write results.csv, manifests and plots. Finished runs
+    are always kept; with --resume, unfinished ones continue from the last round every agent checkpointed."""
     from privdl.experiment import load_config, plot_experiment, run_experiment
 
     try:
         cfg = load_config(config, set_)
         out = out or Path("results") / config.stem
-        summary = run_experiment(cfg, out, progress=False if quiet else _progress_mode(), jobs=jobs)
+        summary = run_experiment(cfg, out, progress=False if quiet else _progress_mode(), jobs=jobs,
+                                 resume=resume)
         console.print(f"{summary.runs} runs ({summary.executed} executed, {summary.skipped} already done"
                       + (f", {summary.others} by another process sharing the folder" if summary.others else "")
                       + (f", {summary.busy} being run by another process: run the command again when it has "

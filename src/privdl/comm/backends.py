@@ -83,7 +83,7 @@ class StackedComm(Comm):
             raise ValidationError(f"stacked networks must have the same number of agents; got {[x.n for x in nets]}")
         edges = Edges.stack([nets[0].edges] * reps if shared else [net.edges for net in nets])
         super().__init__(edges, groups=reps)
-        self.networks, self.n, self.shared = nets, n, shared
+        self.networks, self.shared = nets, shared  # self.n: Comm.n, the agents of one system
         #: sparse networks are mixed edge by edge in canonical order (no n×n matrix)
         self.edgewise = any(net.sparse for net in nets)
         if not self.edgewise:

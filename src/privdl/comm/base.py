@@ -24,6 +24,7 @@ agrees to rounding.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from typing import Callable, Protocol
 
 import torch
@@ -68,6 +69,16 @@ class Comm(ABC):
     def observed(self) -> bool:
         return bool(self._observers)
 
+    @contextmanager
+    def silenced(self):
+        """No observer sees the transmissions made inside (a resumed run re-running ``init`` for its state's
+        structure: its observers were restored from the checkpoint)."""
+        kept, self._observers = self._observers, []
+        try:
+            yield self
+        finally:
+            self._observers = kept
+
     def _report(self, tag: str, src: torch.Tensor, dst: torch.Tensor, payload: Callable[[], torch.Tensor]) -> None:
         if not self._observers:
             return
@@ -76,6 +87,11 @@ class Comm(ABC):
             o.on_message(t=self.t, tag=tag, src=src, dst=dst, payload=value)
 
     # ---- local facts ----------------------------------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        """The network's number of agents (one system's rows), whatever rows this engine holds."""
+        return self.rows // self.groups
+
     @property
     def degree(self) -> torch.Tensor:
         """Number of neighbours of every row, (rows, 1) (for broadcasting against (rows, d))."""

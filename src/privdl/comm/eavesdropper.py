@@ -74,6 +74,18 @@ class Eavesdropper:
         self._sums[adaptive] = total
         self._cache = None
 
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps: the window of per-sender values and their running sums, the last round seen."""
+        return {"tag": self.tag, "round": self._round,
+                "buffers": {str(k): [v.clone() for v in b] for k, b in self._buffers.items()},
+                "sums": {str(k): None if v is None else v.clone() for k, v in self._sums.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.tag, self._round = state["tag"], int(state["round"])
+        self._buffers = {k: deque(state["buffers"][str(k)]) for k in (False, True)}
+        self._sums = {k: state["sums"][str(k)] for k in (False, True)}
+        self._cache = None
+
     def estimate(self, adaptive: bool = False) -> torch.Tensor | None:
         """Every sender's sliding average (rows, L), or None before the first message."""
         total = self._sums[adaptive]

@@ -129,6 +129,34 @@ class ReplayComm(Comm):
     def neighbour_sum(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
         return self._combine(x, tag, weighted=False)
 
+    def average_in_place(self, x: torch.Tensor, *, tag: str, offset: torch.Tensor | None = None) -> torch.Tensor:
+        """The agent's turn in the authors' sweep (:meth:`Comm.average_in_place`): the recorded call is one message
+        per agent position k = 0, 1, … (agent k of every system reading its neighbours' current values); the agent
+        takes, from the message of its own position, exactly the values it read, and averages them with its own
+        value as the sweep does (the same kernel on its row: bit for bit), adding its ``offset``. Every other row is
+        NaN."""
+        n = self.rows // self.groups
+        own = self.agent % n
+        e = self.edges
+        out = self._nan(tuple(x.shape), x)
+        for k in range(n):
+            m = self._next(tag)
+            if k != own:
+                continue
+            idx = torch.nonzero(e.dst % n == k).reshape(-1)
+            if not (torch.equal(m.src, e.src[idx]) and torch.equal(m.dst, e.dst[idx])):
+                raise ValidationError(f"recorded message {tag!r} is not agent {k}'s reads in an in-place sweep of "
+                                      f"this network")
+            mine = (m.dst == self.agent).nonzero(as_tuple=True)[0]
+            row = x[self.agent:self.agent + 1].reshape(1, -1)
+            values = m.payload[mine].reshape(len(mine), -1).to(row.dtype)
+            share = 1.0 / (self.degree[self.agent:self.agent + 1].to(row.dtype) + 1.0)
+            total = row.index_add(0, torch.zeros(len(mine), dtype=torch.long, device=row.device), values) * share
+            if offset is not None:
+                total = total + offset[self.agent:self.agent + 1].reshape(1, -1)
+            out[self.agent] = total.reshape(x.shape[1:])
+        return out
+
     def _per_edge(self, tag: str, like: torch.Tensor) -> torch.Tensor:
         payload = self._edge_payload(tag)
         out = self._nan((len(self.edges), *payload.shape[1:]), like)

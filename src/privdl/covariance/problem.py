@@ -81,6 +81,23 @@ def _verified(r: np.ndarray, b: float, what: str) -> tuple[float, np.ndarray]:
     return ratio, diag
 
 
+@dataclass(frozen=True)
+class SeedComponent:
+    """Correlated noise driven by one shared seed: ``cov`` (|H|×|H|, PSD) over the agents ``members`` = H (the
+    shared-seed parts of a design; what coalitions know of them is in :mod:`privdl.covariance.seeds`, which
+    re-exports this class)."""
+
+    members: tuple[int, ...]
+    cov: np.ndarray
+    label: str
+
+    def embedded(self, n: int) -> np.ndarray:
+        full = np.zeros((n, n))
+        idx = np.asarray(self.members)
+        full[np.ix_(idx, idx)] = self.cov
+        return full
+
+
 @dataclass
 class CovarianceDesign:
     """A noise covariance R for n agents, with the facts SPEC §3 asks every design to report.
@@ -104,7 +121,7 @@ class CovarianceDesign:
     singular: bool = False
     ridge: float = 0.0
     extra: dict = field(default_factory=dict)
-    #: The shared-seed parts of R − σ_mix² I (a list of :class:`privdl.covariance.seeds.SeedComponent`); None
+    #: The shared-seed parts of R − σ_mix² I (a list of :class:`SeedComponent`); None
     #: means one global seed drives all of it.
     components: list | None = None
     #: diag(R⁻¹) as verified (kept for large designs, so accounting need not factor R again)
@@ -132,8 +149,6 @@ def finish_design(design: str, w: np.ndarray, r: np.ndarray, b: float, *, sigma_
     """Verify R against b (rescaling away rounding-level violations, together with its parts) and fill in the
     reported facts. Without ``sigma_mix2``, the independent part is the largest possible, λ_min(R), and the rest
     R − λ_min(R)·I is one component driven by a global seed."""
-    from privdl.covariance.seeds import SeedComponent
-
     r = 0.5 * (r + r.T)
     # The computed precision diagonal carries a relative error of about cond(R)·eps; rescale with that margin so
     # that the verification below (an independent recomputation) passes for ill-conditioned R too.

@@ -9,29 +9,13 @@ covariance R^(I) = σ_mix² I + Σ_{k: H_k ∩ I = ∅} R_cor^(k), and agent i �
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
 
-from privdl.covariance.problem import precision_diagonal
+from privdl.covariance.problem import SeedComponent, precision_diagonal
 from privdl.errors import ValidationError
 from privdl.network.edges import adjacency, undirected_edges
-
-
-@dataclass(frozen=True)
-class SeedComponent:
-    """Correlated noise driven by one shared seed: ``cov`` (|H|×|H|, PSD) over the agents ``members`` = H."""
-
-    members: tuple[int, ...]
-    cov: np.ndarray
-    label: str
-
-    def embedded(self, n: int) -> np.ndarray:
-        full = np.zeros((n, n))
-        idx = np.asarray(self.members)
-        full[np.ix_(idx, idx)] = self.cov
-        return full
 
 
 # ---- seed-group constructions ------------------------------------------------------------------------------

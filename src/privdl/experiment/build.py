@@ -171,14 +171,14 @@ def _check_positive_definite_sparse(algorithm: Algorithm, network: Network) -> N
 def _check_theory(algorithm: Algorithm, network: Network, task: Task, schedule: Schedule) -> None:
     """Warn (never refuse) when an RMS run's γ or τ lies outside seed 002's Theorems 1–2, for tasks that know their
     smoothness and strong convexity."""
-    facts = algorithm.facts
-    if "tau" not in facts or not hasattr(task, "smoothness") or network.sparse:
+    rms = algorithm.rms
+    if rms is None or not hasattr(task, "smoothness") or network.sparse:
         return  # the bounds need W's spectrum: not computed for sparse networks
     from privdl.algorithms.rms_bounds import rms_bounds, warn_outside
 
-    bounds = rms_bounds(network.W, dim=task.dim, mu=facts["mu"], sigma_mu=facts["sigma_mu"],
-                        sigma_z=facts["sigma_z"], smoothness=task.smoothness, strong_convexity=task.strong_convexity)
-    warn_outside(algorithm.name, bounds, gamma=float(schedule(1)), tau=float(facts["tau"]))
+    bounds = rms_bounds(network.W, dim=task.dim, mu=rms.mu, sigma_mu=rms.sigma_mu, sigma_z=rms.sigma_z,
+                        smoothness=task.smoothness, strong_convexity=task.strong_convexity)
+    warn_outside(algorithm.name, bounds, gamma=float(schedule(1)), tau=float(getattr(algorithm.wire, "tau", 0.0)))
 
 
 def computed(section: str, table: dict, make: Callable[[], T]) -> T:

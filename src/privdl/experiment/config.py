@@ -86,6 +86,15 @@ FIXED_CHOICES: dict[str, OneOf] = {
     "network.seed": OneOf((), lambda v: v == "run", "an integer, or \"run\" (the graph follows the run seed)"),
     "network.sparse": OneOf((), lambda v: v == "auto", "true, false or \"auto\""),
 }
+#: [runtime]: where a run's agents live (docs/CONFIG.md). Absent from a config, the run is the simulator's and its
+#: run id is what it was before the section existed.
+RUNTIME_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
+    "backend": (str, "simulator"),
+    "slices": (int, None),
+    "assignment": (list, None),
+    "checkpoint_every": (int, None),
+}
+RUNTIME_BACKENDS = ("simulator", "sliced")
 SECTIONS = {"task": TASKS, "algorithm": ALGORITHMS, "mechanism": MECHANISMS, "schedule": SCHEDULES}
 # builder parameters filled in by the runner, never by the user
 INJECTED = {"task": {"n", "dtype"}, "mechanism": {"steps", "network", "task"}, "schedule": {"iterations"}, "algorithm": set()}
@@ -327,9 +336,11 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
                 _check_choice(key, value, [FIXED_CHOICES[key]])
             _check_value(key, value)
             out[key] = value
+        elif key == "runtime":
+            out["runtime"] = _runtime(value)
         elif key not in SECTIONS and key != "network":
             raise ConfigError(
-                f"unknown key {key!r}; valid top-level keys: {', '.join(sorted([*TOP_LEVEL, 'seeds', 'sweep', 'network', *SECTIONS]))}"
+                f"unknown key {key!r}; valid top-level keys: {', '.join(sorted([*TOP_LEVEL, 'runtime', 'seeds', 'sweep', 'network', *SECTIONS]))}"
             )
     for k, (_, default) in TOP_LEVEL.items():
         if default is not None:
@@ -412,6 +423,41 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
     return out
 
 
+def _runtime(table: Any) -> dict:
+    """The [runtime] table, checked: backend, slices (1 … n, checked against n when the run is built) or an
+    assignment (one list of agents per slice)."""
+    if not isinstance(table, dict):
+        raise ConfigError("[runtime] must be a table")
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in RUNTIME_FIXED:
+            raise ConfigError(f"unknown key 'runtime.{key}'; valid keys: {', '.join(RUNTIME_FIXED)}")
+        typ = RUNTIME_FIXED[key][0]
+        if not isinstance(value, typ) or isinstance(value, bool):
+            raise ConfigError(f"key 'runtime.{key}' must be {typ.__name__}, got {value!r}")
+        out[key] = value
+    split = "slices" in out or "assignment" in out
+    backend = out.setdefault("backend", "sliced" if split else "simulator")
+    if backend not in RUNTIME_BACKENDS:
+        raise ConfigError(f"runtime.backend must be one of {', '.join(RUNTIME_BACKENDS)}, got {backend!r}")
+    if "checkpoint_every" in out and out["checkpoint_every"] < 1:
+        raise ConfigError(f"runtime.checkpoint_every must be >= 1 (rounds between checkpoints), got "
+                          f"{out['checkpoint_every']}")
+    if "slices" in out and out["slices"] < 1:
+        raise ConfigError(f"runtime.slices must be >= 1 (slices hold the agents), got {out['slices']}")
+    if "assignment" in out:
+        parts = out["assignment"]
+        if not parts or not all(isinstance(p, list) and p and all(isinstance(a, int) and not isinstance(a, bool)
+                                                                   for a in p) for p in parts):
+            raise ConfigError("runtime.assignment must be a list of non-empty lists of agent indices, e.g. "
+                              "[[0, 3], [1, 2]]")
+    if backend == "simulator" and split:
+        raise ConfigError("runtime.slices / runtime.assignment split a run: set runtime.backend = \"sliced\"")
+    if backend == "sliced" and "slices" not in out and "assignment" not in out:
+        out["slices"] = 2
+    return out
+
+
 def _keys_accepted_anywhere(points: list[tuple[dict, dict, set[str]]]) -> dict[str, set[str]]:
     """For each section, every key some component used in the experiment accepts."""
     used: dict[str, set[str]] = {}
@@ -447,9 +493,10 @@ def _check_swept_keys(points: list[tuple[dict, dict, set[str]]], used: dict[str,
                                   f"experiment (misspelled?); valid keys: {', '.join(valid)}")
 
 
-#: top-level keys that do not change what a run computes (labels, threads, where it runs, how it is batched, the
-#: config file's folder), and keys within sections that say only where inputs lie: none of them is in a run's id
-NOT_IDENTITY = ("name", "description", "threads", "device", "batch_replicas", "base_dir")
+#: top-level keys that do not change what a run computes (labels, threads, where it runs — device, [runtime]: the
+#: sliced backend and checkpoints give the simulator's numbers —, how it is batched, the config file's folder), and
+#: keys within sections that say only where inputs lie: none of them is in a run's id
+NOT_IDENTITY = ("name", "description", "threads", "device", "batch_replicas", "base_dir", "runtime")
 LOCATION_KEYS = {"task": ("data_dir",)}  # the dataset's name says which data; its folder differs between machines
 
 

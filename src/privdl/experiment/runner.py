@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import math
 import os
 import platform
+import shutil
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -32,8 +34,11 @@ from privdl.experiment.config import RunSpec, expand
 from privdl.experiment.store import ResultStore
 from privdl.mechanisms.base import ClippedSum
 from privdl.mechanisms.stack import may_stack, need_signature
+from privdl.placement import partition
 from privdl.privacy.ledger import statement
 from privdl.simulator import Replica, simulate, simulate_replicas, stackable
+from privdl.simulator.checkpoint import Checkpoints
+from privdl.simulator.sliced import simulate_sliced
 
 #: numbers (model state plus one step's batch) a stacked batch may hold, for the automatic ``batch_replicas``
 BATCH_BUDGET = 2**25
@@ -149,16 +154,38 @@ def observers(cfg: dict, c: Components, rows: int) -> list:
     return [Eavesdropper(rows, window=window, target=c.task.optimum, wire=c.algorithm.wire)]
 
 
+def checkpoint_identity(spec: RunSpec) -> dict:
+    """What a run's checkpoints are compared against on resume: the run, its configuration, the code."""
+    digest = hashlib.sha256(json.dumps(spec.config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return {"run_id": spec.run_id, "config_digest": digest, "source": privdl.source_hash()}
+
+
+def run_checkpoints(specs: Sequence[RunSpec], n: int, folders: Sequence[Path] | None,
+                    resume: bool) -> Checkpoints | None:
+    """The checkpoints of a run (or of the runs of a stacked batch) when its config asks for them
+    (``runtime.checkpoint_every``) and the runner gives their folders; without ``resume`` old ones are removed."""
+    every = specs[0].config.get("runtime", {}).get("checkpoint_every")
+    if not every or folders is None:
+        return None
+    ck = Checkpoints(folders, [checkpoint_identity(s) for s in specs], n=n, every=int(every))
+    if not resume:
+        ck.clear()
+    return ck
+
+
 def run_one(spec: RunSpec, on_step: Callable[[int], None] | None = None, *,
-            components: Components | None = None) -> tuple[list[tuple[int, str, float]], dict]:
-    """One run, alone: its rows (iteration, metric, value) and its manifest."""
+            components: Components | None = None, checkpoints: Path | None = None,
+            resume: bool = False) -> tuple[list[tuple[int, str, float]], dict]:
+    """One run, alone: its rows (iteration, metric, value) and its manifest. ``checkpoints``: the run's checkpoint
+    folder (written every ``runtime.checkpoint_every`` rounds); ``resume`` continues from the last one there."""
     c = components or build(spec.config)
     with intra_op_threads(spec.config, c.task, c.network.n, c.mechanism.need):
-        return _run_one(spec, c, on_step)
+        ck = run_checkpoints([spec], c.network.n, None if checkpoints is None else [checkpoints], resume)
+        return _run_one(spec, c, on_step, ck, resume)
 
 
-def _run_one(spec: RunSpec, c: Components,
-             on_step: Callable[[int], None] | None) -> tuple[list[tuple[int, str, float]], dict]:
+def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None,
+             ck: Checkpoints | None = None, resume: bool = False) -> tuple[list[tuple[int, str, float]], dict]:
     cfg = spec.config
     if not cfg.get("train", True):
         start = time.perf_counter()
@@ -167,35 +194,65 @@ def _run_one(spec: RunSpec, c: Components,
                                                          and math.isfinite(ledger.epsilon) else {})}
         rows = [(0, k, v) for k, v in facts.items()]
         return rows, manifest(spec, c, seconds=time.perf_counter() - start, rows=rows, accesses=None)
-    result = simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
-                      schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
-                      eval_every=cfg["eval_every"], gradient=cfg["gradient"], sparse=c.sparse, on_step=on_step,
-                      device=cfg.get("device", "cpu"), observers=observers(cfg, c, c.network.n))
-    return result.records, manifest(spec, c, seconds=result.seconds, rows=result.records, accesses=result.accesses)
+    runtime = cfg.get("runtime", {})
+    resumed = ck.latest() if (ck is not None and resume) else None
+    if runtime.get("backend", "simulator") == "sliced":
+        placements = partition(c.network.n, slices=runtime.get("slices"), assignment=runtime.get("assignment"))
+        if cfg.get("device", "cpu") != "cpu":
+            raise ValidationError("runtime.backend = \"sliced\" runs on the CPU; remove device or set it to \"cpu\"")
+        result = simulate_sliced(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
+                                 schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
+                                 placements=placements, eval_every=cfg["eval_every"], gradient=cfg["gradient"],
+                                 on_step=on_step, observers=observers(cfg, c, c.network.n), checkpoints=ck,
+                                 resume=resume)
+        placement = {"backend": "sliced", "slices": [list(p.agents) for p in placements],
+                      "payload_bytes": result.extra["payload_bytes"],
+                      "control_messages": result.extra["control_messages"]}
+    else:
+        result = simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
+                          schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
+                          eval_every=cfg["eval_every"], gradient=cfg["gradient"], sparse=c.sparse, on_step=on_step,
+                          device=cfg.get("device", "cpu"), observers=observers(cfg, c, c.network.n),
+                          checkpoints=ck, resume=resume)
+        placement = None
+    out = manifest(spec, c, seconds=result.seconds, rows=result.records, accesses=result.accesses)
+    if placement is not None:
+        out["placement"] = placement
+    if ck is not None:
+        out["checkpoints"] = {"every": ck.every, "resumed_from_round": resumed}
+    return result.records, out
 
 
 def run_batch(specs: Sequence[RunSpec], parts: Sequence[Components],
-              on_step: Callable[[int], None] | None = None) -> list[tuple[list[tuple[int, str, float]], dict]]:
-    """Runs that share task, algorithm and length, stacked on the replica axis."""
+              on_step: Callable[[int], None] | None = None, *, checkpoints: Sequence[Path] | None = None,
+              resume: bool = False) -> list[tuple[list[tuple[int, str, float]], dict]]:
+    """Runs that share task, algorithm and length, stacked on the replica axis (``checkpoints``: one folder per
+    run, as :func:`run_one`)."""
     with intra_op_threads(specs[0].config, parts[0].task, len(specs) * parts[0].network.n,
                           parts[0].mechanism.need):
-        return _run_batch(specs, parts, on_step)
+        ck = run_checkpoints(specs, parts[0].network.n, checkpoints, resume)
+        return _run_batch(specs, parts, on_step, ck, resume)
 
 
-def _run_batch(specs: Sequence[RunSpec], parts: Sequence[Components],
-               on_step: Callable[[int], None] | None) -> list[tuple[list[tuple[int, str, float]], dict]]:
+def _run_batch(specs: Sequence[RunSpec], parts: Sequence[Components], on_step: Callable[[int], None] | None,
+               ck: Checkpoints | None = None,
+               resume: bool = False) -> list[tuple[list[tuple[int, str, float]], dict]]:
     cfg = specs[0].config
+    resumed = ck.latest() if (ck is not None and resume) else None
     res = simulate_replicas(task=parts[0].task, algorithm=parts[0].algorithm,
                             replicas=[Replica(c.network, c.mechanism, c.schedule, s.config["seed"])
                                       for s, c in zip(specs, parts)],
                             iterations=cfg["iterations"], eval_every=cfg["eval_every"], gradient=cfg["gradient"],
                             on_step=on_step, device=cfg.get("device", "cpu"),
-                            observers=observers(cfg, parts[0], len(specs) * parts[0].network.n))
+                            observers=observers(cfg, parts[0], len(specs) * parts[0].network.n), checkpoints=ck,
+                            resume=resume)
     out = []
     for r, (spec, c) in enumerate(zip(specs, parts)):
         batch = {"replicas": len(specs), "position": r, "seconds": res.seconds}
-        out.append((res.records[r], manifest(spec, c, seconds=res.seconds, rows=res.records[r],
-                                             accesses=res.accesses[r], batch=batch)))
+        man = manifest(spec, c, seconds=res.seconds, rows=res.records[r], accesses=res.accesses[r], batch=batch)
+        if ck is not None:
+            man["checkpoints"] = {"every": ck.every, "resumed_from_round": resumed}
+        out.append((res.records[r], man))
     return out
 
 
@@ -262,7 +319,8 @@ def intra_op_threads(cfg: dict, task, rows: int, need=None):
 def _alone(cfg: dict, algorithms: dict[str, bool]) -> bool:
     """A run that never shares a replica axis, known from its config: not trained, ``batch_replicas = 1``, a mechanism
     that never stacks (DP-SGD) or an algorithm that does not (DPDL, CGA). ``algorithms`` caches the last by config."""
-    if not cfg.get("train", True) or cfg.get("batch_replicas") == 1 or not may_stack(cfg["mechanism"].get("name")):
+    if (not cfg.get("train", True) or cfg.get("batch_replicas") == 1 or not may_stack(cfg["mechanism"].get("name"))
+            or cfg.get("runtime", {}).get("backend", "simulator") != "simulator"):
         return True
     key = json.dumps(cfg["algorithm"], sort_keys=True, default=str)
     if key not in algorithms:
@@ -383,7 +441,8 @@ def check_inputs_unchanged(store: ResultStore, finished: Iterable[RunSpec]) -> N
 def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str], None] = True,
                    shard: tuple[int, int] | None = None,
                    on_done: Callable[[str, list, dict], None] | None = None, jobs: int = 1,
-                   others_running: Callable[[], bool] | None = None, wait: bool = True) -> ExperimentSummary:
+                   others_running: Callable[[], bool] | None = None, wait: bool = True,
+                   resume: bool = False) -> ExperimentSummary:
     """Run (or resume) the experiment ``cfg`` into directory ``out``. ``shard = (i, k)`` runs only every k-th
     distinct run starting at i (k processes can share one directory). ``progress``: a live bar (True), nothing
     (False), or a function that receives plain lines with the count and an estimate of the time left (logs).
@@ -393,7 +452,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
     process then waits until they are finished — running any whose holder is gone
     (:meth:`~privdl.experiment.store.ResultStore.lock`) — so that its results.csv holds every run."""
     if check_jobs(jobs) > 1:
-        return run_parallel(cfg, out, jobs=jobs, progress=progress, shard=shard, on_done=on_done)
+        return run_parallel(cfg, out, jobs=jobs, progress=progress, shard=shard, on_done=on_done, resume=resume)
     start = time.perf_counter()
     runs, axes = expand(cfg)
     store = ResultStore(out)
@@ -427,6 +486,8 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                 if bad:
                     nonfinite[spec.run_id] = man["nonfinite_metrics"] = bad
             store.save_runs([(spec.run_id, rows, man) for spec, rows, man in items])
+            for spec, _, _ in items:  # a saved run needs no checkpoint
+                shutil.rmtree(store.run_dir(spec.run_id) / "checkpoints", ignore_errors=True)
             tally.add([spec.run_id for spec, _, _ in items])
             if on_done is not None:
                 for spec, rows, man in items:
@@ -445,8 +506,11 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                     bar.update(_task, completed=t)
                     tally.look()
 
+            def folder(spec: RunSpec) -> Path:
+                return store.run_dir(spec.run_id) / "checkpoints"
+
             if len(group) == 1:
-                rows, man = run_one(group[0], on_step=tick)
+                rows, man = run_one(group[0], on_step=tick, checkpoints=folder(group[0]), resume=resume)
                 save(group[0], rows, man)
             else:
                 first = group[0].config
@@ -463,10 +527,13 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                         if (len(chunk) > 1 and comps[0].algorithm.stackable
                                 and stackable([c.mechanism for c in comps], comps[0].network.n)):
                             save_all([(spec, rows, man) for spec, (rows, man)
-                                      in zip(specs, run_batch(specs, comps, on_step=tick))])
+                                      in zip(specs, run_batch(specs, comps, on_step=tick,
+                                                              checkpoints=[folder(s) for s in specs],
+                                                              resume=resume))])
                         else:
                             for spec, c in zip(specs, comps):
-                                rows, man = run_one(spec, on_step=tick, components=c)
+                                rows, man = run_one(spec, on_step=tick, components=c, checkpoints=folder(spec),
+                                                    resume=resume)
                                 save(spec, rows, man)
             bar.update(current, completed=iters, visible=False)
 
@@ -570,17 +637,18 @@ def _exit_with(parent: int, every: float = 1.0) -> None:
 
 
 def _helper(cfg: dict, out: str, shard: tuple[int, int] | None, threads: int, show_warning: Callable,
-            parent: int | None = None) -> None:
+            parent: int | None = None, resume: bool = False) -> None:
     if parent is not None:
         _exit_with(parent)
     warnings.showwarning = show_warning  # the parent's warning format (the CLI's one line per warning)
     torch.set_num_threads(threads)
-    run_experiment(cfg, out, progress=False, shard=shard, wait=False)  # the main process waits and collects
+    run_experiment(cfg, out, progress=False, shard=shard, wait=False, resume=resume)  # the main process collects
 
 
 def run_parallel(cfg: dict, out: str | Path, *, jobs: int, progress: bool | Callable[[str], None] = True,
                  shard: tuple[int, int] | None = None,
-                 on_done: Callable[[str, list, dict], None] | None = None) -> ExperimentSummary:
+                 on_done: Callable[[str, list, dict], None] | None = None,
+                 resume: bool = False) -> ExperimentSummary:
     """:func:`run_experiment` in ``jobs`` processes on one directory: ``jobs − 1`` helpers (spawned, quiet) and this
     one (with the progress) take the stacked groups in turn — the runner's per-run locks keep every run to one
     process — each with ``threads / jobs`` torch threads (a stacked step of a small problem is bound by one core's
@@ -601,13 +669,13 @@ def run_parallel(cfg: dict, out: str | Path, *, jobs: int, progress: bool | Call
     share = max(1, threads // jobs)
     context = multiprocessing.get_context("spawn")  # no fork of a process that holds torch's threads
     helpers = [context.Process(target=_helper, daemon=True,
-                               args=(cfg, str(out), shard, share, warnings.showwarning, os.getpid()))
+                               args=(cfg, str(out), shard, share, warnings.showwarning, os.getpid(), resume))
                for _ in range(jobs - 1)]
     for h in helpers:
         h.start()
     torch.set_num_threads(share)
     try:
-        run_experiment(cfg, out, progress=progress, shard=shard,
+        run_experiment(cfg, out, progress=progress, shard=shard, resume=resume,
                        others_running=lambda: any(h.is_alive() for h in helpers))
     except BaseException:
         for h in helpers:
@@ -622,7 +690,7 @@ def run_parallel(cfg: dict, out: str | Path, *, jobs: int, progress: bool | Call
         warnings.warn(f"{len(failed)} of {jobs - 1} helper processes failed (exit codes {failed}); this process "
                       "runs what they left. Run with jobs = 1 to see why (a script read from standard input cannot "
                       "be spawned)", stacklevel=2)
-    final = run_experiment(cfg, out, progress=False, shard=shard)  # a failed helper's runs, and results.csv
+    final = run_experiment(cfg, out, progress=False, shard=shard, resume=resume)  # a failed helper's runs
     nonfinite = {}
     for r in unique:
         if r.run_id not in before and store.is_done(r.run_id):

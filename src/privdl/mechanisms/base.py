@@ -178,6 +178,14 @@ class GradientMechanism(ABC):
         self.calls = after
         self._headroom = int((budget - after).min())
 
+    def restore_calls(self, calls: torch.Tensor) -> None:
+        """Continue a run (a checkpoint): the accesses already made per row."""
+        if calls.shape != self.calls.shape:
+            raise ValidationError(f"mechanism {self.name!r}: a checkpoint with {calls.numel()} access counts for "
+                                  f"{self.calls.numel()} rows")
+        self.calls = calls.to(torch.int64).clone()
+        self._headroom = int((self.budget() - self.calls).min()) if self.calls.numel() else 0
+
     def budget(self) -> torch.Tensor:
         """Accesses covered per row (the per-owner steps, repeated over replicas), built once per run."""
         rows = self.calls.numel()

@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from privdl.comm.base import Comm, Observer
+from privdl.errors import ValidationError
 from privdl.privacy.events import ObfuscationEvent, PrivacyEvent
 from privdl.registry import Registry
 
@@ -25,6 +26,10 @@ class MessageMechanism(ABC):
     """Encodes what a row sends. ``events()`` are this mechanism's privacy events per sender (default: none)."""
 
     name: str = "message"
+    #: Whether ``encode(x)`` is a translation that its sender removes again: ``(x + v, −v)`` with v independent of x
+    #: (fixed for the call), or ``(x, None)``. Only such an encoding can be applied exactly to the values computed
+    #: during a Gauss–Seidel sweep (:meth:`ProtectedComm.average_in_place`); declare it only when it holds.
+    translation: bool = False
 
     def bind(self, comm: Comm) -> None:
         """Called when wrapped around ``comm`` (keys for keyed encodings come through the engine's context)."""
@@ -41,6 +46,7 @@ class IdentityEncoding(MessageMechanism):
     """Sends x unchanged, no correction (the neutral element)."""
 
     name = "identity"
+    translation = True
 
     def encode(self, x: torch.Tensor, *, tag: str, t: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         return x, None
@@ -56,7 +62,8 @@ class Obfuscating(MessageMechanism, ABC):
 
 
 class ProtectedComm(Comm):
-    """``inner`` with every broadcast value encoded by ``mechanism``; ``mix`` adds the sender's correction."""
+    """``inner`` with every broadcast value encoded by ``mechanism``; ``mix`` and ``average_in_place`` add the
+    sender's correction."""
 
     def __init__(self, inner: Comm, mechanism: MessageMechanism) -> None:
         super().__init__(inner.edges, groups=inner.groups)
@@ -76,6 +83,9 @@ class ProtectedComm(Comm):
     def attach(self, observer: Observer) -> Observer:
         return self.inner.attach(observer)
 
+    def silenced(self):
+        return self.inner.silenced()
+
     def detach(self, observer: Observer) -> None:
         self.inner.detach(observer)
 
@@ -94,6 +104,32 @@ class ProtectedComm(Comm):
     def mix(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
         sent, correction = self._encode(x, tag)
         out = self.inner.mix(sent, tag=tag)
+        return out if correction is None else out + correction
+
+    def average_in_place(self, x: torch.Tensor, *, tag: str, offset: torch.Tensor | None = None) -> torch.Tensor:
+        """The seed-004 authors' sweep (:meth:`Comm.average_in_place`) with every value sent encoded, for an encoding
+        that is a translation its sender removes again (:attr:`MessageMechanism.translation`: the identity, a fixed
+        protection vector); any other encoding is refused with a :class:`ValidationError`.
+
+        The sweep runs in the inner comm (the wire: its observers see every value read; a replay or a transport
+        serves it), so this wrapper can only encode the sweep's input and correct its output, as ``mix`` does:
+        ``inner.average_in_place(sent, offset) + correction`` with ``sent, correction = encode(x)``. At agent k's
+        turn a neighbour j that has not updated yet sends sent_j = x_j + v_j. One that has updated sends what the
+        inner sweep holds for it, s_j = (average of its own and received encoded values) + offset_j, and its value
+        after its correction is x'_j = s_j − v_j, so s_j is x'_j encoded (x'_j + v_j, up to the rounding of removing
+        and adding v_j): every value read is encoded, and each agent removes its own v. This cannot be exact for
+        any other encoding (a scaling, one without its sender's correction, one that depends on the value): the
+        values agents compute during the sweep would reach the later agents unencoded, since they are computed
+        inside the inner comm, where this wrapper cannot encode them. That is refused, not run unencoded."""
+        if not self.mechanism.translation:
+            raise ValidationError(
+                f"message mechanism {self.mechanism.name!r} cannot encode the in-place (Gauss–Seidel) gossip "
+                f"(gossip = 'authors', Comm.average_in_place, tag {tag!r}): agents read their neighbours' values "
+                f"updated during the sweep, which the inner comm computes, so only an encoding that is a translation "
+                f"its sender removes again (MessageMechanism.translation: the identity, a fixed protection vector) "
+                f"reaches them encoded; use the synchronous gossip (mix) with this mechanism")
+        sent, correction = self._encode(x, tag)
+        out = self.inner.average_in_place(sent, tag=tag, offset=offset)
         return out if correction is None else out + correction
 
     def neighbour_sum(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:

@@ -85,6 +85,7 @@ class _Added(Obfuscating):
     """Adds a fixed vector per row to what is sent; the sender's correction removes it again."""
 
     reason = PROTECTION_REASON
+    translation = True  # (x + v, −v): the authors' in-place gossip may carry it (ProtectedComm.average_in_place)
 
     def __init__(self, law: str, vector: torch.Tensor) -> None:
         self.name = f"protection({law})"

@@ -373,9 +373,3 @@ def fiedler_target_graph(n: int, *, fiedler: float, tol: float = 0.02, seed: int
 
 
 TOPOLOGIES.add("fiedler", fiedler_target_graph)
-
-
-def __getattr__(name: str) -> object:
-    from privdl.moved import moved_attribute
-
-    raise moved_attribute(__name__, name)

@@ -32,6 +32,7 @@ from scipy.sparse import csgraph
 
 from privdl.errors import ValidationError
 from privdl.network.edges import graph_arrays, index_dtype
+from privdl.network.mixing import MIXING_RULES
 from privdl.network.validation import require_symmetric_support
 
 log = logging.getLogger("privdl.network")
@@ -93,11 +94,12 @@ def check_sparse_fits(n: int, undirected_edges: float, what: str) -> None:
 
 
 # ---- edge arrays ------------------------------------------------------------------------------------------------------
-def _check_n(n: object, minimum: int) -> int:
-    from privdl.network.topology import _check_n as check  # the topologies' own check and message
-
-    check(n, minimum)  # type: ignore[arg-type]
-    return int(n)  # type: ignore[arg-type]
+def _check_n(n: object, minimum: int = 1) -> int:
+    """The number of agents ``n`` as an int, or the error every topology gives (those of
+    :mod:`privdl.network.topology` and the array generators here) when it is not an integer >= ``minimum``."""
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < minimum:
+        raise ValidationError(f"number of agents n must be an integer >= {minimum}, got {n!r}")
+    return int(n)
 
 
 def ring_edges(n: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -265,8 +267,6 @@ def sparse_mixing(n: int, i: np.ndarray, j: np.ndarray, rule: str, *, lazy: bool
         raise ValidationError(f"mixing rule 'uniform' needs the complete graph, which is dense; {n} agents are "
                               f"above the dense limit {DENSE_MAX_N}")
     else:
-        from privdl.network.mixing import MIXING_RULES
-
         MIXING_RULES.get(rule)  # an unknown name: the registry's error lists the valid ones
         raise ValidationError(f"mixing rule {rule!r} has no sparse form; sparse networks (n > {DENSE_MAX_N}) take "
                               f"metropolis_hastings, max_degree or laplacian")

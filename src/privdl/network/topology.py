@@ -13,16 +13,13 @@ import networkx as nx
 import numpy as np
 
 from privdl.errors import ValidationError
+from privdl.network.edges import graph_arrays
+from privdl.network.sparse import _check_connect, _check_n, bridge
 from privdl.registry import Registry
 
 TOPOLOGIES: Registry[Callable[..., nx.Graph]] = Registry("topology")
 
 MAX_TRIES = 200
-
-
-def _check_n(n: int, minimum: int = 1) -> None:
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < minimum:
-        raise ValidationError(f"number of agents n must be an integer >= {minimum}, got {n!r}")
 
 
 def _connected(draw: Callable[[int], nx.Graph], seed: int, what: str) -> nx.Graph:
@@ -42,9 +39,6 @@ def _connected(draw: Callable[[int], nx.Graph], seed: int, what: str) -> nx.Grap
 def erdos_renyi(n: int, *, p: float, seed: int = 0, connect: str = "resample") -> nx.Graph:
     """Erdős–Rényi G(n, p) conditioned on being connected (``connect = "resample"``), or one draw whose small
     components are each joined to the largest by one edge (``"bridge"``; see :mod:`privdl.network.sparse`)."""
-    from privdl.network.edges import graph_arrays
-    from privdl.network.sparse import _check_connect, bridge
-
     _check_n(n)
     if not 0.0 < p <= 1.0:
         raise ValidationError(f"erdos_renyi edge probability p must be in (0, 1], got {p!r}")

@@ -32,9 +32,3 @@ __all__ = [
     "non_private", "paper_bound", "paper_epsilon", "paper_simplified_bound", "rdp_epsilon", "tight_bound",
     "tight_epsilon",
 ]
-
-
-def __getattr__(name: str) -> object:
-    from privdl.moved import moved_attribute
-
-    raise moved_attribute(__name__, name)

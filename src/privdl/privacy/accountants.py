@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-from privdl.privacy.agent_accountant import PAPER, TIGHT
+from privdl.privacy.agent_accountant import AGENT_ACCOUNTANTS, PAPER, TIGHT
 from privdl.privacy.events import PrivacyEvent
 from privdl.privacy.example_accountant import RdpAccountant
 from privdl.registry import Registry
@@ -24,13 +24,11 @@ class Accountant(Protocol):
 #: the agent-level accountant privdl calibrates with unless told otherwise (mechanisms, ``privdl account``, ``privdl
 #: covariance``): the exact Gaussian-DP composition, tighter than the paper's zCDP bound at every (ε, δ, T)
 DEFAULT_AGENT_ACCOUNTANT = "tight"
-#: every accountant
+#: every accountant (:data:`AGENT_ACCOUNTANTS`, defined beside them in :mod:`privdl.privacy.agent_accountant`, holds
+#: the agent-level ones)
 ACCOUNTANTS: Registry[Accountant] = Registry("accountant")
-#: the accountants agent-level mechanisms calibrate with (closed-form inversion to a precision bound)
-AGENT_ACCOUNTANTS: Registry = Registry("accountant")
 for _acc in (TIGHT, PAPER):
     ACCOUNTANTS.add(_acc.name, _acc)
-    AGENT_ACCOUNTANTS.add(_acc.name, _acc)
 ACCOUNTANTS.add("rdp", RdpAccountant())
 
 

@@ -26,6 +26,7 @@ from scipy.special import log_ndtr
 
 from privdl.errors import ValidationError
 from privdl.privacy.events import GaussianEvent, PrivacyEvent, SubsampledGaussianEvent
+from privdl.registry import Registry
 
 
 def check_budget(*, epsilon: float | None = None, delta: float | None = None, clip: float | None = None,
@@ -250,7 +251,13 @@ TIGHT = AgentAccountant("tight", "Gaussian DP composition (Dong, Roth, Su 2022, 
                         tight_bound)
 
 
-def get_accountant(name: str) -> AgentAccountant:
-    from privdl.privacy.accountants import AGENT_ACCOUNTANTS
+#: the accountants agent-level mechanisms calibrate with (closed-form inversion to a precision bound); also
+#: registered, with the others, in :data:`privdl.privacy.accountants.ACCOUNTANTS` (which re-exports this one)
+AGENT_ACCOUNTANTS: Registry[AgentAccountant] = Registry("accountant")
+for _acc in (TIGHT, PAPER):
+    AGENT_ACCOUNTANTS.add(_acc.name, _acc)
+del _acc
 
+
+def get_accountant(name: str) -> AgentAccountant:
     return AGENT_ACCOUNTANTS.get(name)

@@ -17,6 +17,7 @@ from dp_accounting import mechanism_calibration
 from dp_accounting.rdp import RdpAccountant as _DpRdpAccountant
 
 from privdl.errors import ValidationError
+from privdl.privacy.agent_accountant import UnsupportedEventError
 from privdl.privacy.events import GaussianEvent, PrivacyEvent, SubsampledGaussianEvent
 
 #: Orders used by the accountant (Opacus' default set: 1.1 … 10.9 in steps of 0.1, then 12 … 63).
@@ -106,8 +107,6 @@ class RdpAccountant:
             raise ValidationError(f"delta must be in (0, 1), got {delta}")
         for e in events:
             if not self.supports(e):
-                from privdl.privacy.agent_accountant import UnsupportedEventError
-
                 raise UnsupportedEventError(f"the rdp accountant supports Gaussian and subsampled Gaussian events; "
                                             f"got {e.kind}")
         if len(events) == 1 and isinstance(events[0], SubsampledGaussianEvent):

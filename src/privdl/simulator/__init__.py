@@ -1,15 +1,13 @@
 """The agent-axis simulator: one loop for single runs, copies (audits) and stacked replicas (sweeps)."""
 
 from privdl.simulator.access import GradientOracle
+from privdl.simulator.checkpoint import CheckpointError, Checkpoints, RunState
 from privdl.simulator.engine import (
-    Replica, ReplicaResult, SimulationResult, checkpoints, resolve_device, simulate, simulate_replicas, stackable,
+    Replica, ReplicaResult, SimulationResult, checkpoints, recorded_rounds, resolve_device, simulate,
+    simulate_replicas, stackable,
 )
+from privdl.simulator.sliced import simulate_sliced
 
-__all__ = ["GradientOracle", "Replica", "ReplicaResult", "SimulationResult", "checkpoints", "resolve_device",
-           "simulate", "simulate_replicas", "stackable"]
-
-
-def __getattr__(name: str) -> object:
-    from privdl.moved import moved_attribute
-
-    raise moved_attribute(__name__, name)
+__all__ = ["CheckpointError", "Checkpoints", "GradientOracle", "Replica", "ReplicaResult", "RunState",
+           "SimulationResult", "checkpoints", "recorded_rounds", "resolve_device", "simulate", "simulate_replicas",
+           "simulate_sliced", "stackable"]

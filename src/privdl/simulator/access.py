@@ -16,12 +16,15 @@ another owner's data size, so agent i's draws are the same whatever the rest of 
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from privdl.errors import ValidationError
 from privdl.gradients import batch_gradient_fn, clipped_example_sum, ghost_clipped_sum, supports_ghost
 from privdl.keys import Draws, Keys
 from privdl.mechanisms.base import Access, BatchGradient, ClippedSum, GradientMechanism
+from privdl.placement import Placement
 from privdl.tasks.base import Task
 
 #: numbers per parameter block processed at once by the generic per-example path (m · chunk · d ≤ this)
@@ -31,9 +34,21 @@ CHUNK_BUDGET = 2**22
 class GradientOracle:
     """Privatised gradients for the algorithm: ``oracle(models, owners=None, tag=...)`` → (m, d)."""
 
-    def __init__(self, task: Task, mechanism: GradientMechanism, keys: Keys, *, gradient: str = "auto") -> None:
+    def __init__(self, task: Task, mechanism: GradientMechanism, keys: Keys, *, gradient: str = "auto",
+                 placement: Placement | None = None, agree: Callable[[int], int] | None = None) -> None:
         self.task, self.mechanism, self.keys = task, mechanism, keys
+        # a slice (privdl.placement): reads only its agents' data; ``agree`` gives the slices' largest lot length
+        self.placement = None if placement is None or placement.complete else placement
+        if self.placement is not None and agree is None:
+            raise ValidationError("a gradient oracle that holds only some agents needs agree= (the slices' "
+                                  "largest lot length)")
+        self.agree = agree
         self.calls = 0
+        #: ``on_access(t, access, batch)`` sees every access's examples (round t, set by the engine): the engine's
+        #: own record of what was drawn, for attacks and audits that need the true samples
+        self.on_access: Callable | None = None
+        self.t = 0
+        self._batch = None
         self._all: torch.Tensor | None = None
         self._batch_grad = batch_gradient_fn(task, gradient)
         need = mechanism.need
@@ -102,12 +117,18 @@ class GradientOracle:
         need = self.mechanism.need
         self._everyone = everyone
         if isinstance(need, BatchGradient):
-            batch = self.task.sample(self._draws("batch", owners, requesters), self._agents(owners))
+            if self.placement is not None:
+                batch = self._held("sample", owners, requesters, rows)[0]
+            else:
+                batch = self.task.sample(self._draws("batch", owners, requesters), self._agents(owners))
+            self._batch = batch
             value = self._batch_grad(models, batch)
         elif isinstance(need, ClippedSum):
             value = self.clipped_sum(models, owners, requesters, need)
         else:  # pragma: no cover - the Need union is closed
             raise ValidationError(f"unknown need {need!r}")
+        if self.on_access is not None:
+            self.on_access(self.t, access, self._batch)
         return self.mechanism.privatize(value, access) if protect else self.mechanism.unprotected(value, access)
 
     def _draws(self, purpose: str, owners: torch.Tensor, requesters: torch.Tensor) -> Draws:
@@ -115,9 +136,56 @@ class GradientOracle:
             return Draws(self.keys, purpose, self.calls)
         return Draws(self.keys, purpose, self.calls, owners.numpy(), requesters.numpy())
 
+    def _held(self, kind: str, owners: torch.Tensor, requesters: torch.Tensor, rows: int,
+              need: ClippedSum | None = None) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+        """A slice's batch: the task samples only the rows whose data owner it holds (from their own keys); the
+        other rows get zeros (and a zero mask), so the batch has the whole network's shape — lots padded to the
+        length the slices agree on, as the simulator pads them — and each held row the simulator's values."""
+        held = torch.from_numpy(self.placement.rows_held)[owners % self.placement.rows]
+        idx = held.nonzero().reshape(-1)
+        o, r = owners[idx], requesters[idx]
+        agents = self._agents(o) if o.numel() else o
+        purpose = "lot" if kind == "lot" else "batch"
+        draws = Draws(self.keys, purpose, self.calls, o.numpy(), r.numpy())
+        mask = None
+        if kind == "sample":
+            part = self.task.sample(draws, agents) if o.numel() else None
+        elif kind == "subset":
+            part, mask = self.task.sample_subset(draws, agents, need.batch) if o.numel() else (None, None)
+        else:
+            rates = need.rates.reshape(-1)
+            row_rates = rates.index_select(0, o % rates.numel())
+            length = self.agree(self.task.lot_length(draws, agents, row_rates) if o.numel() else 1)
+            part, mask = self.task.sample_lot(draws, agents, row_rates, length=length) if o.numel() else (None, None)
+            if part is None:
+                part = self._empty_batch(length)
+        if part is None:  # this slice holds no owner of the access: a batch of the task's shapes, all zeros
+            part = self._empty_batch(need.batch if kind == "subset" else self.task.batch_size)
+        dev = part[0].device
+        where = idx.to(dev)
+        batch = tuple(torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=dev).index_copy_(0, where, t)
+                      if o.numel() else torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=dev)
+                      for t in part)
+        if mask is not None or kind != "sample":
+            width = batch[0].shape[1]
+            full = torch.zeros((rows, width), dtype=self.task.dtype, device=dev)
+            if mask is not None:
+                full.index_copy_(0, where, mask.to(full.dtype))
+            mask = full
+        return batch, mask
+
+    def _empty_batch(self, width: int) -> tuple[torch.Tensor, ...]:
+        """The shapes of one example batch of ``width`` examples (zeros), from a held agent's data."""
+        agent = torch.as_tensor([self.placement.agents[0]])
+        part = self.task.gather(agent, torch.zeros((1, width), dtype=torch.int64))
+        return tuple(torch.zeros_like(t[:0]) for t in part)
+
     def clipped_sum(self, models: torch.Tensor, owners: torch.Tensor, requesters: torch.Tensor,
                     need: ClippedSum) -> torch.Tensor:
-        if need.batch is not None:  # a uniform batch of distinct examples, from the mini-batch key
+        if self.placement is not None:
+            batch, mask = self._held("subset" if need.batch is not None else "lot", owners, requesters,
+                                     models.shape[0], need)
+        elif need.batch is not None:  # a uniform batch of distinct examples, from the mini-batch key
             batch, mask = self.task.sample_subset(self._draws("batch", owners, requesters), self._agents(owners),
                                                   need.batch)
         else:
@@ -125,6 +193,7 @@ class GradientOracle:
             row_rates = rates.index_select(0, owners % rates.numel())
             batch, mask = self.task.sample_lot(self._draws("lot", owners, requesters), self._agents(owners),
                                                row_rates)
+        self._batch = (batch, mask)
         mask = mask.to(models.dtype)
         clip = need.clip
         if self.per_example == "closed_form":

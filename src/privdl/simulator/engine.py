@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -28,6 +28,7 @@ from privdl.mechanisms.stack import stack
 from privdl.network.network import Network
 from privdl.schedules import Schedule
 from privdl.simulator.access import GradientOracle
+from privdl.simulator.checkpoint import Checkpoints, RunState
 from privdl.tasks.base import Task
 
 
@@ -41,11 +42,15 @@ class SimulationResult:
     extra: dict = field(default_factory=dict)
 
 
-def checkpoints(iterations: int, eval_every: int) -> list[int]:
+def recorded_rounds(iterations: int, eval_every: int) -> list[int]:
     """Iterations at which metrics are recorded: 0, every ``eval_every``, and the last."""
     pts = set(range(0, iterations + 1, max(1, eval_every)))
     pts.add(iterations)
     return sorted(pts)
+
+
+#: the old name of :func:`recorded_rounds`
+checkpoints = recorded_rounds
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -72,6 +77,17 @@ class Recorder:
         self.counts = [0] * systems
         self.records: list[list[tuple[int, str, float]]] = [[] for _ in range(systems)]
 
+    def state(self) -> tuple[list, list, list]:
+        """What a checkpoint keeps: the records so far, the running sums and counts."""
+        return ([list(r) for r in self.records], [dict(s) for s in self.sums], list(self.counts))
+
+    def load(self, records: list, sums: list, counts: list) -> None:
+        if len(records) != len(self.records):
+            raise ValidationError(f"a checkpoint of {len(records)} systems for a recorder of {len(self.records)}")
+        self.records = [list(r) for r in records]
+        self.sums = [{**dict.fromkeys(self.running, 0.0), **s} for s in sums]
+        self.counts = list(counts)
+
     def __call__(self, t: int, x: torch.Tensor) -> None:
         batch = self.task.metrics_many(x.reshape(len(self.records), self.n, *x.shape[1:]))
         for r, out in enumerate(self.records):
@@ -91,27 +107,82 @@ class Recorder:
 def _loop(*, task: Task, comm: Comm, algorithm: Algorithm, mechanism: GradientMechanism, keys: Keys,
           eta: Callable[[int], float | torch.Tensor], iterations: int, x0: torch.Tensor, gradient: str,
           marks: set[int], record: Callable[[int, torch.Tensor], None],
-          on_step: Callable[[int], None] | None) -> tuple[torch.Tensor, float]:
+          on_step: Callable[[int], None] | None,
+          oracle: GradientOracle | None = None,
+          restore: Callable[[Any, GradientOracle], tuple[Any, int]] | None = None,
+          on_round: Callable[[int, Any, GradientOracle], None] | None = None) -> tuple[torch.Tensor, float]:
+    """The rounds. ``restore(template, oracle)`` (a resumed run) gives the state after a checkpointed round t and
+    sets the oracle's and mechanism's counters; the loop then continues at t + 1. ``on_round(t, state, oracle)``
+    sees the engine's state after every round (checkpoints)."""
     mechanism.bind(MechanismEnv(keys))
-    oracle = GradientOracle(task, mechanism, keys, gradient=gradient)
+    if oracle is None:
+        oracle = GradientOracle(task, mechanism, keys, gradient=gradient)
     start = time.perf_counter()
     with torch.no_grad():
         comm.t = 0
         task.at_round(0)
-        state = algorithm.init(x0, StepContext(0, eta(1), comm, oracle, keys))
-        if 0 in marks:
-            record(0, algorithm.params(state))
-        for t in range(1, iterations + 1):
-            comm.t = t
+        first = 1
+        if restore is not None:  # init only for the state's structure: silent, its counters then overwritten
+            with comm.silenced():
+                template = algorithm.init(x0, StepContext(0, eta(1), comm, oracle, keys))
+            state, done = restore(template, oracle)
+            first = done + 1
+        else:
+            state = algorithm.init(x0, StepContext(0, eta(1), comm, oracle, keys))
+            if 0 in marks:
+                record(0, algorithm.params(state))
+        for t in range(first, iterations + 1):
+            comm.t = oracle.t = t
             task.at_round(t)
             state = algorithm.step(state, StepContext(t, eta(t), comm, oracle, keys))
             if t in marks:
                 record(t, algorithm.params(state))
+            if on_round is not None:
+                on_round(t, state, oracle)
             if on_step is not None:
                 on_step(t)
     if task.device.type == "cuda":
         torch.cuda.synchronize(task.device)
     return algorithm.params(state), time.perf_counter() - start
+
+
+def stateful(observers: Sequence[Observer]) -> list:
+    """The observers whose state a checkpoint keeps (those with ``state_dict`` / ``load_state_dict``)."""
+    return [o for o in observers if callable(getattr(o, "state_dict", None))]
+
+
+def checkpoint_hooks(checkpoints: Checkpoints | None, *, resume: bool, mechanism: GradientMechanism,
+                     recorder: Recorder | None, observers: Sequence[Observer], comm: Comm, rows: int,
+                     after_save: Callable[[int], None] | None = None, last: int | None = None):
+    """(restore, on_round) for :func:`_loop`: resume from the last complete checkpoint (when ``resume`` and one
+    exists) and write one every ``checkpoints.every`` rounds. ``recorder`` None: this engine does not hold the
+    recorder (a slice); ``after_save(t)`` then completes the round's checkpoint."""
+    if checkpoints is None:
+        return None, None
+    restore = None
+    if resume and last is None:
+        last = checkpoints.latest()
+    if resume and last is not None:
+        def restore(template, oracle):
+            st = checkpoints.load(last, template, rows=rows, edges_dst=comm.edges.dst)
+            oracle.calls = st.oracle_calls
+            mechanism.restore_calls(st.mechanism_calls)
+            if recorder is not None:
+                recorder.load(st.records, st.sums, st.counts)
+                for o, d in zip(stateful(observers), st.observers):
+                    o.load_state_dict(d)
+            return st.algorithm, st.t
+
+    def on_round(t: int, state: object, oracle: GradientOracle) -> None:
+        if not checkpoints.due(t):
+            return
+        records, sums, counts = recorder.state() if recorder is not None else ([], [], [])
+        checkpoints.save(RunState(t, state, oracle.calls, mechanism.calls, records, sums, counts,
+                                  [o.state_dict() for o in stateful(observers)]), edges_dst=comm.edges.dst)
+        if after_save is not None:
+            after_save(t)
+
+    return restore, on_round
 
 
 def simulate(
@@ -120,7 +191,8 @@ def simulate(
     eval_every: int = 0, gradient: str = "auto", sparse: bool | None = None,
     on_step: Callable[[int], None] | None = None, x0: torch.Tensor | None = None, metrics: bool = True,
     device: str | torch.device | None = None, observers: Sequence[Observer] = (),
-    on_record: Callable[[int, torch.Tensor], None] | None = None,
+    on_record: Callable[[int, torch.Tensor], None] | None = None, checkpoints: Checkpoints | None = None,
+    resume: bool = False, on_access: Callable | None = None,
 ) -> SimulationResult:
     """Run ``algorithm`` with ``mechanism`` on ``task`` for ``iterations`` synchronous rounds over ``comm`` (or
     ``make_comm(network, sparse=...)``), with keys from root ``seed`` (or ``keys``). ``metrics=False`` skips the
@@ -148,7 +220,7 @@ def simulate(
         comm.attach(o)
     if x0 is None:
         x0 = task.init_params(keys.generator("init")).expand(comm.rows, -1).clone()
-    marks = set(checkpoints(iterations, eval_every or iterations))
+    marks = set(recorded_rounds(iterations, eval_every or iterations))
     recorder = Recorder(task, observers, 1, comm.rows)
 
     def record(t: int, x: torch.Tensor) -> None:
@@ -157,10 +229,15 @@ def simulate(
         if on_record is not None:
             on_record(t, x)
 
+    restore, on_round = checkpoint_hooks(checkpoints, resume=resume, mechanism=mechanism, recorder=recorder,
+                                         observers=observers, comm=comm, rows=comm.rows)
+    oracle = GradientOracle(task, mechanism, keys, gradient=gradient)
+    oracle.on_access = on_access
     try:
         final, seconds = _loop(task=task, comm=comm, algorithm=algorithm, mechanism=mechanism, keys=keys,
-                               eta=schedule, iterations=iterations, x0=x0.to(dtype=task.dtype, device=task.device),
-                               gradient=gradient, marks=marks, record=record, on_step=on_step)
+                               oracle=oracle, eta=schedule, iterations=iterations, x0=x0.to(dtype=task.dtype, device=task.device),
+                               gradient=gradient, marks=marks, record=record, on_step=on_step, restore=restore,
+                               on_round=on_round)
     finally:
         for o in observers:
             comm.detach(o)
@@ -201,6 +278,7 @@ def simulate_replicas(
     *, task: Task, algorithm: Algorithm, replicas: Sequence[Replica], iterations: int, eval_every: int = 0,
     gradient: str = "auto", metrics: bool = True, on_step: Callable[[int], None] | None = None,
     device: str | torch.device | None = None, x0: torch.Tensor | None = None, observers: Sequence[Observer] = (),
+    checkpoints: Checkpoints | None = None, resume: bool = False,
 ) -> ReplicaResult:
     """Run R independent runs that share (task, algorithm, iterations) as one batch: R·n rows, a
     :class:`StackedComm` of their networks, their mechanisms stacked (:func:`privdl.mechanisms.stack`), each
@@ -244,7 +322,7 @@ def simulate_replicas(
         values = torch.tensor([s(t) for s in scheds], dtype=task.dtype, device=task.device)
         return values[row_owner.to(task.device)][:, None]
 
-    marks = set(checkpoints(iterations, eval_every or iterations))
+    marks = set(recorded_rounds(iterations, eval_every or iterations))
     recorder = Recorder(task, observers, reps, n)
 
     def record(t: int, x: torch.Tensor) -> None:
@@ -253,10 +331,13 @@ def simulate_replicas(
 
     for o in observers:
         comm.attach(o)
+    restore, on_round = checkpoint_hooks(checkpoints, resume=resume, mechanism=mechanism, recorder=recorder,
+                                         observers=observers, comm=comm, rows=comm.rows)
     try:
         final, seconds = _loop(task=task, comm=comm, algorithm=algorithm, mechanism=mechanism, keys=keys, eta=eta,
                                iterations=iterations, x0=x0.to(dtype=task.dtype, device=task.device),
-                               gradient=gradient, marks=marks, record=record, on_step=on_step)
+                               gradient=gradient, marks=marks, record=record, on_step=on_step, restore=restore,
+                               on_round=on_round)
     finally:
         for o in observers:
             comm.detach(o)

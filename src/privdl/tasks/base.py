@@ -11,8 +11,9 @@ mini-batch depends only on its own key and its own data size — never on anothe
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -45,6 +46,11 @@ class Task(ABC):
     def counts(self) -> torch.Tensor:
         """Examples held by every agent, (n,) int64 on the CPU."""
         raise NotImplementedError
+
+    def restrict(self, agents: Sequence[int]) -> "Task":
+        """A copy of this task for an engine that holds only ``agents`` (privdl.placement): its own round state and,
+        where the task keeps its agents' examples apart, only theirs (the others' are dropped). Default: a copy."""
+        return copy.copy(self)
 
     @abstractmethod
     def init_params(self, generator: torch.Generator) -> torch.Tensor:
@@ -97,23 +103,43 @@ class Task(ABC):
         idx = torch.where(mask, idx, torch.zeros_like(idx))  # padding points at a real example, masked
         return self.gather(agents, idx), mask.to(self.dtype).to(self.device)
 
-    def sample_lot(self, draws: Draws, agents: torch.Tensor, rates: torch.Tensor) -> tuple[Batch, torch.Tensor]:
+    def _lot_positions(self, draws: Draws, counts: torch.Tensor, rates: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """Which positions join each row's lot ((m, size) bool; None: the whole data) and size = the largest
+        count."""
+        size = int(counts.max()) if counts.numel() else 0
+        if bool((rates >= 1).all()):  # whole data, no draw
+            return None, size
+        pos = torch.arange(size)[None, :]
+        u = draws.uniform(size)
+        return (u < rates.to(torch.float64).cpu()[:, None]) & (pos < counts[:, None]), size
+
+    def lot_length(self, draws: Draws, agents: torch.Tensor, rates: torch.Tensor) -> int:
+        """The padded length :meth:`sample_lot` gives these rows' lots (the largest lot, at least 1)."""
+        counts = self.counts.index_select(0, agents.cpu())
+        include, size = self._lot_positions(draws, counts, rates)
+        return size if include is None else max(int(include.sum(1).max()) if len(counts) else 0, 1)
+
+    def sample_lot(self, draws: Draws, agents: torch.Tensor, rates: torch.Tensor, *,
+                   length: int | None = None) -> tuple[Batch, torch.Tensor]:
         """Poisson sampling (DP-SGD's lots): each of the row's agent's m examples joins independently with
         probability ``rates[row]`` — example k joins when the row's k-th keyed uniform is below the rate. Lots are
-        padded to the largest one; returns the batch (m, K, ...) and a 0/1 mask (m, K) of real entries, examples in
-        increasing position."""
+        padded to the largest one (or to ``length``, at least that: a slice pads its rows as the whole network's
+        access does); returns the batch (m, K, ...) and a 0/1 mask (m, K) of real entries, examples in increasing
+        position."""
         agents = agents.cpu()
         counts = self.counts.index_select(0, agents)
-        size = int(counts.max())
+        include, size = self._lot_positions(draws, counts, rates)
         pos = torch.arange(size)[None, :]
-        if bool((rates >= 1).all()):  # whole data, no draw
-            idx = pos.expand(len(agents), size)
+        if include is None:
+            k = size if length is None else int(length)
+            idx = torch.arange(k)[None, :].expand(len(agents), k)
             mask = idx < counts[:, None]
+            idx = torch.where(mask, idx, size)
         else:
-            u = draws.uniform(size)
-            include = (u < rates.to(torch.float64).cpu()[:, None]) & (pos < counts[:, None])
-            k = max(int(include.sum(1).max()), 1)
+            k = max(int(include.sum(1).max()), 1) if length is None else int(length)
             idx = torch.where(include, pos, size).sort(dim=1).values[:, :k]
+            if idx.shape[1] < k:  # padded further than this access's own rows need
+                idx = torch.cat([idx, torch.full((len(agents), k - idx.shape[1]), size, dtype=idx.dtype)], dim=1)
             mask = idx < size
         idx = torch.minimum(idx, (counts - 1).clamp(min=0)[:, None])  # padding points at a real example, masked
         return self.gather(agents, idx), mask.to(self.dtype).to(self.device)

@@ -202,9 +202,3 @@ def sigmoid_cnn(input_shape: tuple[int, ...], n_outputs: int, *, init: str = "dl
 def resnet9(input_shape: tuple[int, ...], n_outputs: int, *, width: int = 64, groups: int = 32) -> ModuleModel:
     shape = tuple(input_shape) if len(input_shape) == 3 else (1, *input_shape)
     return ModuleModel("resnet9", ResNet9(shape[0], n_outputs, width, groups), shape)
-
-
-def __getattr__(name: str) -> object:
-    from privdl.moved import moved_attribute
-
-    raise moved_attribute(__name__, name)

@@ -8,6 +8,7 @@ draws (``counts`` and the offsets stay there), so a run draws the same lots on e
 
 from __future__ import annotations
 
+import copy
 from typing import Annotated, Sequence
 
 import numpy as np
@@ -109,6 +110,23 @@ class SupervisedTask(Task):
         self._y_flat = self.y.reshape(-1)
         self.device = device
         return self
+
+    def restrict(self, agents: Sequence[int]) -> "SupervisedTask":
+        """A copy holding only ``agents``' training examples (the other agents' rows of the data and the rest of the
+        training set are dropped; the test set, for metrics, is kept); it gathers only for those agents."""
+        out = copy.copy(self)
+        held = torch.as_tensor(sorted(int(a) for a in agents), dtype=torch.int64)
+        m_max = self.X.shape[1]
+        out.X, out.y = self.X.index_select(0, held).clone(), self.y.index_select(0, held).clone()
+        flat = out.X.reshape(len(held) * m_max, -1)
+        out._X_flat = flat.to(torch.uint8) if self._X_flat.dtype == torch.uint8 else flat
+        out._y_flat = out.y.reshape(-1)
+        out._offsets = torch.full((self.n,), -(1 << 40), dtype=torch.int64)  # another agent's: out of range
+        out._offsets[held] = torch.arange(len(held)) * int(m_max)
+        out.X_train_eval = out.y_train_eval = None
+        out.dataset = copy.copy(self.dataset)
+        out.dataset.X_train, out.dataset.y_train = self.dataset.X_train[:0], self.dataset.y_train[:0]
+        return out
 
     def gather(self, agents: torch.Tensor, index: torch.Tensor) -> Batch:
         """Examples ``index`` (m, K) of each row's agent, in one gather of the flat data."""

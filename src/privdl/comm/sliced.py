@@ -1,0 +1,365 @@
+"""A Comm for an engine that holds only some agents (a slice), and the transport that joins the slices.
+
+Each slice computes in the network frame (:mod:`privdl.placement`): row i is agent i, but only the held agents'
+rows are real. Before a combination, :class:`SliceComm` sends the rows (or per-edge values) its held agents
+transmit to the slices that hold their receivers, receives those its held agents are sent, and then runs the
+simulator's own canonical combination (:func:`privdl.comm.base.canonical_mix`) on the completed tensor — the same
+kernel on the same shape, so a held agent's result equals the simulator's bit for bit. Rows of agents the slice
+does not hold come out as zeros.
+
+What crosses between slices is exactly what would cross a process boundary: for each pair of slices and each
+call, one tagged payload (the sender's rows or edges for that peer, in canonical order) with a header (round, tag,
+sequence, dtype, shape) checked on receipt. :class:`Transport` is the in-process implementation (queues; payloads
+are copied, never shared); the distributed runtime implements the same three methods over torch.distributed.
+
+Observers see the wire as the simulator reports it: every slice reports the messages its held agents receive, and
+:class:`Wire` merges the slices' parts of each call into one message in the simulator's order.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from contextlib import contextmanager
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from privdl.comm.base import SERVER, Comm, Observer, _flat, canonical_mix, canonical_neighbour_sum
+from privdl.errors import PrivdlError
+from privdl.network.network import Network
+from privdl.placement import Placement
+
+
+class TransportError(PrivdlError):
+    """A message that did not arrive, or arrived with another header than the receiver expected."""
+
+
+class Transport:
+    """In-process transport between ``parts`` slices: one FIFO queue per ordered pair, payloads copied, headers
+    checked; ``agree_max`` is the one control operation (the slices' largest value of an integer, e.g. the padded
+    length of an access's lots). ``fail`` stops every waiting slice (a failed slice never leaves the others hanging);
+    ``timeout`` seconds without a message is an error naming the pair and the header."""
+
+    def __init__(self, parts: int, *, timeout: float = 120.0) -> None:
+        self.parts, self.timeout = int(parts), float(timeout)
+        self._queues = {(a, b): queue.SimpleQueue() for a in range(self.parts) for b in range(self.parts) if a != b}
+        self._cond = threading.Condition()
+        self._agree: dict[int, list[int]] = {}
+        self._agreed: dict[int, int] = {}  # per control operation: slices that have read its result
+        self._agree_seq = [0] * self.parts
+        self.failed: tuple[int, BaseException] | None = None
+        self.payload_bytes = np.zeros((self.parts, self.parts), dtype=np.int64)
+        self.control_messages = 0
+
+    def fail(self, part: int, error: BaseException) -> None:
+        with self._cond:
+            if self.failed is None:
+                self.failed = (part, error)
+            self._cond.notify_all()
+
+    def _check_failed(self, part: int) -> None:
+        if self.failed is not None and self.failed[0] != part:
+            raise TransportError(f"slice {part} stopped: slice {self.failed[0]} failed "
+                                 f"({type(self.failed[1]).__name__}: {self.failed[1]})")
+
+    def send(self, src: int, dst: int, header: tuple, payload: torch.Tensor) -> None:
+        value = payload.detach().clone()
+        self.payload_bytes[src, dst] += value.numel() * value.element_size()
+        self._queues[(src, dst)].put((header, value))
+
+    def recv(self, src: int, dst: int, header: tuple) -> torch.Tensor:
+        q = self._queues[(src, dst)]
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                got, value = q.get(timeout=0.05)
+                break
+            except queue.Empty:
+                self._check_failed(dst)
+                if time.monotonic() > deadline:
+                    raise TransportError(f"slice {dst} waited {self.timeout:g} s for {_describe(header)} from slice "
+                                         f"{src}; nothing arrived") from None
+        if got != header:
+            raise TransportError(f"slice {dst} expected {_describe(header)} from slice {src}, received "
+                                 f"{_describe(got)}")
+        return value
+
+    def agree_max(self, part: int, value: int) -> int:
+        """The largest ``value`` over all slices (every slice calls it at the same point of its run)."""
+        with self._cond:
+            seq = self._agree_seq[part]
+            self._agree_seq[part] += 1
+            got = self._agree.setdefault(seq, [])
+            got.append(int(value))
+            self.control_messages += 1
+            self._cond.notify_all()
+            deadline = time.monotonic() + self.timeout
+            while len(self._agree[seq]) < self.parts:
+                self._check_failed(part)
+                if time.monotonic() > deadline:
+                    raise TransportError(f"slice {part} waited {self.timeout:g} s for the other slices to agree "
+                                         f"(control operation {seq})")
+                self._cond.wait(0.05)
+            out = max(self._agree[seq])
+            self._agreed[seq] = self._agreed.get(seq, 0) + 1
+            if self._agreed[seq] == self.parts:  # every slice has its answer: forget the operation
+                del self._agree[seq], self._agreed[seq]
+            return out
+
+
+def _describe(header: tuple) -> str:
+    t, tag, seq, dtype, shape = header
+    return f"round {t}, tag {tag!r}, message {seq} ({dtype}, shape {tuple(shape)})"
+
+
+class Wire:
+    """Merges the slices' parts of every transmission into the message the simulator reports (entries ordered by
+    the simulator's position) and hands it to the observers, call by call, in order."""
+
+    def __init__(self, parts: int, observers: Sequence[Observer]) -> None:
+        self.parts, self.observers = parts, list(observers)
+        self._lock = threading.Lock()
+        self._pending: dict[int, list] = {}
+        self._next = 0
+
+    def part(self, seq: int, t: int, tag: str, entry: tuple | None) -> None:
+        with self._lock:
+            got = self._pending.setdefault(seq, [])
+            got.append((t, tag, entry))
+            while len(self._pending.get(self._next, ())) == self.parts:
+                self._forward(self._pending.pop(self._next))
+                self._next += 1
+
+    def _forward(self, parts: list) -> None:
+        entries = [e for _, _, e in parts if e is not None and e[0].numel()]
+        t, tag = parts[0][0], parts[0][1]
+        if not entries:
+            return
+        order = torch.cat([e[0] for e in entries])
+        perm = torch.argsort(order, stable=True)
+        src = torch.cat([e[1] for e in entries])[perm]
+        dst = torch.cat([e[2] for e in entries])[perm]
+        payload = torch.cat([e[3] for e in entries])[perm]
+        for o in self.observers:
+            o.on_message(t=t, tag=tag, src=src, dst=dst, payload=payload)
+
+
+class SliceComm(Comm):
+    """The Comm of slice ``part``, which holds ``placement``'s agents of ``network``; ``owner[i]`` is the slice
+    that holds agent i. Same methods, same canonical sums as :class:`privdl.comm.SparseComm`."""
+
+    def __init__(self, network: Network, placement: Placement, part: int, owner: np.ndarray, transport: Transport,
+                 wire: Wire | None = None) -> None:
+        super().__init__(network.edges)
+        if placement.replicas != 1:
+            raise PrivdlError("a sliced run holds one system; stacked replicas are run one by one")
+        self.network, self.placement, self.part = network, placement, int(part)
+        self.owner = np.asarray(owner, dtype=np.int64)
+        self.transport, self.wire = transport, wire
+        e = self.edges
+        src, dst = e.src.long().numpy(), e.dst.long().numpy()
+        so, do = self.owner[src], self.owner[dst]
+        me = self.part
+        self.peers = [p for p in range(transport.parts) if p != me]
+        # rows each peer needs from me (my agents that send to its agents) and rows I need from it, increasing
+        self.rows_out = {p: torch.from_numpy(np.unique(src[(so == me) & (do == p)])) for p in self.peers}
+        self.rows_in = {p: torch.from_numpy(np.unique(src[(so == p) & (do == me)])) for p in self.peers}
+        # edges from me to a peer, and from a peer to me, in canonical order
+        self.edges_out = {p: torch.from_numpy(np.flatnonzero((so == me) & (do == p))) for p in self.peers}
+        self.edges_in = {p: torch.from_numpy(np.flatnonzero((so == p) & (do == me))) for p in self.peers}
+        self.mine_in = torch.from_numpy(np.flatnonzero(do == me))  # edges my agents receive
+        self.edge_mask = torch.from_numpy(do == me)
+        self.row_mask = placement.row_mask
+        self.seq = 0  # messages exchanged, the same count in every slice
+        self.reports = 0  # report points passed, the same count in every slice
+
+    # ---- observation: parts merged by the wire --------------------------------------------------------------------
+    def attach(self, observer: Observer) -> Observer:
+        raise PrivdlError("observe a sliced run through its Wire (simulate_sliced(observers=...)), not one slice")
+
+    @property
+    def observed(self) -> bool:
+        return self.wire is not None
+
+    @contextmanager
+    def silenced(self):
+        kept, self.wire = self.wire, None
+        try:
+            yield self
+        finally:
+            self.wire = kept
+
+    def _part(self, tag: str, order: torch.Tensor | None, src=None, dst=None, payload=None) -> None:
+        if self.wire is None:
+            return
+        seq = self.reports
+        self.reports += 1
+        entry = None if order is None else (order, src, dst, payload)
+        self.wire.part(seq, self.t, tag, entry)
+
+    def _edge_part(self, tag: str, per_edge: torch.Tensor) -> None:
+        """Report the messages my agents receive: entries = my incoming edges, payload per edge."""
+        if self.wire is None:
+            return
+        idx = self.mine_in
+        e = self.edges
+        self._part(tag, idx, e.src[idx], e.dst[idx], per_edge[idx])
+
+    # ---- exchange -------------------------------------------------------------------------------------------------
+    def _header(self, tag: str, value: torch.Tensor) -> tuple:
+        return (self.t, tag, self.seq, str(value.dtype), tuple(value.shape))
+
+    def _exchange(self, tag: str, out: dict[int, torch.Tensor], expect: dict[int, tuple[int, ...]],
+                  like: torch.Tensor) -> dict[int, torch.Tensor]:
+        """Post every peer's payload (peers in increasing order), then receive from every peer whose ``expect``
+        (shape) is non-empty; one sequence number per call."""
+        for p, value in out.items():
+            if value.shape[0]:
+                self.transport.send(self.part, p, self._header(tag, value), value)
+        got = {}
+        for p, shape in expect.items():
+            if shape[0]:
+                header = (self.t, tag, self.seq, str(like.dtype), shape)
+                got[p] = self.transport.recv(p, self.part, header).to(like.device)
+        self.seq += 1
+        return got
+
+    def _complete_rows(self, x: torch.Tensor, tag: str) -> torch.Tensor:
+        """``x`` with the rows of my agents' neighbours held elsewhere filled in from their slices."""
+        flat = _flat(x)
+        out = {p: flat[r] for p, r in self.rows_out.items()}
+        expect = {p: (int(r.numel()), *flat.shape[1:]) for p, r in self.rows_in.items()}
+        got = self._exchange(tag, out, expect, flat)
+        if not got:
+            return x
+        full = flat.clone()
+        for p, value in got.items():
+            full[self.rows_in[p]] = value
+        return full.reshape(x.shape)
+
+    def _mine(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Rows not in ``mask`` set to zero (they belong to other slices)."""
+        out = x.clone() if x.shape[0] else x
+        out[~mask.to(x.device)] = 0
+        return out
+
+    # ---- transmissions --------------------------------------------------------------------------------------------
+    def mix(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        full = self._complete_rows(x, tag)
+        self._edge_part(tag, full[self.edges.src]) if self.wire is not None else None
+        return self._mine(canonical_mix(full, self.edges), self.row_mask)
+
+    def neighbour_sum(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        full = self._complete_rows(x, tag)
+        self._edge_part(tag, full[self.edges.src]) if self.wire is not None else None
+        return self._mine(canonical_neighbour_sum(full, self.edges), self.row_mask)
+
+    def _mix(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - mix is overridden
+        return canonical_mix(x, self.edges)
+
+    def pull(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        full = self._complete_rows(x, tag)
+        v = full[self.edges.src]
+        self._edge_part(tag, v)
+        return self._mine(v, self.edge_mask)
+
+    def _edge_values(self, values: torch.Tensor, sent: torch.Tensor, tag: str) -> torch.Tensor:
+        """``values`` (E, ...) with the entries of my incoming edges from other slices replaced by what they sent:
+        ``sent`` is what I send along each of my outgoing edges (indexed by edge)."""
+        flat = _flat(sent)
+        out = {p: flat[idx] for p, idx in self.edges_out.items()}
+        expect = {p: (int(idx.numel()), *flat.shape[1:]) for p, idx in self.edges_in.items()}
+        got = self._exchange(tag, out, expect, flat)
+        v = _flat(values).clone()
+        for p, value in got.items():
+            v[self.edges_in[p]] = value
+        return v.reshape(values.shape)
+
+    def push(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
+        # edge e = (j → i) carries per_edge[reverse(e)], computed by j (the receiver of reverse(e))
+        back = per_edge[self.edges.reverse]
+        v = self._edge_values(back, back, tag)
+        self._edge_part(tag, v)
+        return self._mine(v, self.edge_mask)
+
+    def send(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
+        if per_edge.shape[0] != len(self.edges):
+            raise ValueError(f"send needs one value per edge ({len(self.edges)}), got {per_edge.shape[0]}")
+        v = self._edge_values(per_edge, per_edge, tag)
+        self._edge_part(tag, v)
+        return self._mine(v, self.edge_mask)
+
+    def average(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        """Through the aggregator (hosted by slice 0): it receives every held row, computes the simulator's mean of
+        the complete tensor and sends it back."""
+        flat = _flat(x)
+        held = self.placement.held_rows.to(x.device)
+        rows = torch.arange(self.rows, device=x.device)
+        server = torch.full_like(rows, SERVER)
+        self._part(tag, held, held, server[held], flat[held]) if self.wire is not None else None
+        if self.part == 0:
+            full = flat.clone()
+            for p in self.peers:
+                their = torch.from_numpy(np.flatnonzero(self.owner == p))
+                header = (self.t, tag, self.seq, str(flat.dtype), (int(their.numel()), *flat.shape[1:]))
+                full[their] = self.transport.recv(p, 0, header).to(x.device)
+            per = self.rows // self.groups
+            mean = full.reshape(x.shape).reshape(self.groups, per, *x.shape[1:]).mean(dim=1, keepdim=True)
+            for p in self.peers:
+                self.transport.send(0, p, (self.t, tag, self.seq + 1, str(mean.dtype), tuple(mean.shape)), mean)
+        else:
+            self.transport.send(self.part, 0, self._header(tag, flat[held]), flat[held])
+            per = self.rows // self.groups
+            shape = (self.groups, 1, *x.shape[1:])
+            mean = self.transport.recv(0, self.part, (self.t, tag, self.seq + 1, str(flat.dtype), shape)).to(x.device)
+        self.seq += 2
+        out = mean.expand(self.groups, self.rows // self.groups, *x.shape[1:]).reshape(x.shape).clone()
+        self._part(tag, held, server[held], held, _flat(out)[held]) if self.wire is not None else None
+        return out
+
+    def average_in_place(self, x: torch.Tensor, *, tag: str, offset: torch.Tensor | None = None) -> torch.Tensor:
+        """The seed-004 authors' sweep (:meth:`Comm.average_in_place`), agent by agent in the same order in every
+        slice: before agent k updates, the slices holding its neighbours send their current values to k's slice."""
+        flat = _flat(x).clone()
+        extra = None if offset is None else _flat(offset)
+        e = self.edges
+        if self._sweep is None or self._sweep[0] is not e:
+            plan = []
+            for k in range(self.rows):
+                idx = torch.nonzero(e.dst == k).reshape(-1)
+                src = e.src[idx]
+                by_peer = {p: src[torch.from_numpy(self.owner[src.long().numpy()] == p)] for p in self.peers}
+                mine = src[torch.from_numpy(self.owner[src.long().numpy()] == self.part)]
+                plan.append((src, e.dst[idx], torch.zeros(len(idx), dtype=torch.long), torch.tensor([k]), by_peer,
+                             mine))
+            self._sweep = (e, plan)
+        share = 1.0 / (self.degree.to(flat.dtype) + 1.0)
+        for k, (src, dst, system, rows, by_peer, mine) in enumerate(self._sweep[1]):
+            ko = int(self.owner[k])
+            if ko == self.part:
+                for p in self.peers:
+                    need = by_peer[p]
+                    if need.numel():
+                        header = (self.t, tag, self.seq, str(flat.dtype), (int(need.numel()), *flat.shape[1:]))
+                        flat[need] = self.transport.recv(p, self.part, header).to(flat.device)
+                values = flat[src]
+                self._part(tag, torch.arange(len(src)), src, dst, values) if self.wire is not None else None
+                total = flat[rows].index_add(0, system, values) * share[rows]
+                flat[rows] = total if extra is None else total + extra[rows]
+            else:
+                if mine.numel():
+                    value = flat[mine]
+                    self.transport.send(self.part, ko, self._header(tag, value), value)
+                self._part(tag, None) if self.wire is not None else None
+            self.seq += 1
+        return self._mine(flat, self.row_mask).reshape(x.shape)
+
+    def describe(self) -> dict[str, object]:
+        return {"comm": type(self).__name__, "rows": self.rows, "edges": len(self.edges), "part": self.part,
+                "agents": list(self.placement.agents)}
+
+
+__all__ = ["SliceComm", "Transport", "TransportError", "Wire"]

@@ -1,0 +1,292 @@
+"""Run state and per-agent checkpoints: everything a run needs to continue, saved at round boundaries.
+
+:class:`RunState` is the state the engine owns between two rounds: the algorithm's state (optimizer state
+included: a NamedTuple tree of tensors and numbers), the oracle's access counter (which keys every draw of the
+next access), the mechanism's access counts per row (the privacy budget spent; the ledger's events follow from
+them), and — held by the process that writes results — the metrics recorded so far (with the running sums of
+``*_avg`` metrics) and the state of observers that keep some (an eavesdropper's window). Keyed draws need no
+state: a draw is a pure function of its key and its counter (privdl.keys).
+
+A synchronous round boundary is a consistent cut (no message in flight), so a checkpoint is one file per agent —
+``round-<t>/agent-<i>.pt``, holding the agent's rows of every per-agent tensor (and of every per-edge tensor, for
+its incoming edges), the values every agent shares (step counters) and its access count — plus ``round-<t>/run.pt``
+for the recorder. Files are written atomically (temporary file, fsync, rename, fsync of the folder), carry a
+SHA-256 of their contents and a header naming the run (id, configuration digest, privdl source hash, n, agent,
+round), and are read with ``torch.load(weights_only=True)`` after the digest checks out: a truncated, corrupt or
+foreign file is refused by name, never loaded. Resuming takes the last round that every agent (and the recorder)
+has; the continued run equals an uninterrupted one bit for bit (``tests/test_checkpoint.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch.utils import _pytree as pytree
+
+from privdl.errors import PrivdlError
+
+MAGIC = b"privdl-checkpoint/1\n"
+FORMAT = 1
+ROUND = re.compile(r"round-(\d+)$")
+
+
+class CheckpointError(PrivdlError):
+    """A checkpoint that cannot be used: missing, truncated, corrupt, or of another run, version or layout."""
+
+
+@dataclass
+class RunState:
+    """The engine's state after round ``t``: see the module docstring."""
+
+    t: int
+    algorithm: Any
+    oracle_calls: int
+    mechanism_calls: torch.Tensor
+    records: list = field(default_factory=list)  # per system: [(t, metric, value)]
+    sums: list = field(default_factory=list)  # per system: {metric: running sum}
+    counts: list = field(default_factory=list)  # per system: recorded rounds so far
+    observers: list = field(default_factory=list)  # state_dict() of observers that have one
+
+
+def _kinds(leaves: Sequence[Any], rows: int, edges: int) -> list[str]:
+    """How each leaf of an algorithm state splits over agents: by row (one per agent), by edge (owned by its
+    receiver), or shared (numbers every agent holds the same)."""
+    out = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor) and leaf.ndim >= 1 and leaf.shape[0] == rows:
+            out.append("row")
+        elif isinstance(leaf, torch.Tensor) and leaf.ndim >= 1 and leaf.shape[0] == edges and edges:
+            out.append("edge")
+        else:
+            out.append("shared")
+    return out
+
+
+def _write(path: Path, payload: dict) -> None:
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    data = buf.getvalue()
+    blob = MAGIC + hashlib.sha256(data).hexdigest().encode() + b"\n" + data
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(blob)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.chmod(tmp, 0o600)  # an agent's state is its own
+    os.replace(tmp, path)
+
+
+def _read(path: Path) -> dict:
+    try:
+        blob = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
+    if not blob.startswith(MAGIC):
+        raise CheckpointError(f"{path} is not a privdl checkpoint (or its first bytes are damaged)")
+    rest = blob[len(MAGIC):]
+    digest, _, data = rest.partition(b"\n")
+    if hashlib.sha256(data).hexdigest().encode() != digest:
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupt (its SHA-256 does not match its "
+                              "contents); delete its round folder to resume from the round before")
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - whatever torch says, the file is not one we wrote
+        raise CheckpointError(f"checkpoint {path} cannot be loaded: {exc}") from None
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class Checkpoints:
+    """The checkpoints of one engine: ``folders[r]`` is replica r's checkpoint folder (one per run of a stacked
+    batch), ``identity[r]`` what names that run (run id, config digest, ...: compared on resume), ``n`` agents per
+    replica, ``agents`` the agents this engine holds (all by default), ``every`` rounds between checkpoints,
+    ``writes_run`` whether this engine writes the recorder's file."""
+
+    def __init__(self, folders: Sequence[Path], identity: Sequence[dict], *, n: int, every: int,
+                 agents: Sequence[int] | None = None, writes_run: bool = True, keep: int = 2) -> None:
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise CheckpointError(f"runtime.checkpoint_every must be an integer >= 1 (rounds), got {every!r}")
+        self.folders = [Path(f) for f in folders]
+        self.identity = [dict(i) for i in identity]
+        self.n, self.every, self.keep = int(n), int(every), int(keep)
+        self.agents = list(range(self.n)) if agents is None else sorted(int(a) for a in agents)
+        self.writes_run = writes_run
+
+    # ---- saving ---------------------------------------------------------------------------------------------------
+    def due(self, t: int) -> bool:
+        return t % self.every == 0
+
+    def save(self, state: RunState, *, edges_dst: torch.Tensor) -> None:
+        """Write round ``state.t``: one file per held agent and replica (and the recorder's file)."""
+        leaves, _ = pytree.tree_flatten(state.algorithm)
+        rows = len(self.folders) * self.n
+        kinds = _kinds(leaves, rows, int(edges_dst.numel()))
+        dst = edges_dst.cpu().long()
+        for r, folder in enumerate(self.folders):
+            where = folder / f"round-{state.t:09d}"
+            where.mkdir(parents=True, exist_ok=True)
+            for i in self.agents:
+                row = r * self.n + i
+                mine = [leaf[row].detach().cpu().clone() if kind == "row" else
+                        leaf[(dst == row).nonzero().reshape(-1).to(leaf.device)].detach().cpu().clone()
+                        if kind == "edge" else (leaf.detach().cpu().clone() if isinstance(leaf, torch.Tensor)
+                                                else leaf)
+                        for leaf, kind in zip(leaves, kinds)]
+                _write(where / f"agent-{i}.pt", {
+                    "header": {**self.identity[r], "format": FORMAT, "agent": i, "round": state.t, "n": self.n},
+                    "kinds": kinds, "leaves": mine, "oracle_calls": int(state.oracle_calls),
+                    "mechanism_calls": int(state.mechanism_calls[row])})
+            _fsync_dir(where)
+        if self.writes_run:
+            self.save_run(state)
+
+    def save_run(self, state: RunState) -> None:
+        """The recorder's file of round ``state.t`` (written last: it completes the round's checkpoint)."""
+        for r, folder in enumerate(self.folders):
+            where = folder / f"round-{state.t:09d}"
+            where.mkdir(parents=True, exist_ok=True)
+            _write(where / "run.pt", {
+                "header": {**self.identity[r], "format": FORMAT, "agent": "run", "round": state.t, "n": self.n},
+                "records": [list(x) for x in state.records[r]] if state.records else [],
+                "sums": dict(state.sums[r]) if state.sums else {},
+                "counts": int(state.counts[r]) if state.counts else 0,
+                "observers": state.observers})
+            _fsync_dir(where)
+            self._prune(folder)
+
+    def _prune(self, folder: Path) -> None:
+        rounds = sorted(self._rounds(folder))
+        for t in rounds[:-self.keep]:
+            shutil.rmtree(folder / f"round-{t:09d}", ignore_errors=True)
+
+    # ---- resuming -------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _rounds(folder: Path) -> list[int]:
+        if not folder.is_dir():
+            return []
+        return [int(m.group(1)) for p in folder.iterdir() if (m := ROUND.match(p.name)) and p.is_dir()]
+
+    def _complete(self, folder: Path, t: int, everyone: bool) -> bool:
+        where = folder / f"round-{t:09d}"
+        agents = range(self.n) if everyone else self.agents
+        return all((where / f"agent-{i}.pt").is_file() for i in agents) and (where / "run.pt").is_file()
+
+    def _missing(self, folder: Path, t: int) -> list[str]:
+        where = folder / f"round-{t:09d}"
+        out = [f"agent {i}" for i in range(self.n) if not (where / f"agent-{i}.pt").is_file()]
+        return out + ([] if (where / "run.pt").is_file() else ["the recorder's run.pt"])
+
+    def latest(self) -> int | None:
+        """The last round that every agent of every replica (and the recorder) has; None without any checkpoint.
+        A newer round that some agent lacks (a process stopped while writing it) is passed over with a warning
+        naming what is missing; checkpoints none of whose rounds is complete are refused."""
+        common: set[int] | None = None
+        newest, gap = None, None
+        for folder in self.folders:
+            rounds = self._rounds(folder)
+            done = {t for t in rounds if self._complete(folder, t, everyone=True)}
+            common = done if common is None else common & done
+            for t in rounds:
+                if t not in done and (newest is None or t > newest):
+                    newest, gap = t, (folder, self._missing(folder, t))
+        best = max(common) if common else None
+        if gap is not None and (best is None or newest > best):
+            folder, missing = gap
+            where = folder / f"round-{newest:09d}"
+            if best is None:
+                raise CheckpointError(f"checkpoint round {newest} in {where} lacks {', '.join(missing[:5])}"
+                                      f"{' …' if len(missing) > 5 else ''}, and no earlier round is complete: "
+                                      "nothing to resume from (delete the checkpoints folder to start over)")
+            warnings.warn(f"checkpoint round {newest} in {where} lacks {', '.join(missing[:5])}; resuming from "
+                          f"round {best}, the last round every agent has", stacklevel=2)
+        return best
+
+    def _check(self, path: Path, header: dict, r: int, t: int, agent: object) -> None:
+        want = {**self.identity[r], "format": FORMAT, "agent": agent, "round": t, "n": self.n}
+        diff = [k for k in want if header.get(k) != want[k]]
+        if diff:
+            k = diff[0]
+            what = {"config_digest": "another configuration", "source": "another privdl source version",
+                    "run_id": "another run", "n": "another number of agents", "format": "another checkpoint format",
+                    "agent": "another agent", "round": "another round"}.get(k, k)
+            raise CheckpointError(f"checkpoint {path} is of {what} ({k}: {header.get(k)!r}, this run: {want[k]!r}); "
+                                  "delete the checkpoints folder to start the run over")
+
+    def load(self, t: int, template: Any, *, rows: int, edges_dst: torch.Tensor) -> RunState:
+        """The state of round ``t`` for this engine's agents (rows of agents it does not hold are zeros), the
+        algorithm's state rebuilt on ``template`` (a state of the same run, e.g. after ``init``)."""
+        leaves, spec = pytree.tree_flatten(template)
+        kinds = _kinds(leaves, rows, int(edges_dst.numel()))
+        out = [torch.zeros_like(leaf) if kind != "shared" else leaf for leaf, kind in zip(leaves, kinds)]
+        dst = edges_dst.cpu().long()
+        calls = torch.zeros(rows, dtype=torch.int64)
+        oracle_calls, shared_from = None, None
+        for r, folder in enumerate(self.folders):
+            where = folder / f"round-{t:09d}"
+            for i in self.agents:
+                path = where / f"agent-{i}.pt"
+                got = _read(path)
+                self._check(path, got.get("header", {}), r, t, i)
+                if got.get("kinds") != kinds or len(got.get("leaves", ())) != len(leaves):
+                    raise CheckpointError(f"checkpoint {path} holds another algorithm state than this run's "
+                                          f"({got.get('kinds')} against {kinds})")
+                row = r * self.n + i
+                for k, (value, kind) in enumerate(zip(got["leaves"], kinds)):
+                    if kind == "row":
+                        out[k][row] = value.to(out[k].device, out[k].dtype)
+                    elif kind == "edge":
+                        out[k][(dst == row).nonzero().reshape(-1).to(out[k].device)] = value.to(out[k].device,
+                                                                                                   out[k].dtype)
+                    elif shared_from is None:
+                        out[k] = value.to(leaves[k].device) if isinstance(value, torch.Tensor) else value
+                shared_from = shared_from or path
+                calls[row] = int(got["mechanism_calls"])
+                if oracle_calls is None:
+                    oracle_calls = int(got["oracle_calls"])
+                elif oracle_calls != int(got["oracle_calls"]):
+                    raise CheckpointError(f"checkpoint {path} was written at another access count than the other "
+                                          "agents' of its round")
+        state = RunState(t, pytree.tree_unflatten(out, spec), int(oracle_calls or 0), calls)
+        if self.writes_run:
+            self.load_run(t, state)
+        return state
+
+    def load_run(self, t: int, state: RunState) -> RunState:
+        """Read the recorder's file of round ``t`` into ``state`` (records, running sums, observers)."""
+        for r, folder in enumerate(self.folders):
+            path = folder / f"round-{t:09d}" / "run.pt"
+            got = _read(path)
+            self._check(path, got.get("header", {}), r, t, "run")
+            state.records.append([tuple(x) for x in got["records"]])
+            state.sums.append(dict(got["sums"]))
+            state.counts.append(int(got["counts"]))
+            state.observers = got["observers"]
+        return state
+
+    def clear(self) -> None:
+        """Remove the checkpoints (the run finished and was saved)."""
+        for folder in self.folders:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+__all__ = ["CheckpointError", "Checkpoints", "RunState"]

@@ -1,0 +1,240 @@
+"""The sliced backend: one run split into K engines in one process, each holding only some agents.
+
+``simulate_sliced(..., placements=partition(n, slices=K))`` runs K engines (:mod:`privdl.placement`), one per
+thread, each with only its agents' data (a :class:`HeldTask` view that refuses any other agent's), keys
+(:class:`privdl.keys.HeldKeys`: no other agent's key is ever derived) and mechanism state (its own copy), joined by
+an in-process :class:`privdl.comm.sliced.Transport` that carries exactly what would cross a process boundary. The
+algorithm and mechanism code is the simulator's, unchanged; the result — final models, every recorded metric, the
+transcript's messages, the accesses behind the ledger — equals ``simulate(..., sparse=True)`` bit for bit
+(``tests/test_sliced.py``), which is what proves that nothing of an agent's computation needs another agent's data,
+keys or rows beyond what the Comm delivers.
+
+Metrics are evaluated as the simulator evaluates them, on the agents' models gathered at the recorded rounds (the
+evaluation data are the task's, held by the coordinator that writes results).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from privdl.algorithms.base import Algorithm
+from privdl.comm import Observer
+from privdl.comm.sliced import SliceComm, Transport, Wire
+from privdl.errors import ValidationError
+from privdl.keys import HeldKeys, Keys, KeySource, RootKeys
+from privdl.mechanisms.base import GradientMechanism
+from privdl.network.network import Network
+from privdl.placement import Placement, partition
+from privdl.schedules import Schedule
+from privdl.simulator.access import GradientOracle
+from privdl.simulator.checkpoint import Checkpoints, RunState
+from privdl.simulator.engine import Recorder, SimulationResult, _loop, checkpoint_hooks, recorded_rounds, stateful
+from privdl.tasks.base import Task
+
+
+class HeldTask:
+    """A slice's view of a task: :meth:`Task.restrict` to its agents (its own round state; a supervised task keeps
+    only their examples), and data access refused for any agent the slice does not hold (everything else — shapes,
+    the loss, public counts — is the task's)."""
+
+    def __init__(self, task: Task, placement: Placement) -> None:
+        self._task = task.restrict(placement.agents)  # its own round state; only its agents' examples
+        self._placement = placement
+
+    def __getattr__(self, name: str):
+        return getattr(self._task, name)
+
+    def _check(self, agents: torch.Tensor) -> None:
+        a = torch.as_tensor(agents).reshape(-1).cpu().numpy()
+        if a.size and not self._placement.held[a % self._placement.n].all():
+            other = int(a[~self._placement.held[a % self._placement.n]][0])
+            raise ValidationError(f"a slice holding agents {list(self._placement.agents)} asked for the data of "
+                                  f"agent {other}")
+
+    def gather(self, agents, index):
+        self._check(agents)
+        return self._task.gather(agents, index)
+
+    def sample(self, draws, agents):
+        self._check(agents)
+        return self._task.sample(draws, agents)
+
+    def sample_subset(self, draws, agents, size):
+        self._check(agents)
+        return self._task.sample_subset(draws, agents, size)
+
+    def sample_lot(self, draws, agents, rates, *, length=None):
+        self._check(agents)
+        return self._task.sample_lot(draws, agents, rates, length=length)
+
+    def lot_length(self, draws, agents, rates):
+        self._check(agents)
+        return self._task.lot_length(draws, agents, rates)
+
+    def at_round(self, t: int) -> None:
+        self._task.at_round(t)
+
+
+class _Gather:
+    """Collects every slice's rows of the models at a recorded round; the last slice to arrive assembles them."""
+
+    def __init__(self, parts: int, placements: Sequence[Placement], on_complete: Callable[[int, torch.Tensor], None]):
+        self.parts, self.placements, self.on_complete = parts, placements, on_complete
+        self._lock = threading.Lock()
+        self._rounds: dict[int, list] = {}
+
+    def put(self, part: int, t: int, x: torch.Tensor) -> None:
+        rows = self.placements[part].held_rows
+        with self._lock:
+            got = self._rounds.setdefault(t, [])
+            got.append((rows, x[rows.to(x.device)].clone()))
+            if len(got) < self.parts:
+                return
+            del self._rounds[t]
+            full = torch.empty((x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
+            for r, v in got:
+                full[r.to(x.device)] = v
+            self.on_complete(t, full)
+
+
+def owners_of(placements: Sequence[Placement], n: int) -> np.ndarray:
+    """The slice that holds each agent (every agent exactly once)."""
+    owner = np.full(n, -1, dtype=np.int64)
+    for k, p in enumerate(placements):
+        if p.n != n:
+            raise ValidationError(f"placement {k} is for {p.n} agents, the network has {n}")
+        clash = owner[list(p.agents)] >= 0
+        if clash.any():
+            raise ValidationError(f"agent {int(np.asarray(p.agents)[clash][0])} is placed in two slices")
+        owner[list(p.agents)] = k
+    if (owner < 0).any():
+        raise ValidationError(f"no slice holds agent {int(np.flatnonzero(owner < 0)[0])}")
+    return owner
+
+
+def simulate_sliced(
+    *, task: Task, algorithm: Algorithm, mechanism: GradientMechanism, schedule: Schedule, iterations: int,
+    network: Network, seed: int | None = None, source: KeySource | None = None,
+    placements: Sequence[Placement] | None = None, slices: int | None = None, eval_every: int = 0,
+    gradient: str = "auto", on_step: Callable[[int], None] | None = None, x0: torch.Tensor | None = None,
+    metrics: bool = True, observers: Sequence[Observer] = (), timeout: float = 120.0,
+    tasks: Sequence[Task] | None = None, sources: Sequence[KeySource] | None = None,
+    checkpoints: Checkpoints | None = None, resume: bool = False,
+) -> SimulationResult:
+    """Run ``algorithm`` with ``mechanism`` as K slices (``placements``, or ``slices`` contiguous blocks), one
+    thread each, joined by an in-process transport. Same arguments and result as :func:`privdl.simulate` (keys from
+    the root ``seed``, or ``source``). ``tasks`` / ``sources`` give each slice its own task and key source (tests:
+    a slice's task that lacks the other agents' data); by default each gets a :class:`HeldTask` view of ``task``
+    and ``HeldKeys`` of the root source. ``result.extra`` holds the transport's payload bytes per pair of slices
+    and its control operations. ``checkpoints`` / ``resume``: as :func:`privdl.simulate` — each slice writes its
+    own agents' files, and the last slice to finish a checkpointed round writes the recorder's file, which
+    completes the round."""
+    n = network.n
+    if task.n != n:
+        raise ValidationError(f"the task has {task.n} agents, the network {n}")
+    if placements is None:
+        placements = partition(n, slices=slices)
+    placements = list(placements)
+    owner = owners_of(placements, n)
+    parts = len(placements)
+    if source is None:
+        if seed is None:
+            raise ValidationError("simulate_sliced needs a seed or a key source")
+        source = RootKeys(int(seed))
+    transport = Transport(parts, timeout=timeout)
+    wire = Wire(parts, observers) if observers else None
+    marks = set(recorded_rounds(iterations, eval_every or iterations))
+    recorder = Recorder(task, observers, 1, n)
+
+    def complete(t: int, x: torch.Tensor) -> None:
+        if metrics:
+            task.at_round(t)
+            recorder(t, x)
+
+    gather = _Gather(parts, placements, complete)
+    last = checkpoints.latest() if (checkpoints is not None and resume) else None
+    if last is not None:  # the coordinator's part of the checkpoint: records and observers
+        st = checkpoints.load_run(last, RunState(last, None, 0, torch.zeros(0)))
+        recorder.load(st.records, st.sums, st.counts)
+        for o, d in zip(stateful(observers), st.observers):
+            o.load_state_dict(d)
+    arrived: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def saved(t: int) -> None:  # every slice wrote its agents' files of round t: the last one completes it
+        with lock:
+            arrived[t] = arrived.get(t, 0) + 1
+            if arrived[t] < parts:
+                return
+            del arrived[t]
+            records, sums, counts = recorder.state()
+            checkpoints.save_run(RunState(t, None, 0, torch.zeros(0), records, sums, counts,
+                                          [o.state_dict() for o in stateful(observers)]))
+    finals: list[torch.Tensor | None] = [None] * parts
+    accesses: list[torch.Tensor | None] = [None] * parts
+    seconds = [0.0] * parts
+    errors: list[BaseException | None] = [None] * parts
+    memo = {id(task): task, id(network): network}
+
+    def work(k: int) -> None:
+        try:
+            p = placements[k]
+            keys = Keys(sources[k] if sources is not None else HeldKeys(source, p.held), n)
+            t_k = tasks[k] if tasks is not None else HeldTask(task, p)
+            mech = copy.deepcopy(mechanism, dict(memo))
+            comm = SliceComm(network, p, k, owner, transport, wire)
+            start = (x0.clone() if x0 is not None else
+                     task.init_params(keys.generator("init")).expand(n, -1).clone())
+            oracle = GradientOracle(t_k, mech, keys, gradient=gradient, placement=p,
+                                    agree=lambda v: transport.agree_max(k, v))
+            mine = None if checkpoints is None else Checkpoints(
+                checkpoints.folders, checkpoints.identity, n=n, every=checkpoints.every, agents=p.agents,
+                writes_run=False, keep=checkpoints.keep)
+            restore, on_round = checkpoint_hooks(mine, resume=resume, mechanism=mech, recorder=None, observers=(),
+                                                 comm=comm, rows=n, after_save=saved, last=last)
+            final, secs = _loop(task=t_k, comm=comm, algorithm=algorithm, mechanism=mech, keys=keys, eta=schedule,
+                                iterations=iterations, x0=start.to(dtype=task.dtype, device=task.device),
+                                gradient=gradient, marks=marks, record=lambda t, x: gather.put(k, t, x),
+                                on_step=on_step if k == 0 else None, oracle=oracle, restore=restore,
+                                on_round=on_round)
+            finals[k], accesses[k], seconds[k] = final, mech.accesses().clone(), secs
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller, and stops the other slices
+            errors[k] = exc
+            transport.fail(k, exc)
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=work, args=(k,), name=f"privdl-slice-{k}", daemon=True) for k in range(parts)]
+    for th in threads:
+        th.start()
+    try:
+        for th in threads:
+            th.join()
+    except BaseException as exc:  # Ctrl-C: stop the slices (they wait on each other) before leaving
+        transport.fail(-1, exc)
+        for th in threads:
+            th.join(timeout=5)
+        raise
+    wall = time.perf_counter() - start
+    if transport.failed is not None:
+        raise transport.failed[1]
+    for e in errors:
+        if e is not None:
+            raise e
+    final = torch.empty_like(finals[0])
+    acc = torch.zeros_like(accesses[0])
+    for p, f, a in zip(placements, finals, accesses):
+        rows = p.held_rows
+        final[rows] = f[rows]
+        acc[rows] = a[rows]
+    extra = {"slices": parts, "payload_bytes": int(transport.payload_bytes.sum()),
+             "control_messages": transport.control_messages}
+    return SimulationResult(recorder.records[0], final.cpu().clone(), wall, iterations, acc, extra)
+
+
+__all__ = ["HeldTask", "owners_of", "simulate_sliced"]

@@ -1,0 +1,312 @@
+"""The sliced backend: a run split into K engines, each holding only some agents, equals the simulator bit for bit.
+
+Why bit for bit holds on any CPU (docs/ARCHITECTURE.md, "What is bit-exact"): each slice computes in the network
+frame (privdl.placement) — every kernel (the gradient of the task, clipping, the canonical mix, the algorithms'
+elementwise updates) runs on tensors of the simulator's shapes, and a held agent's row holds the simulator's values:
+its data (sampled from its own keys; the other rows are zeros), its keyed draws (row-independent by construction,
+tests/test_keys.py), the neighbours' rows the transport delivers. A kernel's result for a row depends on the row's
+values and the shapes, never on the other rows' values, and lots are padded to the length the slices agree on —
+the simulator's. So the same operations run in the same order on the same numbers, whatever the processor; if a
+slice read anything the Comm did not deliver (another agent's data, key or row), its numbers would differ.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from privdl.algorithms import ALGORITHMS, make_algorithm
+from privdl.comm import Transcript
+from privdl.comm.sliced import Transport, TransportError
+from privdl.errors import ValidationError
+from privdl.keys import HeldKeys, RootKeys
+from privdl.mechanisms import Clip, chain, make_mechanism
+from privdl.network import Network
+from privdl.placement import Placement, partition
+from privdl.schedules import make_schedule
+from privdl.simulator import simulate
+from privdl.simulator.sliced import HeldTask, simulate_sliced
+from privdl.tasks import make_task
+
+N, ROUNDS, SEED = 5, 3, 11
+VARIANTS = {
+    "dsgd": [{}, {"form": "cta", "optimizer": {"name": "sgd", "momentum": 0.9}}, {"form": "cta", "gossip": "authors"}],
+    "dsgt": [{}],
+    "dinno": [{"primal_steps": 2, "optimizer": "adam"}],
+    "central_sgd": [{}],
+    "exact_diffusion": [{}],
+    "dsg_rms": [{}],
+    "edsg_rms": [{"structure": "upper_bidiagonal", "protection": "erf"}],
+    "dsgt_rms": [{"structure": "diagonal"}],
+    "pd_lms": [{"scheme": "independent", "variance": 0.1}, {"scheme": "nullspace", "variance": 0.1},
+               {"scheme": "edge", "variance": 0.1}],
+    "psgt": [{}],
+    "dpdl": [{}, {"self_noise": True, "calibration": False}],
+    "cga": [{"beta": 0.5}],
+}
+FAMILIES = ["none", "ldp", "decor", "whisper", "covariance", "dp_sgd", "chain", "decor_per_example"]
+
+
+@pytest.fixture(scope="module")
+def setup():
+    net = Network.from_topology("erdos_renyi", N, p=0.6, seed=3)
+    task = make_task("softmax", N, dataset="digits", partition="dirichlet", alpha=1.0, batch_size=8, seed=1)
+    return net, task
+
+
+def _mechanism(net, task, alg, family, tmp_path_factory):
+    steps = alg.accesses(ROUNDS, net.edges)
+    if family == "none":
+        return make_mechanism("none", steps=steps)
+    if family == "dp_sgd":  # Poisson lots: the slices agree on the padded length
+        return make_mechanism("dp_sgd", steps=steps, task=task, clip=1.0, lot_size=20, noise_multiplier=1.0)
+    if family == "chain":
+        return chain(Clip(steps=steps, clip=1.0), make_mechanism("ldp", steps=steps, network=net, clip=0, sigma=0.5))
+    if family == "decor_per_example":
+        return make_mechanism("decor", steps=steps, network=net, clip=1.0, epsilon=20.0, clipping="per_example",
+                              sampling="poisson", task=task)
+    if family == "covariance":
+        decor = make_mechanism("decor", steps=steps, network=net, clip=1.0, epsilon=20.0)
+        path = tmp_path_factory.mktemp("cov") / "R.npy"
+        np.save(path, decor.noise.covariance())
+        return make_mechanism("covariance", steps=steps, network=net, clip=1.0, epsilon=20.0, file=str(path))
+    name = "gaussian_ldp" if family == "ldp" else family
+    return make_mechanism(name, steps=steps, network=net, clip=1.0, epsilon=20.0)
+
+
+def _same_transcripts(a: Transcript, b: Transcript) -> bool:
+    return len(a.messages) == len(b.messages) and all(
+        x.t == y.t and x.tag == y.tag and torch.equal(x.src, y.src) and torch.equal(x.dst, y.dst)
+        and torch.equal(x.payload, y.payload) for x, y in zip(a.messages, b.messages))
+
+
+def test_every_registered_algorithm_is_covered():
+    assert set(VARIANTS) == set(ALGORITHMS.names())
+
+
+CASES = [(n, p, f) for n, ps in VARIANTS.items() for p in ps for f in FAMILIES
+         if not (n in ("dpdl", "cga") and f not in ("none", "dp_sgd"))]  # cross-gradients refuse correlated noise
+
+
+@pytest.mark.parametrize("name,params,family", CASES)
+@pytest.mark.exact
+def test_a_sliced_run_equals_the_simulator_bit_for_bit(setup, name, params, family, tmp_path_factory):
+    """K = 2, 3 and n slices: final models, every recorded metric, the accesses behind the ledger and (K = 3) every
+    message of the transcript, bit for bit against simulate(sparse=True)."""
+    net, task = setup
+    alg = make_algorithm(name, **params)
+    mech = _mechanism(net, task, alg, family, tmp_path_factory)
+    sched = make_schedule("constant", eta=0.1, iterations=ROUNDS)
+    want_wire = Transcript()
+    want = simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS,
+                    seed=SEED, sparse=True, eval_every=1, observers=[want_wire])
+    for k in (2, 3, N):
+        wire = Transcript()
+        got = simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched,
+                              iterations=ROUNDS, seed=SEED, slices=k, eval_every=1,
+                              observers=[wire] if k == 3 else ())
+        assert torch.equal(got.final, want.final), (k, (got.final - want.final).abs().max())
+        assert got.records == want.records, k
+        assert torch.equal(got.accesses, want.accesses), k
+        if k == 3:
+            assert _same_transcripts(wire, want_wire)
+    ledger = mech.ledger(want.accesses)
+    assert ledger.epsilon == mech.ledger(got.accesses).epsilon or (ledger.epsilon is None)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.integers(0, 3), min_size=N, max_size=N))
+@pytest.mark.exact
+def test_any_assignment_of_agents_to_slices_gives_the_same_run(setup, labels):
+    """Hypothesis over assignments: agents placed in up to 4 slices in any pattern (non-contiguous, uneven)."""
+    net, task = setup
+    parts = [[a for a in range(N) if labels[a] == s] for s in range(4)]
+    parts = [p for p in parts if p]
+    alg = make_algorithm("dsgt")
+    mech = make_mechanism("decor", steps=alg.accesses(ROUNDS, net.edges), network=net, clip=1.0, epsilon=20.0)
+    sched = make_schedule("constant", eta=0.1, iterations=ROUNDS)
+    want = simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS,
+                    seed=SEED, sparse=True)
+    got = simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS,
+                          seed=SEED, placements=partition(N, assignment=parts))
+    assert torch.equal(got.final, want.final)
+    assert got.records == want.records
+
+
+@pytest.mark.exact
+def test_a_slice_reads_only_its_own_agents_data_and_keys(setup):
+    """Each slice gets a task whose other agents' examples are NaN (and which refuses to gather them) and a key
+    source that records every key it derives: the run is still the simulator's, and no slice derived a key of an
+    agent it does not hold, nor of a seed group without one of its agents."""
+    net, task = setup
+    alg = make_algorithm("dsgd")
+    placements = partition(N, slices=3)
+    tasks, sources = [], []
+    for p in placements:
+        t = copy.copy(task)
+        t.X = task.X.clone()
+        t.X[torch.from_numpy(~p.held)] = math.nan  # the other agents' examples: poison
+        t._X_flat = t.X.reshape(task._X_flat.shape)
+        tasks.append(HeldTask(t, p))
+        sources.append(HeldKeys(RootKeys(SEED), p.held, record=True))
+    for family in ("dp_sgd", "whisper"):
+        steps = alg.accesses(ROUNDS, net.edges)
+        mech = (make_mechanism("dp_sgd", steps=steps, task=task, clip=1.0, lot_size=20, noise_multiplier=1.0)
+                if family == "dp_sgd" else
+                make_mechanism("whisper", steps=steps, network=net, clip=1.0, epsilon=20.0))
+        sched = make_schedule("constant", eta=0.1, iterations=ROUNDS)
+        want = simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS,
+                        seed=SEED, sparse=True)
+        got = simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched,
+                              iterations=ROUNDS, seed=SEED, placements=placements, tasks=tasks, sources=sources)
+        assert torch.equal(got.final, want.final), family
+    for p, s in zip(placements, sources):
+        agents = {a for a in s.asked if isinstance(a, int)}
+        groups = [g for g in s.asked if isinstance(g, tuple)]
+        assert agents and agents <= set(p.agents)
+        assert groups and all(set(g) & set(p.agents) for g in groups)
+    with pytest.raises(ValidationError, match="asked for the data of agent"):
+        tasks[0].gather(torch.tensor([N - 1]), torch.zeros((1, 2), dtype=torch.int64))
+    # the default view keeps only its agents' examples: the others' are not in its memory at all
+    view = HeldTask(task, placements[0])
+    assert view._task.X.shape[0] == len(placements[0].agents) and view._task.dataset.X_train.shape[0] == 0
+    assert torch.equal(view.gather(torch.tensor([1]), torch.arange(4)[None])[0],
+                       task.gather(torch.tensor([1]), torch.arange(4)[None])[0])
+
+
+def test_the_runner_runs_a_sliced_config_to_the_simulators_results(tmp_path):
+    """End to end as a user runs it: --set runtime.slices=K writes the same results.csv as the simulator (alone, on
+    the canonical mix), and the manifest records the placement."""
+    from typer.testing import CliRunner
+
+    from privdl.cli import app
+    from privdl.experiment.store import read_experiment  # noqa: F401 - the store reads what run wrote
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('name = "s"\nseeds = [0, 1]\niterations = 30\neval_every = 10\n'
+                   '[network]\ntopology = "ring"\nn = 6\nsparse = true\n'
+                   '[task]\nname = "logistic"\ndataset = "breast_cancer"\n'
+                   '[schedule]\neta = 0.05\n[mechanism]\nname = "decor"\nepsilon = 10.0\n[sweep]\n"algorithm.name" = ["dsgd", "dsgt"]\n')
+    runner = CliRunner()
+    a = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "a"), "--set", "batch_replicas=1",
+                            "--no-plot"])
+    assert a.exit_code == 0, a.output
+    b = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "b"), "--set", "runtime.slices=3",
+                            "--no-plot"])
+    assert b.exit_code == 0, b.output
+    import csv
+    import json
+
+    def rows(folder):
+        return sorted(tuple(v for k, v in r.items() if k != "run_id")
+                      for r in csv.DictReader(open(folder / "results.csv")))
+
+    assert rows(tmp_path / "a") == rows(tmp_path / "b")
+    manifests = list((tmp_path / "b" / "runs").rglob("manifest.json"))
+    assert manifests
+    m = json.loads(manifests[0].read_text())
+    assert m["placement"]["backend"] == "sliced" and m["placement"]["slices"] == [[0, 1], [2, 3], [4, 5]]
+    assert m["placement"]["payload_bytes"] > 0
+
+
+# ---- bad input ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kwargs,match", [
+    ({"slices": 0}, "from 1 to the number of agents"),
+    ({"slices": N + 1}, "from 1 to the number of agents"),
+    ({"assignment": [[0, 1], [2, 3]]}, "misses agent 4"),
+    ({"assignment": [[0, 1, 2], [2, 3, 4]]}, "places agent 2 twice"),
+    ({"assignment": [[0, 1, 2, 3, 4], []]}, "holds no agent"),
+    ({"assignment": [[0, 1, 2, 3, 9]]}, "not one of 0..4"),
+])
+def test_bad_placements_are_refused_by_name(kwargs, match):
+    with pytest.raises(ValidationError, match=match):
+        partition(N, **kwargs)
+
+
+@pytest.mark.parametrize("text,match", [
+    ("[runtime]\nslices = 0\n", "runtime.slices must be >= 1"),
+    ("[runtime]\nbackend = \"mpi\"\n", "runtime.backend must be one of"),
+    ("[runtime]\nbackend = \"simulator\"\nslices = 2\n", "set runtime.backend"),
+    ("[runtime]\nassignment = [[0, 1], []]\n", "non-empty lists"),
+    ("[runtime]\nthreads = 2\n", "unknown key 'runtime.threads'"),
+    ("[runtime]\nslices = 7\n", "from 1 to the number of agents"),
+])
+def test_bad_runtime_configs_are_refused(tmp_path, text, match):
+    from privdl.errors import PrivdlError
+    from privdl.experiment.config import load_config
+    from privdl.experiment.runner import run_one
+    from privdl.experiment.config import expand
+
+    path = tmp_path / "c.toml"
+    path.write_text('iterations = 2\n[schedule]\neta = 0.1\n[network]\ntopology = "ring"\nn = 6\n' + text)
+    with pytest.raises(PrivdlError, match=match):
+        specs, _ = expand(load_config(path))
+        run_one(specs[0])
+
+
+def test_a_failing_slice_stops_the_others_with_its_error(setup):
+    """A slice that raises does not leave the other slices waiting: the caller gets the slice's own error."""
+    net, task = setup
+    alg = make_algorithm("dsgd")
+    mech = make_mechanism("none", steps=alg.accesses(ROUNDS, net.edges))
+    placements = partition(N, slices=2)
+
+    class Broken(HeldTask):
+        def sample(self, draws, agents):
+            raise RuntimeError("disk gone")
+
+    tasks = [HeldTask(task, placements[0]), Broken(task, placements[1])]
+    with pytest.raises(RuntimeError, match="disk gone"):
+        simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech,
+                        schedule=make_schedule("constant", eta=0.1, iterations=ROUNDS), iterations=ROUNDS,
+                        seed=SEED, placements=placements, tasks=tasks, timeout=20)
+
+
+def test_the_transport_checks_every_header():
+    """A payload with another round, tag, dtype or shape than the receiver expects is an error naming both."""
+    t = Transport(2, timeout=1.0)
+    x = torch.zeros(3, 4, dtype=torch.float64)
+    t.send(0, 1, (1, "theta", 0, "torch.float64", (3, 4)), x)
+    with pytest.raises(TransportError, match="expected round 1, tag 'theta', message 0 \\(torch.float32"):
+        t.recv(0, 1, (1, "theta", 0, "torch.float32", (3, 4)))
+    t.send(0, 1, (1, "theta", 1, "torch.float64", (3, 4)), x)
+    with pytest.raises(TransportError, match="shape \\(2, 4\\)"):
+        t.recv(0, 1, (1, "theta", 1, "torch.float64", (2, 4)))
+    with pytest.raises(TransportError, match="nothing arrived"):
+        t.recv(1, 0, (1, "theta", 0, "torch.float64", (3, 4)))
+
+
+def test_a_placement_keys_rows_by_global_agent():
+    p = Placement(6, (4, 1), replicas=2)
+    assert p.agents == (1, 4) and p.rows == 12
+    assert p.held_rows.tolist() == [1, 4, 7, 10]
+    assert not Placement.everyone(3).held_rows.tolist() != [0, 1, 2]
+
+
+@pytest.mark.exact
+def test_a_sliced_streaming_run_with_an_eavesdropper_equals_the_simulator():
+    """Seed 002's adaptive filtering (data that change with the round: every slice follows the round on its own copy
+    of the task) watched by the eavesdropper, whose metrics come from the wire merged over the slices."""
+    from privdl.comm.eavesdropper import Eavesdropper
+
+    net = Network.from_topology("ring", 6)
+    task = make_task("adaptive_filtering", 6, dim=3, seed=0)
+    alg = make_algorithm("edsg_rms", structure="upper_bidiagonal", protection="erf")
+    mech = make_mechanism("none", steps=alg.accesses(8, net.edges))
+    sched = make_schedule("constant", eta=0.05, iterations=8)
+
+    def spy():
+        return Eavesdropper(6, window=3, target=task.optimum, wire=alg.wire)
+
+    kw = dict(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=8, seed=2,
+              eval_every=1)
+    want = simulate(**kw, sparse=True, observers=[spy()])
+    assert any(m == "adaptive_eavesdropper_msd" for _, m, _ in want.records)
+    got = simulate_sliced(**kw, placements=partition(6, assignment=[[0, 4], [1, 2, 5], [3]]), observers=[spy()])
+    assert got.records == want.records and torch.equal(got.final, want.final)
