@@ -5,8 +5,8 @@ Three workloads, each timed in a fresh process under each tree in turn (old, new
 
 * ``simulator``  — BENCHMARKS.md's simulator benchmark: private D-SGD (Gaussian LDP), logistic regression on a9a,
   n = 20, ER(0.5), batch 128, T = 1000, float64, closed form; dense and sparse Comm (rounds per second);
-* ``stacked``    — a stacked quadratic grid through the runner: 3 mechanisms × 4 ε × 10 seeds = 100 runs of
-  T = 2000 on 10 agents (seconds);
+* ``stacked``    — a stacked quadratic grid through the runner: 3 mechanisms × 4 ε × 30 seeds = 360 runs of
+  T = 5000 on 10 agents (seconds);
 * ``pipeline``   — ``privdl run examples/quickstart.toml`` end to end (18 runs, plots off; seconds).
 
     git worktree add /tmp/old <commit>
@@ -52,7 +52,7 @@ print(json.dumps(out))
 STACKED = r"""
 import json, sys, time, tempfile
 from privdl.experiment import run_experiment
-cfg = {"name": "grid", "seeds": list(range(10)), "iterations": 2000, "eval_every": 500, "base_dir": ".",
+cfg = {"name": "grid", "seeds": list(range(30)), "iterations": 5000, "eval_every": 500, "base_dir": ".",
        "network": {"topology": "erdos_renyi", "n": 10, "p": 0.5, "seed": 0},
        "task": {"name": "quadratic"}, "schedule": {"name": "constant", "eta": 0.02},
        "mechanism": {"clip": 1.0, "delta": 1e-5},

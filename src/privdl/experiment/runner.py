@@ -487,7 +487,8 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                     nonfinite[spec.run_id] = man["nonfinite_metrics"] = bad
             store.save_runs([(spec.run_id, rows, man) for spec, rows, man in items])
             for spec, _, _ in items:  # a saved run needs no checkpoint
-                shutil.rmtree(store.run_dir(spec.run_id) / "checkpoints", ignore_errors=True)
+                if spec.config.get("runtime", {}).get("checkpoint_every"):
+                    shutil.rmtree(store.run_dir(spec.run_id) / "checkpoints", ignore_errors=True)
             tally.add([spec.run_id for spec, _, _ in items])
             if on_done is not None:
                 for spec, rows, man in items:
