@@ -310,3 +310,33 @@ def test_a_sliced_streaming_run_with_an_eavesdropper_equals_the_simulator():
     assert any(m == "adaptive_eavesdropper_msd" for _, m, _ in want.records)
     got = simulate_sliced(**kw, placements=partition(6, assignment=[[0, 4], [1, 2, 5], [3]]), observers=[spy()])
     assert got.records == want.records and torch.equal(got.final, want.final)
+
+
+def test_a_slice_receives_only_from_its_neighbours_slices(setup):
+    """Every payload that crosses between slices goes from a slice holding a sender to a slice holding one of its
+    neighbours (the aggregator of central SGD aside): no broadcast, nothing to a slice that does not need it."""
+    from privdl.comm import sliced as sliced_comm
+
+    net, task = setup
+    pairs = set()
+    send = sliced_comm.Transport.send
+
+    def spy(self, src, dst, header, payload):
+        pairs.add((src, dst))
+        return send(self, src, dst, header, payload)
+
+    placements = partition(N, assignment=[[3], [0, 1], [2, 4]])  # agent 3's only neighbour is agent 2
+    owner = {a: k for k, p in enumerate(placements) for a in p.agents}
+    alg = make_algorithm("dsgt")
+    mech = make_mechanism("decor", steps=alg.accesses(ROUNDS, net.edges), network=net, clip=1.0, epsilon=20.0)
+    sliced_comm.Transport.send = spy
+    try:
+        simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech,
+                        schedule=make_schedule("constant", eta=0.1, iterations=ROUNDS), iterations=ROUNDS,
+                        seed=SEED, placements=placements)
+    finally:
+        sliced_comm.Transport.send = send
+    src, dst = net.edges.src.tolist(), net.edges.dst.tolist()
+    linked = {(owner[s], owner[d]) for s, d in zip(src, dst) if owner[s] != owner[d]}
+    assert (0, 1) not in linked and (1, 0) not in linked  # the network gives these two slices nothing to say
+    assert pairs and pairs <= linked

@@ -27,6 +27,8 @@ def run(
                                                       "one by one) on this machine"),
     resume: bool = typer.Option(False, "--resume", help="continue interrupted runs from their last checkpoint "
                                                         "(runtime.checkpoint_every); without it they start over"),
+    procs: Optional[int] = typer.Option(None, "--procs", min=1, help="run every run's agents split over this many "
+                                        "processes on this machine (the distributed runtime, gloo)"),
 ) -> None:
     """Run (or resume) every run of an experiment's sweep; write results.csv, manifests and plots. Finished runs
     are always kept; with --resume, unfinished ones continue from the last round every agent checkpointed."""
@@ -35,6 +37,18 @@ def run(
     try:
         cfg = load_config(config, set_)
         out = out or Path("results") / config.stem
+        runtime = cfg.get("runtime", {})
+        if procs is not None or runtime.get("backend") == "dist":
+            from privdl.runtime import launch
+
+            k = procs or runtime.get("procs") or 2
+            extra = [] if runtime.get("backend") == "dist" else ["runtime.backend=\"dist\""]
+            launch(config, procs=k, out=out, overrides=[*set_, *extra, f"runtime.procs={k}"], resume=resume)
+            console.print(f"{k} processes ran the experiment → {Path(out) / 'results.csv'}")
+            if _print_final(Path(out)) and not no_plot:
+                files = plot_experiment(Path(out))
+                console.print(f"{len(files)} plots in {Path(out) / 'plots'}")
+            return
         summary = run_experiment(cfg, out, progress=False if quiet else _progress_mode(), jobs=jobs,
                                  resume=resume)
         console.print(f"{summary.runs} runs ({summary.executed} executed, {summary.skipped} already done"

@@ -65,6 +65,9 @@ class Transport:
             raise TransportError(f"slice {part} stopped: slice {self.failed[0]} failed "
                                  f"({type(self.failed[1]).__name__}: {self.failed[1]})")
 
+    def flush(self, part: int) -> None:
+        """Every message this slice posted is on its way (a distributed transport waits on its sends here)."""
+
     def send(self, src: int, dst: int, header: tuple, payload: torch.Tensor) -> None:
         value = payload.detach().clone()
         self.payload_bytes[src, dst] += value.numel() * value.element_size()
@@ -224,6 +227,7 @@ class SliceComm(Comm):
             if shape[0]:
                 header = (self.t, tag, self.seq, str(like.dtype), shape)
                 got[p] = self.transport.recv(p, self.part, header).to(like.device)
+        self.transport.flush(self.part)
         self.seq += 1
         return got
 
@@ -315,6 +319,7 @@ class SliceComm(Comm):
             per = self.rows // self.groups
             shape = (self.groups, 1, *x.shape[1:])
             mean = self.transport.recv(0, self.part, (self.t, tag, self.seq + 1, str(flat.dtype), shape)).to(x.device)
+        self.transport.flush(self.part)
         self.seq += 2
         out = mean.expand(self.groups, self.rows // self.groups, *x.shape[1:]).reshape(x.shape).clone()
         self._part(tag, held, server[held], held, _flat(out)[held]) if self.wire is not None else None
@@ -354,6 +359,7 @@ class SliceComm(Comm):
                     value = flat[mine]
                     self.transport.send(self.part, ko, self._header(tag, value), value)
                 self._part(tag, None) if self.wire is not None else None
+            self.transport.flush(self.part)
             self.seq += 1
         return self._mine(flat, self.row_mask).reshape(x.shape)
 

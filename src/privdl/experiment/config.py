@@ -93,8 +93,10 @@ RUNTIME_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "slices": (int, None),
     "assignment": (list, None),
     "checkpoint_every": (int, None),
+    "procs": (int, None),
+    "timeout": ((int, float), None),
 }
-RUNTIME_BACKENDS = ("simulator", "sliced")
+RUNTIME_BACKENDS = ("simulator", "sliced", "dist")
 SECTIONS = {"task": TASKS, "algorithm": ALGORITHMS, "mechanism": MECHANISMS, "schedule": SCHEDULES}
 # builder parameters filled in by the runner, never by the user
 INJECTED = {"task": {"n", "dtype"}, "mechanism": {"steps", "network", "task"}, "schedule": {"iterations"}, "algorithm": set()}
@@ -434,12 +436,17 @@ def _runtime(table: Any) -> dict:
             raise ConfigError(f"unknown key 'runtime.{key}'; valid keys: {', '.join(RUNTIME_FIXED)}")
         typ = RUNTIME_FIXED[key][0]
         if not isinstance(value, typ) or isinstance(value, bool):
-            raise ConfigError(f"key 'runtime.{key}' must be {typ.__name__}, got {value!r}")
+            what = typ.__name__ if isinstance(typ, type) else "a number"
+            raise ConfigError(f"key 'runtime.{key}' must be {what}, got {value!r}")
         out[key] = value
     split = "slices" in out or "assignment" in out
     backend = out.setdefault("backend", "sliced" if split else "simulator")
     if backend not in RUNTIME_BACKENDS:
         raise ConfigError(f"runtime.backend must be one of {', '.join(RUNTIME_BACKENDS)}, got {backend!r}")
+    if "procs" in out and out["procs"] < 1:
+        raise ConfigError(f"runtime.procs must be >= 1 (processes), got {out['procs']}")
+    if "timeout" in out and not out["timeout"] > 0:
+        raise ConfigError(f"runtime.timeout must be > 0 (seconds a receive may wait), got {out['timeout']}")
     if "checkpoint_every" in out and out["checkpoint_every"] < 1:
         raise ConfigError(f"runtime.checkpoint_every must be >= 1 (rounds between checkpoints), got "
                           f"{out['checkpoint_every']}")

@@ -195,6 +195,9 @@ def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None
         rows = [(0, k, v) for k, v in facts.items()]
         return rows, manifest(spec, c, seconds=time.perf_counter() - start, rows=rows, accesses=None)
     runtime = cfg.get("runtime", {})
+    if runtime.get("backend") == "dist":
+        raise ValidationError("runtime.backend = \"dist\" runs in several processes: start it with privdl run CONFIG "
+                              "(which launches runtime.procs processes) or torchrun ... -m privdl.runtime CONFIG")
     resumed = ck.latest() if (ck is not None and resume) else None
     if runtime.get("backend", "simulator") == "sliced":
         placements = partition(c.network.n, slices=runtime.get("slices"), assignment=runtime.get("assignment"))

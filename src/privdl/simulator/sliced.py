@@ -103,6 +103,34 @@ class _Gather:
             self.on_complete(t, full)
 
 
+def run_slice(*, part: int, placement: Placement, owner: np.ndarray, network: Network, task: Task, keys: Keys,
+              mechanism: GradientMechanism, algorithm: Algorithm, schedule: Schedule, iterations: int,
+              x0: torch.Tensor | None, gradient: str, marks: set[int], transport, wire: Wire | None,
+              record: Callable[[int, torch.Tensor], None], on_step: Callable[[int], None] | None,
+              checkpoints: Checkpoints | None, resume: bool, last: int | None,
+              saved: Callable[[int], None]) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """One slice's engine — a thread of :func:`simulate_sliced`, or a process of the distributed runtime: its
+    Comm over ``transport``, its oracle (only ``task``'s held agents, lots padded as agreed), its own ``mechanism``
+    (a copy), its agents' checkpoints (``saved(t)`` completes a round). Returns (models in the network frame, the
+    mechanism's accesses per row, seconds)."""
+    n = network.n
+    comm = SliceComm(network, placement, part, owner, transport, wire)
+    start = (x0.clone() if x0 is not None else
+             task.init_params(keys.generator("init")).expand(n, -1).clone())
+    oracle = GradientOracle(task, mechanism, keys, gradient=gradient, placement=placement,
+                            agree=lambda v: transport.agree_max(part, v))
+    mine = None if checkpoints is None else Checkpoints(
+        checkpoints.folders, checkpoints.identity, n=n, every=checkpoints.every, agents=placement.agents,
+        writes_run=False, keep=checkpoints.keep)
+    restore, on_round = checkpoint_hooks(mine, resume=resume, mechanism=mechanism, recorder=None, observers=(),
+                                         comm=comm, rows=n, after_save=saved, last=last)
+    final, secs = _loop(task=task, comm=comm, algorithm=algorithm, mechanism=mechanism, keys=keys, eta=schedule,
+                        iterations=iterations, x0=start.to(dtype=task.dtype, device=task.device), gradient=gradient,
+                        marks=marks, record=record, on_step=on_step, oracle=oracle, restore=restore,
+                        on_round=on_round)
+    return final, mechanism.accesses().clone(), secs
+
+
 def owners_of(placements: Sequence[Placement], n: int) -> np.ndarray:
     """The slice that holds each agent (every agent exactly once)."""
     owner = np.full(n, -1, dtype=np.int64)
@@ -186,24 +214,12 @@ def simulate_sliced(
         try:
             p = placements[k]
             keys = Keys(sources[k] if sources is not None else HeldKeys(source, p.held), n)
-            t_k = tasks[k] if tasks is not None else HeldTask(task, p)
-            mech = copy.deepcopy(mechanism, dict(memo))
-            comm = SliceComm(network, p, k, owner, transport, wire)
-            start = (x0.clone() if x0 is not None else
-                     task.init_params(keys.generator("init")).expand(n, -1).clone())
-            oracle = GradientOracle(t_k, mech, keys, gradient=gradient, placement=p,
-                                    agree=lambda v: transport.agree_max(k, v))
-            mine = None if checkpoints is None else Checkpoints(
-                checkpoints.folders, checkpoints.identity, n=n, every=checkpoints.every, agents=p.agents,
-                writes_run=False, keep=checkpoints.keep)
-            restore, on_round = checkpoint_hooks(mine, resume=resume, mechanism=mech, recorder=None, observers=(),
-                                                 comm=comm, rows=n, after_save=saved, last=last)
-            final, secs = _loop(task=t_k, comm=comm, algorithm=algorithm, mechanism=mech, keys=keys, eta=schedule,
-                                iterations=iterations, x0=start.to(dtype=task.dtype, device=task.device),
-                                gradient=gradient, marks=marks, record=lambda t, x: gather.put(k, t, x),
-                                on_step=on_step if k == 0 else None, oracle=oracle, restore=restore,
-                                on_round=on_round)
-            finals[k], accesses[k], seconds[k] = final, mech.accesses().clone(), secs
+            finals[k], accesses[k], seconds[k] = run_slice(
+                part=k, placement=p, owner=owner, network=network, task=tasks[k] if tasks is not None else
+                HeldTask(task, p), keys=keys, mechanism=copy.deepcopy(mechanism, dict(memo)), algorithm=algorithm,
+                schedule=schedule, iterations=iterations, x0=x0, gradient=gradient, marks=marks, transport=transport,
+                wire=wire, record=lambda t, x: gather.put(k, t, x), on_step=on_step if k == 0 else None,
+                checkpoints=checkpoints, resume=resume, last=last, saved=saved)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, and stops the other slices
             errors[k] = exc
             transport.fail(k, exc)
@@ -237,4 +253,4 @@ def simulate_sliced(
     return SimulationResult(recorder.records[0], final.cpu().clone(), wall, iterations, acc, extra)
 
 
-__all__ = ["HeldTask", "owners_of", "simulate_sliced"]
+__all__ = ["HeldTask", "owners_of", "run_slice", "simulate_sliced"]

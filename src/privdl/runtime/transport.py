@@ -1,0 +1,123 @@
+"""The slices' transport over torch.distributed: one process per slice, neighbour-only point-to-point on gloo.
+
+The same three operations as the in-process :class:`privdl.comm.sliced.Transport` — ``send``, ``recv``,
+``agree_max`` — plus ``flush``, so :class:`privdl.comm.sliced.SliceComm` (and every algorithm and mechanism
+above it) runs unchanged (../shared/RUNTIME.md, facts 1–6):
+
+* every payload is preceded by a fixed-size header (round, tag, sequence, dtype, shape) that the receiver compares
+  with what it expects before it receives the payload — gloo checks neither sizes nor dtypes and would fill a
+  wrong-sized buffer or reinterpret the bytes;
+* sends are posted asynchronously in the Comm's canonical order and all waited on before the Comm call returns
+  (``flush``): no request outlives a call; receives are posted in the mirrored order;
+* ``agree_max`` is one ``all_reduce(MAX)`` of one integer (the padded lot length: control data, never a model);
+* a receive that fails — the peer died ("Connection closed") or did not answer within the process group's timeout —
+  is an error naming the peer's agents, the round, the tag and the message.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import torch
+import torch.distributed as dist
+
+from privdl.comm.sliced import TransportError
+
+HEADER = 16  # int64 entries: round, crc32(tag), sequence, dtype code, ndim, shape (≤ 11 dims)
+DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
+          torch.int8, torch.uint8, torch.bool]
+_CODE = {str(d): k for k, d in enumerate(DTYPES)}
+
+
+def encode(header: tuple) -> torch.Tensor:
+    t, tag, seq, dtype, shape = header
+    if len(shape) > HEADER - 5:
+        raise TransportError(f"a payload of {len(shape)} dimensions does not fit the header")
+    out = torch.full((HEADER,), -1, dtype=torch.int64)
+    out[:5] = torch.tensor([int(t), zlib.crc32(tag.encode()), int(seq), _CODE[dtype], len(shape)])
+    if shape:
+        out[5:5 + len(shape)] = torch.tensor([int(s) for s in shape])
+    return out
+
+
+class DistTransport:
+    """Slice ``rank`` of ``world`` over the default (gloo) process group; ``agents[r]`` are slice r's agents (for
+    messages naming who failed)."""
+
+    def __init__(self, rank: int, world: int, agents: list[tuple[int, ...]], *, timeout: float) -> None:
+        self.rank, self.parts, self.agents, self.timeout = int(rank), int(world), agents, float(timeout)
+        self._pending: list = []
+        self._tags: dict[int, str] = {}
+        self.payload_bytes = torch.zeros(world, dtype=torch.int64)  # sent by this process, per receiver
+        self.header_bytes = 0
+        self.control_messages = 0
+        self.failed = None
+
+    def _who(self, part: int) -> str:
+        a = list(self.agents[part])
+        return f"process {part} (agent{'s' if len(a) > 1 else ''} {', '.join(map(str, a[:8]))}" + \
+            (" …)" if len(a) > 8 else ")")
+
+    def _describe(self, header: tuple) -> str:
+        t, tag, seq, dtype, shape = header
+        return f"round {t}, tag {tag!r}, message {seq} ({dtype}, shape {tuple(shape)})"
+
+    def _decode(self, h: torch.Tensor) -> str:
+        v = h.tolist()
+        tag = self._tags.get(v[1], f"crc32 {v[1]}")
+        dtype = str(DTYPES[v[3]]) if 0 <= v[3] < len(DTYPES) else f"code {v[3]}"
+        shape = tuple(v[5:5 + v[4]]) if 0 <= v[4] <= HEADER - 5 else "?"
+        return f"round {v[0]}, tag {tag!r}, message {v[2]} ({dtype}, shape {shape})"
+
+    def fail(self, part: int, error: BaseException) -> None:
+        self.failed = (part, error)
+
+    def send(self, src: int, dst: int, header: tuple, payload: torch.Tensor) -> None:
+        self._tags[zlib.crc32(header[1].encode())] = header[1]
+        value = payload.detach().to("cpu").contiguous()  # gloo sends CPU tensors: GPU values are staged here
+        h = encode(header)
+        self._pending += [(dist.isend(h, dst), h, value, dst, header), (dist.isend(value, dst), h, value, dst, header)]
+        self.payload_bytes[dst] += value.numel() * value.element_size()
+        self.header_bytes += h.numel() * h.element_size()
+
+    def _wait(self, work, peer: int, header: tuple, what: str) -> None:
+        try:
+            work.wait()
+        except RuntimeError as exc:
+            text = str(exc)
+            kind = ("died (its connection closed)" if "closed" in text.lower() or "reset" in text.lower() else
+                    f"did not answer within {self.timeout:g} s" if "timed out" in text.lower() or
+                    "timeout" in text.lower() else "failed")
+            raise TransportError(f"{self._who(self.rank)}: {self._who(peer)} {kind} while {what} "
+                                 f"{self._describe(header)} ({text.splitlines()[0][:200]})") from None
+
+    def recv(self, src: int, dst: int, header: tuple) -> torch.Tensor:
+        self._tags[zlib.crc32(header[1].encode())] = header[1]
+        want = encode(header)
+        got = torch.empty(HEADER, dtype=torch.int64)
+        self._wait(dist.irecv(got, src), src, header, "waiting for")
+        if not torch.equal(got, want):
+            raise TransportError(f"{self._who(dst)} expected {self._describe(header)} from {self._who(src)}, "
+                                 f"received {self._decode(got)}")
+        _, _, _, dtype, shape = header
+        value = torch.empty(tuple(shape), dtype=DTYPES[_CODE[dtype]])
+        self._wait(dist.irecv(value, src), src, header, "receiving")
+        return value
+
+    def flush(self, part: int) -> None:
+        pending, self._pending = self._pending, []
+        for work, _, _, dst, header in pending:
+            self._wait(work, dst, header, "sending")
+
+    def agree_max(self, part: int, value: int) -> int:
+        t = torch.tensor([int(value)], dtype=torch.int64)
+        try:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        except RuntimeError as exc:
+            raise TransportError(f"{self._who(self.rank)}: the processes could not agree on a lot length "
+                                 f"({str(exc).splitlines()[0][:200]})") from None
+        self.control_messages += 1
+        return int(t)
+
+
+__all__ = ["DistTransport", "HEADER", "encode"]

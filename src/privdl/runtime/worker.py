@@ -1,0 +1,198 @@
+"""A process of the distributed runtime: it holds one slice of agents of every run of an experiment.
+
+Every process expands the same config into the same runs and runs each of them as one slice of
+:func:`privdl.simulator.sliced.run_slice` — the sliced backend's engine — over a :class:`DistTransport`. The
+placement is a pure function of (config, world size, rank): contiguous blocks of agents, ``runtime.assignment``
+when given. Process 0 is the coordinator: it decides which runs are left (a finished run in ``--out`` is kept),
+gathers the held rows at the recorded rounds and at the end (metrics computed as the simulator computes them),
+merges the access counts behind the ledger, completes checkpoints and writes results, manifests and results.csv
+into ``--out`` exactly as a simulator run does.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from privdl.errors import PrivdlError, ValidationError
+from privdl.keys import HeldKeys, Keys, RootKeys
+from privdl.placement import Placement, partition
+from privdl.runtime.transport import DistTransport
+from privdl.simulator.checkpoint import Checkpoints, RunState
+from privdl.simulator.engine import Recorder, recorded_rounds
+from privdl.simulator.sliced import HeldTask, owners_of, run_slice
+
+#: tags of the coordinator's messages (never algorithm payloads)
+RECORD, FINAL, ACCESSES, SAVED = "privdl/record", "privdl/final", "privdl/accesses", "privdl/saved"
+
+
+def placements_for(cfg: dict, n: int, world: int) -> list[Placement]:
+    """The placement of every process: a pure function of the config, the network's size and the world size."""
+    runtime = cfg.get("runtime", {})
+    if world > n:
+        raise ValidationError(f"{world} processes for {n} agents: every process must hold at least one agent "
+                              f"(use at most {n} processes)")
+    parts = partition(n, slices=None if runtime.get("assignment") else world, assignment=runtime.get("assignment"))
+    if len(parts) != world:
+        raise ValidationError(f"runtime.assignment has {len(parts)} parts for {world} processes")
+    return parts
+
+
+class _Coordinator:
+    """Process 0 gathers; the others send. One instance per run."""
+
+    def __init__(self, transport: DistTransport, placements: list[Placement], on_record, checkpoints, recorder):
+        self.transport, self.placements = transport, placements
+        self.rank, self.world = transport.rank, transport.parts
+        self.on_record, self.checkpoints, self.recorder = on_record, checkpoints, recorder
+
+    def _gather(self, tag: str, t: int, x: torch.Tensor) -> torch.Tensor | None:
+        """The held rows of every process in one tensor (process 0), or None (the others, after sending)."""
+        mine = self.placements[self.rank].held_rows
+        if self.rank:
+            rows = x[mine.to(x.device)]
+            self.transport.send(self.rank, 0, (t, tag, -1, str(rows.dtype), tuple(rows.shape)), rows)
+            self.transport.flush(self.rank)
+            return None
+        full = x.clone()
+        for r in range(1, self.world):
+            theirs = self.placements[r].held_rows
+            header = (t, tag, -1, str(x.dtype), (int(theirs.numel()), *x.shape[1:]))
+            full[theirs.to(x.device)] = self.transport.recv(r, 0, header).to(x.device)
+        return full
+
+    def record(self, t: int, x: torch.Tensor) -> None:
+        full = self._gather(RECORD, t, x)
+        if full is not None:
+            self.on_record(t, full)
+
+    def saved(self, t: int) -> None:
+        """Every process wrote its agents' files of round t; process 0 then writes the recorder's (completing it)."""
+        flag = torch.ones(1, dtype=torch.int64)
+        if self.rank:
+            self.transport.send(self.rank, 0, (t, SAVED, -1, str(flag.dtype), (1,)), flag)
+            self.transport.flush(self.rank)
+            return
+        for r in range(1, self.world):
+            self.transport.recv(r, 0, (t, SAVED, -1, str(flag.dtype), (1,)))
+        records, sums, counts = self.recorder.state()
+        self.checkpoints.save_run(RunState(t, None, 0, torch.zeros(0), records, sums, counts, []))
+
+
+def run_one_distributed(spec, components, *, rank: int, world: int, timeout: float, checkpoints=None,
+                        resume: bool = False, on_step=None):
+    """One run as this process's slice; process 0 returns (records, final models, accesses, seconds, extra)."""
+    from privdl.experiment.runner import observers
+
+    c, cfg = components, spec.config
+    n = c.network.n
+    if observers(cfg, c, n):
+        raise ValidationError("the distributed runtime does not gather the eavesdropper's metrics yet: set "
+                              "eavesdropper_window = 0 for this run, or run it in the simulator")
+    placements = placements_for(cfg, n, world)
+    owner = owners_of(placements, n)
+    p = placements[rank]
+    transport = DistTransport(rank, world, [q.agents for q in placements], timeout=timeout)
+    marks = set(recorded_rounds(cfg["iterations"], cfg["eval_every"] or cfg["iterations"]))
+    recorder = Recorder(c.task, (), 1, n) if rank == 0 else None
+
+    def complete(t: int, x: torch.Tensor) -> None:
+        c.task.at_round(t)
+        recorder(t, x)
+
+    last = None
+    if checkpoints is not None and resume:
+        box = [checkpoints.latest() if rank == 0 else None]
+        dist.broadcast_object_list(box, src=0)  # control: the round every agent has, decided once
+        last = box[0]
+        if last is not None and rank == 0:
+            st = checkpoints.load_run(last, RunState(last, None, 0, torch.zeros(0)))
+            recorder.load(st.records, st.sums, st.counts)
+    coordinator = _Coordinator(transport, placements, complete, checkpoints, recorder)
+    keys = Keys(HeldKeys(RootKeys(int(cfg["seed"])), p.held), n)
+    start = time.perf_counter()
+    final, accesses, _ = run_slice(
+        part=rank, placement=p, owner=owner, network=c.network, task=HeldTask(c.task, p), keys=keys,
+        mechanism=c.mechanism, algorithm=c.algorithm, schedule=c.schedule, iterations=cfg["iterations"], x0=None,
+        gradient=cfg["gradient"], marks=marks, transport=transport, wire=None, record=coordinator.record,
+        on_step=on_step if rank == 0 else None, checkpoints=checkpoints, resume=resume, last=last,
+        saved=coordinator.saved)
+    models = coordinator._gather(FINAL, cfg["iterations"], final)
+    counts = coordinator._gather(ACCESSES, cfg["iterations"], accesses.reshape(-1, 1))
+    seconds = time.perf_counter() - start
+    sent = torch.zeros(world, dtype=torch.int64)
+    sent[rank] = int(transport.payload_bytes.sum())
+    dist.all_reduce(sent)  # control: bytes each process sent, for the manifest
+    if rank:
+        return None
+    extra = {"backend": "dist", "processes": world, "slices": [list(q.agents) for q in placements],
+             "payload_bytes": int(sent.sum()), "payload_bytes_per_process": sent.tolist(),
+             "control_messages": transport.control_messages, "resumed_from_round": last}
+    return recorder.records[0], models.cpu(), counts.reshape(-1), seconds, extra
+
+
+def init_process_group(*, rank: int, world: int, init_method: str | None, timeout: float) -> None:
+    kw = {"init_method": init_method} if init_method else {}
+    try:
+        dist.init_process_group("gloo", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout), **kw)
+    except (RuntimeError, ValueError) as exc:
+        raise PrivdlError(f"process {rank} of {world} could not join the others ({str(exc).splitlines()[0][:200]}): "
+                          "check MASTER_ADDR / MASTER_PORT (reachable, the port free on the master), and on several "
+                          "hosts GLOO_SOCKET_IFNAME (one interface name, e.g. eth0)") from None
+
+
+__all__ = ["placements_for", "run_one_distributed", "init_process_group"]
+
+
+def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: int, timeout: float,
+                               resume: bool = False) -> list[str]:
+    """Every run of ``cfg`` not finished in ``out``, each split over the ``world`` processes (this one: ``rank``);
+    process 0 writes the results. Returns the run ids executed."""
+    import shutil
+
+    from privdl.experiment.build import build
+    from privdl.experiment.config import expand
+    from privdl.experiment.runner import _distinct_runs, checkpoint_identity, manifest
+    from privdl.experiment.store import ResultStore
+
+    runs, axes = expand(cfg)
+    store = ResultStore(out)
+    if rank == 0:
+        store.claim(cfg)
+        store.check_writable()
+    unique = _distinct_runs(runs, None)
+    box = [[r.run_id for r in unique if not store.is_done(r.run_id)] if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)  # control: process 0 decides which runs are left
+    todo = [r for r in unique if r.run_id in set(box[0])]
+    for spec in todo:
+        c = build(spec.config)
+        every = spec.config.get("runtime", {}).get("checkpoint_every")
+        ck = None
+        if every:  # every process writes its agents' files into the run's folder (a folder all of them see)
+            ck = Checkpoints([store.run_dir(spec.run_id) / "checkpoints"], [checkpoint_identity(spec)],
+                             n=c.network.n, every=int(every))
+            if rank == 0 and not resume:
+                ck.clear()
+        dist.barrier()  # process 0 removed stale checkpoints (without --resume) before anyone writes
+        got = run_one_distributed(spec, c, rank=rank, world=world, timeout=timeout, checkpoints=ck, resume=resume)
+        if rank == 0:
+            rows, final, accesses, seconds, extra = got
+            man = manifest(spec, c, seconds=seconds, rows=rows, accesses=accesses)
+            resumed = extra.pop("resumed_from_round")
+            man["placement"] = extra
+            if ck is not None:
+                man["checkpoints"] = {"every": ck.every, "resumed_from_round": resumed}
+            store.save_run(spec.run_id, rows, man)
+            if ck is not None:
+                shutil.rmtree(store.run_dir(spec.run_id) / "checkpoints", ignore_errors=True)
+    if rank == 0:
+        store.write_results(axes, [(r.run_id, r.sweep) for r in runs])
+    return [s.run_id for s in todo]
+
+
+__all__ += ["run_experiment_distributed"]

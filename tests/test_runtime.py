@@ -1,0 +1,206 @@
+"""The distributed runtime (torch.distributed, gloo, loopback): each process holds a slice of the agents.
+
+Why bit for bit holds on any CPU: a process runs the sliced backend's engine (privdl.simulator.sliced.run_slice) —
+the network frame, the simulator's kernels and shapes — and the transport delivers exactly the rows and per-edge
+values the in-process one does (tests/test_sliced.py), byte for byte (gloo copies bytes; the header pins dtype and
+shape). So the run equals the simulator's, and so do its metrics (computed by process 0 from the gathered rows as
+the simulator computes them).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+
+import pytest
+import torch
+
+from privdl.comm.sliced import TransportError
+
+CONFIG = '''name = "dist"
+seeds = [0]
+iterations = 12
+eval_every = 4
+[schedule]
+eta = 0.05
+[network]
+topology = "erdos_renyi"
+n = 6
+p = 0.6
+seed = 1
+sparse = true
+[task]
+name = "logistic"
+dataset = "breast_cancer"
+[[sweep.method]]
+label = "dsgd+decor"
+algorithm = { name = "dsgd" }
+mechanism = { name = "decor", epsilon = 10.0 }
+[[sweep.method]]
+label = "dsgt+dp_sgd"
+algorithm = { name = "dsgt" }
+mechanism = { name = "dp_sgd", lot_size = 20, noise_multiplier = 1.0 }
+[[sweep.method]]
+label = "dpdl+dp_sgd"
+algorithm = { name = "dpdl" }
+mechanism = { name = "dp_sgd", lot_size = 20, noise_multiplier = 1.0 }
+[[sweep.method]]
+label = "central+ldp"
+algorithm = { name = "central_sgd" }
+mechanism = { name = "gaussian_ldp", epsilon = 10.0 }
+[[sweep.method]]
+label = "authors+whisper"
+algorithm = { name = "dsgd", form = "cta", gossip = "authors" }
+mechanism = { name = "whisper", epsilon = 10.0 }
+[[sweep.method]]
+label = "dsg_rms"
+algorithm = { name = "dsg_rms" }
+mechanism = { name = "none" }
+'''
+
+
+def _rows(folder):
+    return sorted(tuple(v for k, v in r.items() if k != "run_id") for r in csv.DictReader(open(folder / "results.csv")))
+
+
+@pytest.mark.exact
+def test_a_run_on_processes_equals_the_simulator_bit_for_bit(tmp_path):
+    """privdl run --procs 3 (3 processes on loopback) writes the simulator's results.csv, digit for digit:
+    D-SGD + DECOR, DSGT + DP-SGD (lots agreed), DPDL (cross-gradients pulled and pushed), central SGD (the
+    aggregator), the seed-004 authors' in-place gossip + Whisper, DSG-RMS; the manifest names the placement."""
+    from typer.testing import CliRunner
+
+    from privdl.cli import app
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG)
+    runner = CliRunner()
+    want = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "sim"), "--set", "batch_replicas=1",
+                               "--no-plot", "--quiet"])
+    assert want.exit_code == 0, want.output
+    for k in (3,):  # 2 processes: the kill-and-resume test below
+        got = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / f"p{k}"), "--procs", str(k), "--no-plot"])
+        assert got.exit_code == 0, got.output
+        assert _rows(tmp_path / f"p{k}") == _rows(tmp_path / "sim"), k
+    manifests = [json.loads(p.read_text()) for p in (tmp_path / "p3" / "runs").rglob("manifest.json")]
+    assert len(manifests) == 6
+    for m in manifests:
+        assert m["placement"]["backend"] == "dist" and m["placement"]["slices"] == [[0, 1], [2, 3], [4, 5]]
+        assert m["placement"]["payload_bytes"] > 0
+
+
+# ---- the transport, two processes on loopback ----------------------------------------------------------------------
+def _pair(rank, port, scenario, out):
+    import datetime
+
+    import torch.distributed as dist
+
+    from privdl.runtime.transport import DistTransport
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=3))
+    t = DistTransport(rank, 2, [(0, 1), (2, 3)], timeout=3)
+    x = torch.arange(6, dtype=torch.float64).reshape(2, 3)
+    if rank == 1:
+        if scenario == "dead":
+            import os
+            os._exit(0)  # dies without a word
+        if scenario == "hung":
+            time.sleep(4.5)
+            return
+        t.send(1, 0, (5, "theta", 7, "torch.float64", (2, 3)), x)
+        t.flush(1)
+        time.sleep(1)
+        return
+    started = time.perf_counter()
+    try:
+        expect = ("torch.float32", (2, 3)) if scenario == "dtype" else ("torch.float64", (4, 3)) \
+            if scenario == "size" else ("torch.float64", (2, 3))
+        t.recv(1, 0, (5, "theta", 7, *expect))
+        out.put(("ok", "", time.perf_counter() - started))
+    except TransportError as exc:
+        out.put(("error", str(exc), time.perf_counter() - started))
+
+
+def _run_pair(scenario):
+    import torch.multiprocessing as mp
+
+    from privdl.runtime.launch import free_port
+
+    ctx = mp.get_context("spawn")
+    out = ctx.SimpleQueue()
+    port = free_port()
+    procs = [ctx.Process(target=_pair, args=(r, port, scenario, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    return out.get()
+
+
+@pytest.mark.parametrize("scenario,match", [
+    ("dtype", r"process 0 \(agents 0, 1\) expected round 5, tag 'theta', message 7 \(torch.float32, shape \(2, 3\)\) "
+              r"from process 1 \(agents 2, 3\), received round 5, tag 'theta', message 7 \(torch.float64"),
+    ("size", r"expected .*shape \(4, 3\).* received .*shape \(2, 3\)"),
+    ("dead", r"process 1 \(agents 2, 3\) (died|did not answer).* waiting for round 5, tag 'theta'"),
+    ("hung", r"process 1 \(agents 2, 3\) did not answer within 3 s while waiting for round 5, tag 'theta'"),
+])
+def test_the_transport_names_a_wrong_header_a_dead_and_a_hung_peer(scenario, match):
+    """gloo would fill a wrong-sized buffer or reinterpret another dtype's bytes silently: the header refuses both,
+    naming sender, receiver, tag and round. A dead peer and a silent one each stop the receiver within the timeout
+    (3 s here) with an error naming the peer's agents, the round and the tag."""
+    kind, message, seconds = _run_pair(scenario)
+    assert kind == "error", message
+    assert __import__("re").search(match, message), message
+    assert seconds < 6
+
+
+def test_bad_runtime_launches_are_refused(tmp_path):
+    from privdl.errors import PrivdlError
+    from privdl.runtime import launch
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG.replace("n = 6", "n = 3"))
+    with pytest.raises(PrivdlError, match="4 processes for 3 agents"):
+        launch(cfg, procs=4, out=tmp_path / "o")
+    with pytest.raises(PrivdlError, match="--procs must be an integer >= 1"):
+        launch(cfg, procs=0, out=tmp_path / "o")
+
+
+def test_killed_processes_resume_from_their_checkpoints_to_the_uninterrupted_run(tmp_path):
+    """Every process of a 2-process run killed (SIGKILL) after a checkpoint; `privdl run --procs 2 --resume`
+    continues from the last round every agent has and writes the simulator's results."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from privdl.cli import app
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG.split("[[sweep.method]]")[0].replace("iterations = 12", "iterations = 600")
+                   .replace("eval_every = 4", "eval_every = 200")
+                   + '[algorithm]\nname = "dsgt"\n[mechanism]\nname = "decor"\nepsilon = 10.0\n'
+                     '[runtime]\ncheckpoint_every = 40\n')
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-c", "from privdl.cli import main; main()", "run", str(cfg),
+                             "--procs", "2", "--out", str(out), "--no-plot", "--quiet"], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(out.rglob("run.pt")):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert any(out.rglob("run.pt")), "no checkpoint was written before the deadline"
+    assert not (out / "results.csv").exists() or not _rows(out)
+    runner = CliRunner()
+    got = runner.invoke(app, ["run", str(cfg), "--out", str(out), "--procs", "2", "--resume", "--no-plot"])
+    assert got.exit_code == 0, got.output
+    want = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "sim"), "--no-plot", "--quiet"])
+    assert want.exit_code == 0, want.output
+    assert _rows(out) == _rows(tmp_path / "sim")
+    man = json.loads(next((out / "runs").rglob("manifest.json")).read_text())
+    assert man["checkpoints"]["resumed_from_round"] >= 40
