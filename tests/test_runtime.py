@@ -204,3 +204,19 @@ def test_killed_processes_resume_from_their_checkpoints_to_the_uninterrupted_run
     assert _rows(out) == _rows(tmp_path / "sim")
     man = json.loads(next((out / "runs").rglob("manifest.json")).read_text())
     assert man["checkpoints"]["resumed_from_round"] >= 40
+
+
+def test_a_rendezvous_that_never_completes_stops_with_advice():
+    """A worker whose master never answers stops within the timeout with the address, port and interface advice."""
+    import subprocess
+    import sys
+
+    from privdl.runtime.launch import free_port
+
+    code = ("from privdl.runtime.worker import init_process_group\n"
+            f"init_process_group(rank=1, world=2, init_method='tcp://127.0.0.1:{free_port()}', timeout=2)\n")
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and time.perf_counter() - started < 40
+    assert "could not join the others" in out.stderr and "MASTER_PORT" in out.stderr
+    assert "GLOO_SOCKET_IFNAME" in out.stderr

@@ -39,6 +39,13 @@ class Placement:
     def __post_init__(self) -> None:
         if not (isinstance(self.n, (int, np.integer)) and self.n >= 1):
             raise ValidationError(f"a placement needs n >= 1 agents, got {self.n!r}")
+        if isinstance(self.n, bool) or (isinstance(self.replicas, bool) or not isinstance(self.replicas, (int, np.integer))
+                                        or self.replicas < 1):
+            raise ValidationError(f"a placement needs n >= 1 agents and replicas >= 1, got n = {self.n!r}, "
+                                  f"replicas = {self.replicas!r}")
+        bad = [a for a in self.agents if isinstance(a, bool) or not isinstance(a, (int, np.integer))]
+        if bad:
+            raise ValidationError(f"a placement's agents are integer indices, got {bad[0]!r}")
         agents = tuple(int(a) for a in self.agents)
         if not agents:
             raise ValidationError("a placement must hold at least one agent")

@@ -445,7 +445,7 @@ def _runtime(table: Any) -> dict:
         raise ConfigError(f"runtime.backend must be one of {', '.join(RUNTIME_BACKENDS)}, got {backend!r}")
     if "procs" in out and out["procs"] < 1:
         raise ConfigError(f"runtime.procs must be >= 1 (processes), got {out['procs']}")
-    if "timeout" in out and not out["timeout"] > 0:
+    if "timeout" in out and not (out["timeout"] > 0 and math.isfinite(out["timeout"])):
         raise ConfigError(f"runtime.timeout must be > 0 (seconds a receive may wait), got {out['timeout']}")
     if "checkpoint_every" in out and out["checkpoint_every"] < 1:
         raise ConfigError(f"runtime.checkpoint_every must be >= 1 (rounds between checkpoints), got "

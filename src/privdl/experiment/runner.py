@@ -155,8 +155,13 @@ def observers(cfg: dict, c: Components, rows: int) -> list:
 
 
 def checkpoint_identity(spec: RunSpec) -> dict:
-    """What a run's checkpoints are compared against on resume: the run, its configuration, the code."""
-    digest = hashlib.sha256(json.dumps(spec.config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """What a run's checkpoints are compared against on resume: the run, its configuration (what its numbers depend
+    on: not where or how it runs — [runtime], threads, device —, so a run checkpointed by 2 slices resumes with 3 or
+    in the simulator), the code."""
+    from privdl.experiment.config import NOT_IDENTITY, without_locations
+
+    what = without_locations({k: v for k, v in spec.config.items() if k not in NOT_IDENTITY})
+    digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return {"run_id": spec.run_id, "config_digest": digest, "source": privdl.source_hash()}
 
 
@@ -207,7 +212,7 @@ def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None
                                  schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
                                  placements=placements, eval_every=cfg["eval_every"], gradient=cfg["gradient"],
                                  on_step=on_step, observers=observers(cfg, c, c.network.n), checkpoints=ck,
-                                 resume=resume)
+                                 resume=resume, timeout=float(runtime.get("timeout", 120.0)))
         placement = {"backend": "sliced", "slices": [list(p.agents) for p in placements],
                       "payload_bytes": result.extra["payload_bytes"],
                       "control_messages": result.extra["control_messages"]}

@@ -16,7 +16,7 @@ from pathlib import Path
 from privdl.errors import PrivdlError
 
 #: seconds a receive may wait before the run stops with an error naming the silent peer (runtime.timeout)
-DEFAULT_TIMEOUT = 60.0
+DEFAULT_TIMEOUT = 120.0
 
 
 def free_port() -> int:
@@ -92,7 +92,8 @@ def launch(config: str | Path, *, procs: int, out: str | Path, overrides: list[s
     while not errors.empty():
         failed.append(errors.get())
     if failed or any(w.exitcode for w in workers):
-        failed.sort(key=lambda e: ("stopped" in e[1] or "died" in e[1] or "did not answer" in e[1], e[0]))
+        # a process's own error first: the others' transport errors are what its stopping did to them
+        failed.sort(key=lambda e: (e[1].startswith("TransportError"), e[0]))
         if not failed:
             codes = [w.exitcode for w in workers]
             raise PrivdlError(f"worker processes ended with exit codes {codes}")

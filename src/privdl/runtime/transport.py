@@ -114,8 +114,10 @@ class DistTransport:
         try:
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
         except RuntimeError as exc:
-            raise TransportError(f"{self._who(self.rank)}: the processes could not agree on a lot length "
-                                 f"({str(exc).splitlines()[0][:200]})") from None
+            text = str(exc).splitlines()[0][:200]
+            why = "a process died" if "closed" in text.lower() or "reset" in text.lower() else "a process failed"
+            raise TransportError(f"{self._who(self.rank)}: the processes could not agree on a lot length: {why} "
+                                 f"({text})") from None
         self.control_messages += 1
         return int(t)
 

@@ -157,7 +157,7 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
 
     from privdl.experiment.build import build
     from privdl.experiment.config import expand
-    from privdl.experiment.runner import _distinct_runs, checkpoint_identity, manifest
+    from privdl.experiment.runner import _distinct_runs, checkpoint_identity, intra_op_threads, manifest
     from privdl.experiment.store import ResultStore
 
     runs, axes = expand(cfg)
@@ -179,7 +179,9 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
             if rank == 0 and not resume:
                 ck.clear()
         dist.barrier()  # process 0 removed stale checkpoints (without --resume) before anyone writes
-        got = run_one_distributed(spec, c, rank=rank, world=world, timeout=timeout, checkpoints=ck, resume=resume)
+        with intra_op_threads(spec.config, c.task, c.network.n, c.mechanism.need):  # the runner's thread rule
+            got = run_one_distributed(spec, c, rank=rank, world=world, timeout=timeout, checkpoints=ck,
+                                      resume=resume)
         if rank == 0:
             rows, final, accesses, seconds, extra = got
             man = manifest(spec, c, seconds=seconds, rows=rows, accesses=accesses)

@@ -153,14 +153,15 @@ def stateful(observers: Sequence[Observer]) -> list:
 
 def checkpoint_hooks(checkpoints: Checkpoints | None, *, resume: bool, mechanism: GradientMechanism,
                      recorder: Recorder | None, observers: Sequence[Observer], comm: Comm, rows: int,
-                     after_save: Callable[[int], None] | None = None, last: int | None = None):
+                     after_save: Callable[[int], None] | None = None, last: int | None | str = "auto"):
     """(restore, on_round) for :func:`_loop`: resume from the last complete checkpoint (when ``resume`` and one
     exists) and write one every ``checkpoints.every`` rounds. ``recorder`` None: this engine does not hold the
-    recorder (a slice); ``after_save(t)`` then completes the round's checkpoint."""
+    recorder (a slice); ``after_save(t)`` then completes the round's checkpoint. ``last``: the round to resume
+    from, decided once for all the slices of a run (None: none); "auto" looks now."""
     if checkpoints is None:
         return None, None
     restore = None
-    if resume and last is None:
+    if resume and last == "auto":
         last = checkpoints.latest()
     if resume and last is not None:
         def restore(template, oracle):

@@ -175,6 +175,9 @@ def simulate_sliced(
         if seed is None:
             raise ValidationError("simulate_sliced needs a seed or a key source")
         source = RootKeys(int(seed))
+    if x0 is None:  # the common initial model, a public draw: made once here (torch's layer init uses the global
+        # generator, which the slices' threads would otherwise race for)
+        x0 = task.init_params(Keys(source, n).generator("init")).expand(n, -1).clone()
     transport = Transport(parts, timeout=timeout)
     wire = Wire(parts, observers) if observers else None
     marks = set(recorded_rounds(iterations, eval_every or iterations))

@@ -115,6 +115,7 @@ class SupervisedTask(Task):
         """A copy holding only ``agents``' training examples (the other agents' rows of the data and the rest of the
         training set are dropped; the test set, for metrics, is kept); it gathers only for those agents."""
         out = copy.copy(self)
+        out.model = copy.deepcopy(self.model)  # its own module: torch.func transforms are not thread-safe on one
         held = torch.as_tensor(sorted(int(a) for a in agents), dtype=torch.int64)
         m_max = self.X.shape[1]
         out.X, out.y = self.X.index_select(0, held).clone(), self.y.index_select(0, held).clone()
