@@ -43,7 +43,8 @@ def run(
 
             k = procs or runtime.get("procs") or 2
             extra = [] if runtime.get("backend") == "dist" else ["runtime.backend=\"dist\""]
-            launch(config, procs=k, out=out, overrides=[*set_, *extra, f"runtime.procs={k}"], resume=resume)
+            launch(config, procs=k, out=out, overrides=[*set_, *extra, f"runtime.procs={k}"], resume=resume,
+                   progress=not quiet)
             console.print(f"{k} processes ran the experiment → {Path(out) / 'results.csv'}")
             if _print_final(Path(out)) and not no_plot:
                 files = plot_experiment(Path(out))

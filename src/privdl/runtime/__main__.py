@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
             # torchrun's --max-restarts starts every worker again after a failure: continue from the checkpoints
             restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
             run_experiment_distributed(cfg, args.out, rank=rank, world=world, timeout=timeout,
-                                       resume=args.resume or restarted)
+                                       resume=args.resume or restarted, progress=True)
         finally:
             dist.destroy_process_group()
     except PrivdlError as exc:

@@ -26,7 +26,7 @@ def free_port() -> int:
 
 
 def _worker(rank: int, world: int, port: int, config: str, overrides: list[str], out: str, resume: bool,
-            threads: int, errors) -> None:
+            threads: int, errors, progress: bool = False) -> None:
     import torch
     import torch.distributed as dist
 
@@ -39,7 +39,8 @@ def _worker(rank: int, world: int, port: int, config: str, overrides: list[str],
         timeout = float(cfg.get("runtime", {}).get("timeout", DEFAULT_TIMEOUT))
         init_process_group(rank=rank, world=world, init_method=f"tcp://127.0.0.1:{port}", timeout=timeout)
         try:
-            run_experiment_distributed(cfg, out, rank=rank, world=world, timeout=timeout, resume=resume)
+            run_experiment_distributed(cfg, out, rank=rank, world=world, timeout=timeout, resume=resume,
+                                       progress=progress)
         finally:
             dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - reported to the launcher, which names it
@@ -70,7 +71,7 @@ def _check(config: str | Path, overrides: list[str], procs: int) -> None:
 
 
 def launch(config: str | Path, *, procs: int, out: str | Path, overrides: list[str] | None = None,
-           resume: bool = False) -> None:
+           resume: bool = False, progress: bool = False) -> None:
     """Run the experiment of ``config`` with its agents split over ``procs`` processes on this machine."""
     import torch
     import torch.multiprocessing as mp
@@ -83,7 +84,8 @@ def launch(config: str | Path, *, procs: int, out: str | Path, overrides: list[s
     threads = max(1, torch.get_num_threads() // procs)
     port = free_port()
     workers = [ctx.Process(target=_worker, args=(r, procs, port, str(config), list(overrides or []), str(out),
-                                                 resume, threads, errors), daemon=False) for r in range(procs)]
+                                                 resume, threads, errors, progress), daemon=False)
+               for r in range(procs)]
     for w in workers:
         w.start()
     for w in workers:

@@ -150,9 +150,11 @@ __all__ = ["placements_for", "run_one_distributed", "init_process_group"]
 
 
 def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: int, timeout: float,
-                               resume: bool = False) -> list[str]:
+                               resume: bool = False, progress: bool = False) -> list[str]:
     """Every run of ``cfg`` not finished in ``out``, each split over the ``world`` processes (this one: ``rank``);
-    process 0 writes the results. Returns the run ids executed."""
+    process 0 writes the results (and, with ``progress``, a line per finished run on stderr). Returns the run ids
+    executed."""
+    import sys
     import shutil
 
     from privdl.experiment.build import build
@@ -169,7 +171,11 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
     box = [[r.run_id for r in unique if not store.is_done(r.run_id)] if rank == 0 else None]
     dist.broadcast_object_list(box, src=0)  # control: process 0 decides which runs are left
     todo = [r for r in unique if r.run_id in set(box[0])]
-    for spec in todo:
+    if progress and rank == 0:
+        print(f"{cfg.get('name', 'experiment')}: {len(todo)} of {len(unique)} runs to do on {world} processes",
+              file=sys.stderr, flush=True)
+    for done, spec in enumerate(todo, 1):
+        began = time.perf_counter()
         c = build(spec.config)
         every = spec.config.get("runtime", {}).get("checkpoint_every")
         ck = None
@@ -192,6 +198,10 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
             store.save_run(spec.run_id, rows, man)
             if ck is not None:
                 shutil.rmtree(store.run_dir(spec.run_id) / "checkpoints", ignore_errors=True)
+            if progress:
+                label = ", ".join(f"{k}={v}" for k, v in spec.sweep.items() if v is not None) or spec.run_id
+                print(f"  run {done}/{len(todo)} ({label}) done in {time.perf_counter() - began:.1f} s",
+                      file=sys.stderr, flush=True)
     if rank == 0:
         store.write_results(axes, [(r.run_id, r.sweep) for r in runs])
     return [s.run_id for s in todo]
