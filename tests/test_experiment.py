@@ -395,12 +395,12 @@ def test_progress_lines_for_logs_count_runs_and_estimate_the_time_left(tmp_path)
     cfg = load_config_text('iterations = 5\nseeds = 3\nbatch_replicas = 1\n[network]\ntopology = "ring"\nn = 4\n'
                            '[task]\nname = "quadratic"\n[schedule]\nname = "constant"\neta = 0.01\n', tmp_path)
     lines: list[str] = []
-    old = runner._Lines.__init__.__defaults__
-    runner._Lines.__init__.__defaults__ = (0.0,)  # a line after every run
+    old = runner.Lines.__init__.__defaults__
+    runner.Lines.__init__.__defaults__ = (0.0,)  # a line after every run
     try:
         run_experiment(cfg, tmp_path / "o", progress=lines.append)
     finally:
-        runner._Lines.__init__.__defaults__ = old
+        runner.Lines.__init__.__defaults__ = old
     assert lines[0].endswith("3 runs, 0 already done")
     assert [ln.split(": ")[1].split(" runs")[0] for ln in lines[1:]] == ["1/3", "2/3", "3/3"]
     assert "left" in lines[1] and "left" not in lines[-1]
@@ -418,7 +418,7 @@ def test_the_time_left_weights_runs_by_rounds_and_agents():
     specs = [RunSpec("central", {"iterations": 100, "network": {"n": 1}}, {}),
              *[RunSpec(f"d{k}", {"iterations": 100, "network": {"n": 10}}, {}) for k in range(3)]]
     said: list[str] = []
-    lines = runner._Lines("t", {s.run_id: runner.run_cost(s.config) for s in specs}, set(), said.append,
+    lines = runner.Lines("t", {s.run_id: runner.run_cost(s.config) for s in specs}, set(), said.append,
                           every=0.0)
     lines.start -= 10.0  # the central run took 10 s
     lines.update({"central"})

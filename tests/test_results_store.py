@@ -114,11 +114,11 @@ def test_jobs_share_the_runs_between_processes_with_the_results_of_one_process(t
            "task": {"name": "quadratic"}, "schedule": {"name": "constant", "eta": 0.01},
            "sweep": {"task.curvature": [1.0 + k / 4 for k in range(10)]}}  # 10 groups of 3 stacked runs
     lines: list[str] = []
-    old, runner._Lines.__init__.__defaults__ = runner._Lines.__init__.__defaults__, (0.0,)  # a line per update
+    old, runner.Lines.__init__.__defaults__ = runner.Lines.__init__.__defaults__, (0.0,)  # a line per update
     try:
         together = run_experiment(cfg, tmp_path / "jobs", jobs=2, progress=lines.append)
     finally:
-        runner._Lines.__init__.__defaults__ = old
+        runner.Lines.__init__.__defaults__ = old
     counts = [int(ln.split(": ")[1].split("/")[0]) for ln in lines[1:]]
     assert counts == sorted(counts) and counts[-1] == 30 and lines[-1].startswith("experiment: 30/30 runs done")
     alone = run_experiment(cfg, tmp_path / "one", progress=False)

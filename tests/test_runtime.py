@@ -33,31 +33,17 @@ sparse = true
 [task]
 name = "logistic"
 dataset = "breast_cancer"
-[[sweep.method]]
-label = "dsgd+decor"
-algorithm = { name = "dsgd" }
-mechanism = { name = "decor", epsilon = 10.0 }
-[[sweep.method]]
-label = "dsgt+dp_sgd"
-algorithm = { name = "dsgt" }
-mechanism = { name = "dp_sgd", lot_size = 20, noise_multiplier = 1.0 }
-[[sweep.method]]
-label = "dpdl+dp_sgd"
-algorithm = { name = "dpdl" }
-mechanism = { name = "dp_sgd", lot_size = 20, noise_multiplier = 1.0 }
-[[sweep.method]]
-label = "central+ldp"
-algorithm = { name = "central_sgd" }
-mechanism = { name = "gaussian_ldp", epsilon = 10.0 }
-[[sweep.method]]
-label = "authors+whisper"
-algorithm = { name = "dsgd", form = "cta", gossip = "authors" }
-mechanism = { name = "whisper", epsilon = 10.0 }
-[[sweep.method]]
-label = "dsg_rms"
-algorithm = { name = "dsg_rms" }
-mechanism = { name = "none" }
 '''
+LOTS = '{ name = "dp_sgd", lot_size = 20, noise_multiplier = 1.0 }'
+METHODS = [("dsgd+decor", '{ name = "dsgd" }', '{ name = "decor", epsilon = 10.0 }'),
+           ("dsgt+dp_sgd", '{ name = "dsgt" }', LOTS),
+           ("dpdl+dp_sgd", '{ name = "dpdl" }', LOTS),
+           ("central+ldp", '{ name = "central_sgd" }', '{ name = "gaussian_ldp", epsilon = 10.0 }'),
+           ("authors+whisper", '{ name = "dsgd", form = "cta", gossip = "authors" }',
+            '{ name = "whisper", epsilon = 10.0 }'),
+           ("dsg_rms", '{ name = "dsg_rms" }', '{ name = "none" }')]
+SWEEP = "".join(f'[[sweep.method]]\nlabel = "{label}"\nalgorithm = {alg}\nmechanism = {mech}\n'
+                for label, alg, mech in METHODS)
 
 
 def _rows(folder):
@@ -74,7 +60,7 @@ def test_a_run_on_processes_equals_the_simulator_bit_for_bit(tmp_path):
     from privdl.cli import app
 
     cfg = tmp_path / "c.toml"
-    cfg.write_text(CONFIG)
+    cfg.write_text(CONFIG + SWEEP)
     runner = CliRunner()
     want = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "sim"), "--set", "batch_replicas=1",
                                "--no-plot", "--quiet"])
@@ -161,7 +147,7 @@ def test_bad_runtime_launches_are_refused(tmp_path):
     from privdl.runtime import launch
 
     cfg = tmp_path / "c.toml"
-    cfg.write_text(CONFIG.replace("n = 6", "n = 3"))
+    cfg.write_text((CONFIG + SWEEP).replace("n = 6", "n = 3"))
     with pytest.raises(PrivdlError, match="4 processes for 3 agents"):
         launch(cfg, procs=4, out=tmp_path / "o")
     with pytest.raises(PrivdlError, match="--procs must be an integer >= 1"):
@@ -181,7 +167,7 @@ def test_killed_processes_resume_from_their_checkpoints_to_the_uninterrupted_run
     from privdl.cli import app
 
     cfg = tmp_path / "c.toml"
-    cfg.write_text(CONFIG.split("[[sweep.method]]")[0].replace("iterations = 12", "iterations = 600")
+    cfg.write_text(CONFIG.replace("iterations = 12", "iterations = 600")
                    .replace("eval_every = 4", "eval_every = 200")
                    + '[algorithm]\nname = "dsgt"\n[mechanism]\nname = "decor"\nepsilon = 10.0\n'
                      '[runtime]\ncheckpoint_every = 40\n')

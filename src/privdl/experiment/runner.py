@@ -31,6 +31,7 @@ import privdl
 from privdl.errors import ConfigError, PrivdlError, ValidationError
 from privdl.experiment.build import Components, build, build_algorithm, build_network, build_task, input_files
 from privdl.experiment.config import RunSpec, expand
+from privdl.experiment.progress import Lines, Tally, format_duration, run_cost  # noqa: F401 (re-exported)
 from privdl.experiment.store import ResultStore
 from privdl.mechanisms.base import ClippedSum
 from privdl.mechanisms.stack import may_stack, need_signature
@@ -354,75 +355,6 @@ def plan(todo: Sequence[RunSpec]) -> list[list[RunSpec]]:
     return [g for g in groups.values()] + singles
 
 
-def run_cost(config: dict) -> float:
-    """A run's share of a sweep's time, for estimates of what is left: its rounds × agents (a central run over
-    pooled data costs about a tenth of a ten-agent run; a longer horizon costs more)."""
-    n = config.get("network", {}).get("n") or 1
-    return float(max(1, config.get("iterations", 1))) * float(max(1, n))
-
-
-class _Lines:
-    """Plain progress lines for logs (no terminal): runs done of the total, elapsed time and an estimate of what is
-    left (from the runs finished since this process started, by it or by others sharing the directory, each
-    weighted by its :func:`run_cost`, so a sweep that starts with its cheap runs is not promised an early end), at
-    most one line every ``every`` seconds and one at the end."""
-
-    def __init__(self, name: str, costs: dict[str, float], done: set[str], say: Callable[[str], None],
-                 every: float = 30.0) -> None:
-        self.name, self.costs, self.say, self.every = name, costs, say, every
-        self.total, self.done, self.initial = len(costs), set(done), set(done)
-        self.start = self.last = time.perf_counter()
-        say(f"{name}: {self.total} runs, {len(done)} already done")
-
-    def update(self, done: set[str]) -> None:
-        self.done = set(done)
-        now = time.perf_counter()
-        if now - self.last >= self.every or len(self.done) >= self.total:
-            self.last = now
-            self.say(self.line(now))
-
-    def line(self, now: float) -> str:
-        spent = now - self.start
-        new = sum(self.costs.get(r, 0.0) for r in self.done - self.initial)
-        rest = sum(c for r, c in self.costs.items() if r not in self.done)
-        left = rest * spent / new if new > 0 else None
-        eta = f", ≈ {format_duration(left)} left" if left is not None and len(self.done) < self.total else ""
-        return f"{self.name}: {len(self.done)}/{self.total} runs done, {format_duration(spent)} elapsed{eta}"
-
-
-class _Tally:
-    """Which runs of a sweep are finished in the store — this process's, noted as it saves them, and other
-    processes' on the same directory (``--jobs``, a second ``privdl run``), found by looking at the store at most
-    every few seconds (never more than 2 % of the time) — so the progress and its estimate cover the whole sweep."""
-
-    def __init__(self, store: ResultStore, run_ids: list[str], done: set[str],
-                 show: Callable[[set[str]], None]) -> None:
-        self.store, self.run_ids, self.done, self.show = store, run_ids, set(done), show
-        self.last, self.wait = time.perf_counter(), 2.0
-
-    def add(self, run_ids: list[str]) -> None:
-        self.done |= set(run_ids)
-        self.show(self.done)
-        self.look()
-
-    def look(self, force: bool = False) -> None:
-        """Find the finished runs in the store (at once with ``force``, else only if it is time to)."""
-        now = time.perf_counter()
-        if not force and now - self.last < self.wait:
-            return
-        done = {r for r in self.run_ids if self.store.is_done(r)}
-        self.last = time.perf_counter()
-        self.wait = max(2.0, 50 * (self.last - now))
-        if done != self.done:
-            self.done = done
-            self.show(done)
-
-
-def format_duration(s: float) -> str:
-    s = int(round(s))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
-
-
 def check_inputs_unchanged(store: ResultStore, finished: Iterable[RunSpec]) -> None:
     """Refuse to reuse a finished run whose input file (``network.file``, ``mechanism.file``: named in its id by path)
     now holds other bytes than when it ran: its results would silently stand for another W or covariance."""
@@ -472,7 +404,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
     check_inputs_unchanged(store, (r for r in unique if r.run_id in finished))
     nonfinite: dict[str, list[str]] = {}  # run id → its nan/inf metrics, filled as runs are saved
     costs = {r.run_id: run_cost(r.config) for r in unique}
-    lines = _Lines(cfg.get("name", "experiment"), costs, finished, progress) if callable(progress) else None
+    lines = Lines(cfg.get("name", "experiment"), costs, finished, progress) if callable(progress) else None
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   disable=progress is not True, transient=False) as bar:
         overall = bar.add_task(f"{cfg.get('name', 'experiment')}: runs", total=len(unique),
@@ -483,7 +415,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
             if lines is not None:
                 lines.update(done)
 
-        tally = _Tally(store, [r.run_id for r in unique], finished, show)
+        tally = Tally(store, [r.run_id for r in unique], finished, show)
 
         def save(spec: RunSpec, rows: list, man: dict) -> None:
             save_all([(spec, rows, man)])

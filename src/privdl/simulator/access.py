@@ -144,41 +144,38 @@ class GradientOracle:
         held = torch.from_numpy(self.placement.rows_held)[owners % self.placement.rows]
         idx = held.nonzero().reshape(-1)
         o, r = owners[idx], requesters[idx]
-        agents = self._agents(o) if o.numel() else o
-        purpose = "lot" if kind == "lot" else "batch"
-        draws = Draws(self.keys, purpose, self.calls, o.numpy(), r.numpy())
-        mask = None
-        if kind == "sample":
-            part = self.task.sample(draws, agents) if o.numel() else None
-        elif kind == "subset":
-            part, mask = self.task.sample_subset(draws, agents, need.batch) if o.numel() else (None, None)
-        else:
+        if kind == "lot":
             rates = need.rates.reshape(-1)
-            row_rates = rates.index_select(0, o % rates.numel())
-            length = self.agree(self.task.lot_length(draws, agents, row_rates) if o.numel() else 1)
-            part, mask = self.task.sample_lot(draws, agents, row_rates, length=length) if o.numel() else (None, None)
-            if part is None:
-                part = self._empty_batch(length)
-        if part is None:  # this slice holds no owner of the access: a batch of the task's shapes, all zeros
-            part = self._empty_batch(need.batch if kind == "subset" else self.task.batch_size)
-        dev = part[0].device
-        where = idx.to(dev)
-        batch = tuple(torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=dev).index_copy_(0, where, t)
-                      if o.numel() else torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=dev)
+            agree = self.agree
+            if not o.numel():  # no owner of this access here: still take part in the agreement
+                return self._zeros(rows, agree(1), mask=True)
+            part, mask = self.task.sample_lot(Draws(self.keys, "lot", self.calls, o.numpy(), r.numpy()),
+                                              self._agents(o), rates.index_select(0, o % rates.numel()),
+                                              length=agree)
+        elif not o.numel():
+            return self._zeros(rows, need.batch if kind == "subset" else self.task.batch_size,
+                               mask=kind == "subset")
+        elif kind == "subset":
+            part, mask = self.task.sample_subset(Draws(self.keys, "batch", self.calls, o.numpy(), r.numpy()),
+                                                 self._agents(o), need.batch)
+        else:
+            part, mask = self.task.sample(Draws(self.keys, "batch", self.calls, o.numpy(), r.numpy()),
+                                          self._agents(o)), None
+        where = idx.to(part[0].device)
+        batch = tuple(torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=t.device).index_copy_(0, where, t)
                       for t in part)
-        if mask is not None or kind != "sample":
-            width = batch[0].shape[1]
-            full = torch.zeros((rows, width), dtype=self.task.dtype, device=dev)
-            if mask is not None:
-                full.index_copy_(0, where, mask.to(full.dtype))
-            mask = full
+        if mask is not None:
+            mask = torch.zeros((rows, mask.shape[1]), dtype=self.task.dtype, device=mask.device).index_copy_(
+                0, where, mask.to(self.task.dtype))
         return batch, mask
 
-    def _empty_batch(self, width: int) -> tuple[torch.Tensor, ...]:
-        """The shapes of one example batch of ``width`` examples (zeros), from a held agent's data."""
+    def _zeros(self, rows: int, width: int, *, mask: bool) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
+        """A batch of the task's shapes, all zeros (and a zero mask): an access none of whose owners this slice
+        holds (a held agent's data gives the shapes)."""
         agent = torch.as_tensor([self.placement.agents[0]])
         part = self.task.gather(agent, torch.zeros((1, width), dtype=torch.int64))
-        return tuple(torch.zeros_like(t[:0]) for t in part)
+        batch = tuple(torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=t.device) for t in part)
+        return batch, (torch.zeros((rows, width), dtype=self.task.dtype, device=part[0].device) if mask else None)
 
     def clipped_sum(self, models: torch.Tensor, owners: torch.Tensor, requesters: torch.Tensor,
                     need: ClippedSum) -> torch.Tensor:

@@ -49,9 +49,6 @@ def recorded_rounds(iterations: int, eval_every: int) -> list[int]:
     return sorted(pts)
 
 
-#: the old name of :func:`recorded_rounds`
-checkpoints = recorded_rounds
-
 
 def resolve_device(device: str | torch.device) -> torch.device:
     """``"auto"`` → cuda when torch sees one, else cpu; anything else as given, checked to exist."""

@@ -73,10 +73,6 @@ class HeldTask:
         self._check(agents)
         return self._task.sample_lot(draws, agents, rates, length=length)
 
-    def lot_length(self, draws, agents, rates):
-        self._check(agents)
-        return self._task.lot_length(draws, agents, rates)
-
     def at_round(self, t: int) -> None:
         self._task.at_round(t)
 

@@ -113,30 +113,25 @@ class Task(ABC):
         u = draws.uniform(size)
         return (u < rates.to(torch.float64).cpu()[:, None]) & (pos < counts[:, None]), size
 
-    def lot_length(self, draws: Draws, agents: torch.Tensor, rates: torch.Tensor) -> int:
-        """The padded length :meth:`sample_lot` gives these rows' lots (the largest lot, at least 1)."""
-        counts = self.counts.index_select(0, agents.cpu())
-        include, size = self._lot_positions(draws, counts, rates)
-        return size if include is None else max(int(include.sum(1).max()) if len(counts) else 0, 1)
-
     def sample_lot(self, draws: Draws, agents: torch.Tensor, rates: torch.Tensor, *,
-                   length: int | None = None) -> tuple[Batch, torch.Tensor]:
+                   length: Callable[[int], int] | None = None) -> tuple[Batch, torch.Tensor]:
         """Poisson sampling (DP-SGD's lots): each of the row's agent's m examples joins independently with
         probability ``rates[row]`` — example k joins when the row's k-th keyed uniform is below the rate. Lots are
-        padded to the largest one (or to ``length``, at least that: a slice pads its rows as the whole network's
-        access does); returns the batch (m, K, ...) and a 0/1 mask (m, K) of real entries, examples in increasing
-        position."""
+        padded to the largest one — or to ``length(largest)``, at least that (a slice pads its rows as the whole
+        network's access does: the slices agree on the length); returns the batch (m, K, ...) and a 0/1 mask (m, K)
+        of real entries, examples in increasing position."""
         agents = agents.cpu()
         counts = self.counts.index_select(0, agents)
         include, size = self._lot_positions(draws, counts, rates)
         pos = torch.arange(size)[None, :]
         if include is None:
-            k = size if length is None else int(length)
+            k = size if length is None else int(length(size))
             idx = torch.arange(k)[None, :].expand(len(agents), k)
             mask = idx < counts[:, None]
             idx = torch.where(mask, idx, size)
         else:
-            k = max(int(include.sum(1).max()), 1) if length is None else int(length)
+            k = max(int(include.sum(1).max()), 1)
+            k = k if length is None else int(length(k))
             idx = torch.where(include, pos, size).sort(dim=1).values[:, :k]
             if idx.shape[1] < k:  # padded further than this access's own rows need
                 idx = torch.cat([idx, torch.full((len(agents), k - idx.shape[1]), size, dtype=idx.dtype)], dim=1)
