@@ -40,8 +40,9 @@ def run(
         runtime = cfg.get("runtime", {})
         if procs is not None or runtime.get("backend") == "dist":
             from privdl.runtime import launch
+            from privdl.runtime.launch import processes_for
 
-            k = procs or runtime.get("procs") or 2
+            k = procs or runtime.get("procs") or processes_for(cfg) or 2
             extra = [] if runtime.get("backend") == "dist" else ["runtime.backend=\"dist\""]
             launch(config, procs=k, out=out, overrides=[*set_, *extra, f"runtime.procs={k}"], resume=resume,
                    progress=not quiet)
@@ -78,7 +79,7 @@ def _print_final(out: Path) -> bool:
     table) while results.csv holds no row."""
     from collections import defaultdict
 
-    from privdl.experiment.plot import axis_title
+    from privdl.experiment.plot import COST_METRICS, axis_title
     from privdl.experiment.store import read_results
     from privdl.experiment.summary import mean_std, sort_key
 
@@ -87,7 +88,8 @@ def _print_final(out: Path) -> bool:
         return False
     axes = [f for f in fields if f not in ("run_id", "iteration", "metric", "value", "seed")]
     last = max(int(r["iteration"]) for r in rows)
-    metrics = sorted({r["metric"] for r in rows} - {"consensus_distance", "train_loss", "local_optimality_gap"})
+    metrics = sorted({r["metric"] for r in rows} - {"consensus_distance", "train_loss", "local_optimality_gap",
+                                                     *COST_METRICS})
     cells: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
         if int(r["iteration"]) == last and r["metric"] in metrics:

@@ -54,6 +54,7 @@ class Comm(ABC):
         self.edges, self.rows, self.groups = edges, edges.rows, int(groups)
         self.t = 0
         self._observers: list[Observer] = []
+        self.meter = None  # an AgentBytes (privdl.comm.observers): payload bytes per agent and tag, from shapes
         self._sweep: tuple | None = None  # average_in_place's per-agent edge lists, built once per edge set
 
     # ---- observation ----------------------------------------------------------------------------------------------
@@ -86,6 +87,12 @@ class Comm(ABC):
         for o in self._observers:
             o.on_message(t=self.t, tag=tag, src=src, dst=dst, payload=value)
 
+    def _meter(self, tag: str, src: torch.Tensor, dst: torch.Tensor, like: torch.Tensor) -> None:
+        """Count one call's messages (src[k] → dst[k], one row of ``like`` each) on the meter."""
+        if self.meter is not None:
+            width = like.numel() // like.shape[0] * like.element_size() if like.shape[0] else 0
+            self.meter.count(tag, src, dst, width)
+
     # ---- local facts ----------------------------------------------------------------------------------------------
     @property
     def n(self) -> int:
@@ -106,6 +113,7 @@ class Comm(ABC):
     def mix(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
         """Σ_j w_ij x_j for every row i (own term included)."""
         e = self.edges
+        self._meter(tag, e.src, e.dst, x)
         self._report(tag, e.src, e.dst, lambda: x[e.src])
         return self._mix(x)
 
@@ -121,6 +129,7 @@ class Comm(ABC):
         flat = _flat(x).clone()
         extra = None if offset is None else _flat(offset)
         e = self.edges
+        self._meter(tag, e.src, e.dst, flat)  # every edge once, as the sweep sends them
         if self._sweep is None or self._sweep[0] is not e:
             n = self.rows // self.groups
             plan = []
@@ -140,6 +149,7 @@ class Comm(ABC):
     def neighbour_sum(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
         """Σ_{j ∈ N(i)} x_j for every row i (neighbours only)."""
         e = self.edges
+        self._meter(tag, e.src, e.dst, x)
         self._report(tag, e.src, e.dst, lambda: x[e.src])
         return self._neighbour_sum(x)
 
@@ -147,6 +157,7 @@ class Comm(ABC):
         """x_src(e) delivered to dst(e), for every incoming edge e: (E, ...)."""
         e = self.edges
         v = x[e.src]
+        self._meter(tag, e.src, e.dst, x)
         self._report(tag, e.src, e.dst, lambda: v)
         return v
 
@@ -154,6 +165,7 @@ class Comm(ABC):
         """Per-edge values sent back along the reverse edges: out[e] = per_edge[reverse(e)] (from src(e) to dst(e))."""
         e = self.edges
         v = per_edge[e.reverse]
+        self._meter(tag, e.src, e.dst, per_edge)
         self._report(tag, e.src, e.dst, lambda: v)
         return v
 
@@ -162,6 +174,7 @@ class Comm(ABC):
         if per_edge.shape[0] != len(self.edges):
             raise ValueError(f"send needs one value per edge ({len(self.edges)}), got {per_edge.shape[0]}")
         e = self.edges
+        self._meter(tag, e.src, e.dst, per_edge)
         self._report(tag, e.src, e.dst, lambda: per_edge)
         return per_edge
 
@@ -169,10 +182,12 @@ class Comm(ABC):
         """Every row receives the mean of its group's rows, through a trusted aggregator (``SERVER``)."""
         rows = torch.arange(self.rows, device=x.device)
         server = torch.full_like(rows, SERVER)
+        self._meter(tag, rows, server, x)
         self._report(tag, rows, server, lambda: x)
         per = self.rows // self.groups
         mean = x.reshape(self.groups, per, *x.shape[1:]).mean(dim=1, keepdim=True)
         out = mean.expand(self.groups, per, *x.shape[1:]).reshape(x.shape).clone()
+        self._meter(tag, server, rows, x)
         self._report(tag, server, rows, lambda: out)
         return out
 

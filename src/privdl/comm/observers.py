@@ -13,6 +13,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from privdl.comm.base import SERVER, Comm
@@ -78,6 +79,78 @@ class ByteCounter:
     @property
     def total_bytes(self) -> int:
         return sum(self.bytes.values())
+
+
+class AgentBytes:
+    """Payload bytes each agent sends and receives, per tag: what :class:`ByteCounter` counts, split by agent and
+    computed from shapes alone (a Comm calls :meth:`count` when this is its ``meter``; no payload is gathered, so
+    it costs one small addition per call). A message is one (sender, receiver) pair carrying one row of the
+    payload; the aggregator of ``average`` (``SERVER``) is not an agent. ``held`` (a slice): count only the ends
+    of these agents — the slices' counts then add up to the network's. ``metrics(t, rows)`` gives the recorder
+    ``bytes_sent`` / ``bytes_received`` (all rows' totals since the start of the run) at recorded rounds."""
+
+    def __init__(self, rows: int, held: np.ndarray | None = None) -> None:
+        self.rows = int(rows)
+        self.held = np.ones(self.rows, dtype=bool) if held is None else np.asarray(held, dtype=bool)
+        self.sent: dict[str, np.ndarray] = {}
+        self.received: dict[str, np.ndarray] = {}
+        self.messages: dict[str, int] = defaultdict(int)
+        self.base = np.zeros(2, dtype=np.int64)  # totals before a resume from a checkpoint that kept only totals
+        self._ends: dict[tuple[int, int], tuple] = {}
+
+    def _degrees(self, src: torch.Tensor, dst: torch.Tensor) -> tuple[np.ndarray, np.ndarray, int]:
+        key = (id(src), id(dst))
+        hit = self._ends.get(key)
+        if hit is None or hit[0] is not src or hit[1] is not dst:
+            s, d = src.detach().cpu().long().numpy(), dst.detach().cpu().long().numpy()
+            out = np.bincount(s[s >= 0], minlength=self.rows) * self.held
+            into = np.bincount(d[d >= 0], minlength=self.rows) * self.held
+            counted = int(self.held[np.where(s >= 0, s, d)].sum())  # once, at the sender (aggregator's: receiver)
+            if len(self._ends) > 256:
+                self._ends.clear()
+            hit = self._ends[key] = (src, dst, out, into, counted)
+        return hit[2], hit[3], hit[4]
+
+    def count(self, tag: str, src: torch.Tensor, dst: torch.Tensor, width: int) -> None:
+        """One call of ``tag``: message k from src[k] to dst[k], each ``width`` bytes."""
+        out, into, counted = self._degrees(src, dst)
+        if tag not in self.sent:
+            self.sent[tag] = np.zeros(self.rows, dtype=np.int64)
+            self.received[tag] = np.zeros(self.rows, dtype=np.int64)
+        self.sent[tag] += out * width
+        self.received[tag] += into * width
+        self.messages[tag] += counted
+
+    def totals(self, rows: slice | None = None) -> tuple[int, int]:
+        """(bytes sent, bytes received) by ``rows`` (all) over every tag."""
+        rows = slice(None) if rows is None else rows
+        return (int(sum(v[rows].sum() for v in self.sent.values())),
+                int(sum(v[rows].sum() for v in self.received.values())))
+
+    def metrics(self, t: int, rows: slice) -> dict[str, float]:
+        sent, received = self.totals(rows)
+        return {"bytes_sent": float(sent + self.base[0]), "bytes_received": float(received + self.base[1])}
+
+    def per_tag(self) -> dict[str, dict[str, int]]:
+        """Bytes and messages per tag (the network's, or the held agents' ends)."""
+        return {tag: {"bytes_sent": int(self.sent[tag].sum()), "bytes_received": int(self.received[tag].sum()),
+                      "messages": int(self.messages[tag])} for tag in self.sent}
+
+    def state_dict(self) -> dict:
+        """Per agent and tag, and the totals (what a sliced run's checkpoint keeps: either resumes the other)."""
+        return {"sent": {k: v.tolist() for k, v in self.sent.items()},
+                "received": {k: v.tolist() for k, v in self.received.items()}, "messages": dict(self.messages),
+                "totals": (self.base + np.asarray(self.totals())).tolist()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "sent" not in state:  # a sliced run's checkpoint: the network's totals only
+            self.sent, self.received, self.messages = {}, {}, defaultdict(int)
+            self.base = np.asarray(state["totals"], dtype=np.int64)
+            return
+        self.base = np.zeros(2, dtype=np.int64)
+        self.sent = {k: np.asarray(v, dtype=np.int64) for k, v in state["sent"].items()}
+        self.received = {k: np.asarray(v, dtype=np.int64) for k, v in state["received"].items()}
+        self.messages = defaultdict(int, state["messages"])
 
 
 class ReplayComm(Comm):

@@ -33,6 +33,10 @@ from privdl.network.network import Network
 from privdl.placement import Placement
 
 
+#: tag prefix of the setup messages (key agreement): counted as setup bytes, apart from the run's payload
+SETUP = "privdl/setup/"
+
+
 class TransportError(PrivdlError):
     """A message that did not arrive, or arrived with another header than the receiver expected."""
 
@@ -52,7 +56,9 @@ class Transport:
         self._agree_seq = [0] * self.parts
         self.failed: tuple[int, BaseException] | None = None
         self.payload_bytes = np.zeros((self.parts, self.parts), dtype=np.int64)
+        self.setup_bytes = 0
         self.control_messages = 0
+        self.tap = None  # tests: called with the bytes of every header and payload sent
 
     def fail(self, part: int, error: BaseException) -> None:
         with self._cond:
@@ -70,7 +76,12 @@ class Transport:
 
     def send(self, src: int, dst: int, header: tuple, payload: torch.Tensor) -> None:
         value = payload.detach().clone()
-        self.payload_bytes[src, dst] += value.numel() * value.element_size()
+        if header[1].startswith(SETUP):
+            self.setup_bytes += value.numel() * value.element_size()
+        else:
+            self.payload_bytes[src, dst] += value.numel() * value.element_size()
+        if self.tap is not None:
+            self.tap(repr(header).encode() + value.cpu().contiguous().numpy().tobytes())
         self._queues[(src, dst)].put((header, value))
 
     def recv(self, src: int, dst: int, header: tuple) -> torch.Tensor:
@@ -252,11 +263,13 @@ class SliceComm(Comm):
 
     # ---- transmissions --------------------------------------------------------------------------------------------
     def mix(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        self._meter(tag, self.edges.src, self.edges.dst, x)
         full = self._complete_rows(x, tag)
         self._edge_part(tag, full[self.edges.src]) if self.wire is not None else None
         return self._mine(canonical_mix(full, self.edges), self.row_mask)
 
     def neighbour_sum(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        self._meter(tag, self.edges.src, self.edges.dst, x)
         full = self._complete_rows(x, tag)
         self._edge_part(tag, full[self.edges.src]) if self.wire is not None else None
         return self._mine(canonical_neighbour_sum(full, self.edges), self.row_mask)
@@ -265,6 +278,7 @@ class SliceComm(Comm):
         return canonical_mix(x, self.edges)
 
     def pull(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        self._meter(tag, self.edges.src, self.edges.dst, x)
         full = self._complete_rows(x, tag)
         v = full[self.edges.src]
         self._edge_part(tag, v)
@@ -285,6 +299,7 @@ class SliceComm(Comm):
     def push(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
         # edge e = (j → i) carries per_edge[reverse(e)], computed by j (the receiver of reverse(e))
         back = per_edge[self.edges.reverse]
+        self._meter(tag, self.edges.src, self.edges.dst, per_edge)
         v = self._edge_values(back, back, tag)
         self._edge_part(tag, v)
         return self._mine(v, self.edge_mask)
@@ -292,6 +307,7 @@ class SliceComm(Comm):
     def send(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
         if per_edge.shape[0] != len(self.edges):
             raise ValueError(f"send needs one value per edge ({len(self.edges)}), got {per_edge.shape[0]}")
+        self._meter(tag, self.edges.src, self.edges.dst, per_edge)
         v = self._edge_values(per_edge, per_edge, tag)
         self._edge_part(tag, v)
         return self._mine(v, self.edge_mask)
@@ -303,6 +319,8 @@ class SliceComm(Comm):
         held = self.placement.held_rows.to(x.device)
         rows = torch.arange(self.rows, device=x.device)
         server = torch.full_like(rows, SERVER)
+        self._meter(tag, rows, server, flat)
+        self._meter(tag, server, rows, flat)
         self._part(tag, held, held, server[held], flat[held]) if self.wire is not None else None
         if self.part == 0:
             full = flat.clone()
@@ -331,6 +349,7 @@ class SliceComm(Comm):
         flat = _flat(x).clone()
         extra = None if offset is None else _flat(offset)
         e = self.edges
+        self._meter(tag, e.src, e.dst, flat)
         if self._sweep is None or self._sweep[0] is not e:
             plan = []
             for k in range(self.rows):

@@ -95,8 +95,13 @@ RUNTIME_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "checkpoint_every": (int, None),
     "procs": (int, None),
     "timeout": ((int, float), None),
+    "keys": (str, "root"),
+    "agents_per_process": (int, None),
+    "transport": (str, "gloo"),
 }
 RUNTIME_BACKENDS = ("simulator", "sliced", "dist")
+RUNTIME_KEYS = ("root", "agreed")
+RUNTIME_TRANSPORTS = ("gloo", "nccl")
 SECTIONS = {"task": TASKS, "algorithm": ALGORITHMS, "mechanism": MECHANISMS, "schedule": SCHEDULES}
 # builder parameters filled in by the runner, never by the user
 INJECTED = {"task": {"n", "dtype"}, "mechanism": {"steps", "network", "task"}, "schedule": {"iterations"}, "algorithm": set()}
@@ -443,6 +448,16 @@ def _runtime(table: Any) -> dict:
     backend = out.setdefault("backend", "sliced" if split else "simulator")
     if backend not in RUNTIME_BACKENDS:
         raise ConfigError(f"runtime.backend must be one of {', '.join(RUNTIME_BACKENDS)}, got {backend!r}")
+    if out.get("keys", "root") not in RUNTIME_KEYS:
+        raise ConfigError(f"runtime.keys must be one of {', '.join(RUNTIME_KEYS)} (root: from the run's seed, "
+                          f"reproducible; agreed: X25519 key agreement between the agents), got {out['keys']!r}")
+    if out.get("transport", "gloo") not in RUNTIME_TRANSPORTS:
+        raise ConfigError(f"runtime.transport must be one of {', '.join(RUNTIME_TRANSPORTS)}, got "
+                          f"{out['transport']!r}")
+    if "agents_per_process" in out and out["agents_per_process"] < 1:
+        raise ConfigError(f"runtime.agents_per_process must be >= 1, got {out['agents_per_process']}")
+    if "agents_per_process" in out and "assignment" in out:
+        raise ConfigError("runtime.agents_per_process and runtime.assignment both place the agents: give one")
     if "procs" in out and out["procs"] < 1:
         raise ConfigError(f"runtime.procs must be >= 1 (processes), got {out['procs']}")
     if "timeout" in out and not (out["timeout"] > 0 and math.isfinite(out["timeout"])):
@@ -517,8 +532,18 @@ def without_locations(cfg: dict) -> dict:
     return out
 
 
+def identity(effective: dict) -> dict:
+    """What a run's numbers depend on: the config less :data:`NOT_IDENTITY` and the data's folders — plus the key
+    mode when the keys are agreed (``runtime.keys = "agreed"``: other noise than the root seed's, so another run)."""
+    out = without_locations({k: v for k, v in effective.items() if k not in NOT_IDENTITY})
+    keys = effective.get("runtime", {}).get("keys", "root")
+    if keys != "root":
+        out["keys"] = keys
+    return out
+
+
 def run_id(effective: dict) -> str:
-    return _digest(without_locations({k: v for k, v in effective.items() if k not in NOT_IDENTITY}))
+    return _digest(identity(effective))
 
 
 def legacy_run_id(effective: dict) -> str:

@@ -23,6 +23,8 @@ from privdl.errors import ConfigError  # noqa: E402
 from privdl.experiment.store import read_results  # noqa: E402
 from privdl.experiment.summary import mean_std, number, sort_key  # noqa: E402
 
+#: communication cost (payload bytes since the start): in results.csv and the manifest, not drawn or tabled
+COST_METRICS = ("bytes_sent", "bytes_received")
 #: metrics drawn on a log scale when positive
 LOG_METRICS = {"optimality_gap", "consensus_distance", "trace", "msd"}
 
@@ -216,7 +218,7 @@ def _plot_rows(plots: Path, rows: list[dict[str, str]], groups: list[str], capti
     written: list[Path] = []
     prefix, where = (f"{task}_", f" — {task}") if task else ("", "")
     final_iter = max(int(r["iteration"]) for r in rows)
-    for metric in sorted({r["metric"] for r in rows}):
+    for metric in sorted({r["metric"] for r in rows} - set(COST_METRICS)):
         mrows = [r for r in rows if r["metric"] == metric]
         positive = all(float(r["value"]) > 0 for r in mrows)
         logy = metric in LOG_METRICS and positive

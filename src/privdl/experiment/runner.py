@@ -35,11 +35,14 @@ from privdl.experiment.progress import Lines, Tally, format_duration, run_cost  
 from privdl.experiment.store import ResultStore
 from privdl.mechanisms.base import ClippedSum
 from privdl.mechanisms.stack import may_stack, need_signature
+from privdl.keys import Keys, RootKeys
 from privdl.placement import partition
+from privdl.runtime.agreement import THREAT_MODEL, agree_alone
 from privdl.privacy.ledger import statement
 from privdl.simulator import Replica, simulate, simulate_replicas, stackable
 from privdl.simulator.checkpoint import Checkpoints
 from privdl.simulator.sliced import simulate_sliced
+
 
 #: numbers (model state plus one step's batch) a stacked batch may hold, for the automatic ``batch_replicas``
 BATCH_BUDGET = 2**25
@@ -100,6 +103,12 @@ def _versions() -> dict[str, str]:
     return out
 
 
+#: the manifest's statement of agreed keys (runtime.keys = "agreed")
+KEYS_AGREED = ("agreed: X25519 between the agents that share a draw, HKDF-SHA256 per (purpose, holders), group "
+               "secrets wrapped with ChaCha20-Poly1305; own draws from a per-agent 256-bit secret; the initial model "
+               "from the root seed (public). Threat model: " + THREAT_MODEL)
+
+
 def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[int, str, float]],
              accesses: torch.Tensor | None, batch: dict | None = None) -> dict:
     cfg = spec.config
@@ -107,6 +116,7 @@ def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[i
     final = {m: v for t, m, v in rows if t == last}
     ledger = statement(c.mechanism, c.algorithm, iterations=cfg["iterations"], edges=c.network.edges,
                        accesses=accesses)
+    agreed = cfg.get("runtime", {}).get("keys", "root") == "agreed"
     return {
         "run_id": spec.run_id,
         "status": "complete",
@@ -118,14 +128,15 @@ def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[i
         "versions": dict(_versions()),
         "python": platform.python_version(),
         "seeds": {"run": cfg["seed"], "network": cfg["network"].get("seed", 0), "data": cfg["task"].get("seed", 0),
-                  "keys": "root seed → (purpose, access, agent[, neighbour]) and shared keys per holder set"},
+                  "keys": (KEYS_AGREED if agreed else
+                           "root seed → (purpose, access, agent[, neighbour]) and shared keys per holder set")},
         "network": c.network.facts(),
         "W_fingerprint": c.network.fingerprint,
         "input_files": input_files(cfg),
         "task": c.task.describe(),
         "mechanism": c.mechanism.describe(),
         **({"algorithm": {"name": c.algorithm.name, **c.algorithm.facts}} if c.algorithm.facts else {}),
-        "privacy_ledger": [ledger.to_dict()],
+        "privacy_ledger": [{**ledger.to_dict(), "keys": "agreed" if agreed else "root"}],
         "trained": cfg.get("train", True),
         "batch": batch or {"replicas": 1},
         "seconds": seconds,
@@ -159,9 +170,9 @@ def checkpoint_identity(spec: RunSpec) -> dict:
     """What a run's checkpoints are compared against on resume: the run, its configuration (what its numbers depend
     on: not where or how it runs — [runtime], threads, device —, so a run checkpointed by 2 slices resumes with 3 or
     in the simulator), the code."""
-    from privdl.experiment.config import NOT_IDENTITY, without_locations
+    from privdl.experiment.config import identity
 
-    what = without_locations({k: v for k, v in spec.config.items() if k not in NOT_IDENTITY})
+    what = identity(spec.config)
     digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return {"run_id": spec.run_id, "config_digest": digest, "source": privdl.source_hash()}
 
@@ -205,6 +216,7 @@ def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None
         raise ValidationError("runtime.backend = \"dist\" runs in several processes: start it with privdl run CONFIG "
                               "(which launches runtime.procs processes) or torchrun ... -m privdl.runtime CONFIG")
     resumed = ck.latest() if (ck is not None and resume) else None
+    agreed = runtime.get("keys", "root") == "agreed"
     if runtime.get("backend", "simulator") == "sliced":
         placements = partition(c.network.n, slices=runtime.get("slices"), assignment=runtime.get("assignment"))
         if cfg.get("device", "cpu") != "cpu":
@@ -213,18 +225,27 @@ def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None
                                  schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
                                  placements=placements, eval_every=cfg["eval_every"], gradient=cfg["gradient"],
                                  on_step=on_step, observers=observers(cfg, c, c.network.n), checkpoints=ck,
-                                 resume=resume, timeout=float(runtime.get("timeout", 120.0)))
+                                 resume=resume, timeout=float(runtime.get("timeout", 120.0)), agreed=agreed,
+                                 context=spec.run_id)
         placement = {"backend": "sliced", "slices": [list(p.agents) for p in placements],
                       "payload_bytes": result.extra["payload_bytes"],
                       "control_messages": result.extra["control_messages"]}
+        if agreed:
+            placement.update(setup_bytes=result.extra["setup_bytes"],
+                             setup_seconds=result.extra["setup_seconds"])
     else:
+        keys = None if not agreed else Keys(agree_alone(network=c.network, mechanism=c.mechanism,
+                                                        public=RootKeys(int(cfg["seed"])), context=spec.run_id),
+                                            c.network.n)
         result = simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
-                          schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
+                          schedule=c.schedule, iterations=cfg["iterations"], seed=None if agreed else cfg["seed"],
+                          keys=keys,
                           eval_every=cfg["eval_every"], gradient=cfg["gradient"], sparse=c.sparse, on_step=on_step,
                           device=cfg.get("device", "cpu"), observers=observers(cfg, c, c.network.n),
                           checkpoints=ck, resume=resume)
         placement = None
     out = manifest(spec, c, seconds=result.seconds, rows=result.records, accesses=result.accesses)
+    out["bytes_per_tag"] = result.extra.get("bytes", {})
     if placement is not None:
         out["placement"] = placement
     if ck is not None:
@@ -329,7 +350,8 @@ def _alone(cfg: dict, algorithms: dict[str, bool]) -> bool:
     """A run that never shares a replica axis, known from its config: not trained, ``batch_replicas = 1``, a mechanism
     that never stacks (DP-SGD) or an algorithm that does not (DPDL, CGA). ``algorithms`` caches the last by config."""
     if (not cfg.get("train", True) or cfg.get("batch_replicas") == 1 or not may_stack(cfg["mechanism"].get("name"))
-            or cfg.get("runtime", {}).get("backend", "simulator") != "simulator"):
+            or cfg.get("runtime", {}).get("backend", "simulator") != "simulator"
+            or cfg.get("runtime", {}).get("keys", "root") != "root"):
         return True
     key = json.dumps(cfg["algorithm"], sort_keys=True, default=str)
     if key not in algorithms:

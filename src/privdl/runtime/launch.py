@@ -49,6 +49,37 @@ def _worker(rank: int, world: int, port: int, config: str, overrides: list[str],
         raise SystemExit(1)
 
 
+def processes_for(cfg: dict) -> int | None:
+    """The processes ``runtime.agents_per_process`` asks for (its first run's network), or None."""
+    per = cfg.get("runtime", {}).get("agents_per_process")
+    if not per:
+        return None
+    from privdl.experiment.build import build_network
+    from privdl.experiment.config import expand
+
+    c = expand(cfg)[0][0].config
+    n = build_network(c["network"], c["seed"], c.get("base_dir")).n
+    return -(-n // per)
+
+
+def check_transport(runtime: dict, procs: int, gpus: int | None = None) -> None:
+    """Refuse a transport this machine cannot give the processes: NCCL needs one GPU per process (it refuses two
+    ranks on one GPU: "Duplicate GPU detected"), and the runtime moves its messages with gloo (GPU tensors staged
+    through the CPU)."""
+    if runtime.get("transport", "gloo") != "nccl":
+        return
+    if gpus is None:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if procs > gpus:
+        raise PrivdlError(f"runtime.transport = \"nccl\" needs one GPU per process: {procs} processes, {gpus} GPU"
+                          f"{'s' if gpus != 1 else ''} here (NCCL refuses two processes on one GPU). Use "
+                          "transport = \"gloo\" (tensors on a GPU are staged through the CPU)")
+    raise PrivdlError("runtime.transport = \"nccl\" is not built yet: the runtime's messages go over gloo, which "
+                      "carries tensors of runs on a GPU through the CPU; set transport = \"gloo\"")
+
+
 def _check(config: str | Path, overrides: list[str], procs: int) -> None:
     """Refuse before starting any process what every process would refuse: a bad config, more processes than a
     run has agents, an assignment of another number of parts."""
@@ -60,11 +91,13 @@ def _check(config: str | Path, overrides: list[str], procs: int) -> None:
     import json
 
     cfg = load_config(config, overrides)
+    check_transport(cfg.get("runtime", {}), procs)
     seen: set[str] = set()
     for spec in expand(cfg)[0]:
         c = spec.config
         key = json.dumps([c["network"], c["seed"] if c["network"].get("seed") == "run" else None,
-                          c.get("runtime", {}).get("assignment")], sort_keys=True, default=str)
+                          c.get("runtime", {}).get("assignment"),
+                          c.get("runtime", {}).get("agents_per_process")], sort_keys=True, default=str)
         if key not in seen:
             seen.add(key)
             placements_for(c, build_network(c["network"], c["seed"], c.get("base_dir")).n, procs)
@@ -103,4 +136,4 @@ def launch(config: str | Path, *, procs: int, out: str | Path, overrides: list[s
         raise PrivdlError(f"process {rank} of {procs} failed: {message}" + (f"\n{trace}" if trace else ""))
 
 
-__all__ = ["DEFAULT_TIMEOUT", "free_port", "launch"]
+__all__ = ["DEFAULT_TIMEOUT", "check_transport", "free_port", "launch"]

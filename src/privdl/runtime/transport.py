@@ -21,7 +21,7 @@ import zlib
 import torch
 import torch.distributed as dist
 
-from privdl.comm.sliced import TransportError
+from privdl.comm.sliced import SETUP, TransportError
 
 HEADER = 16  # int64 entries: round, crc32(tag), sequence, dtype code, ndim, shape (≤ 11 dims)
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
@@ -50,6 +50,8 @@ class DistTransport:
         self._tags: dict[int, str] = {}
         self.payload_bytes = torch.zeros(world, dtype=torch.int64)  # sent by this process, per receiver
         self.header_bytes = 0
+        self.setup_bytes = 0
+        self.tap = None  # tests: called with the bytes of every header and payload sent
         self.control_messages = 0
         self.failed = None
 
@@ -77,7 +79,12 @@ class DistTransport:
         value = payload.detach().to("cpu").contiguous()  # gloo sends CPU tensors: GPU values are staged here
         h = encode(header)
         self._pending += [(dist.isend(h, dst), h, value, dst, header), (dist.isend(value, dst), h, value, dst, header)]
-        self.payload_bytes[dst] += value.numel() * value.element_size()
+        if header[1].startswith(SETUP):
+            self.setup_bytes += value.numel() * value.element_size()
+        else:
+            self.payload_bytes[dst] += value.numel() * value.element_size()
+        if self.tap is not None:
+            self.tap(h.numpy().tobytes() + value.numpy().tobytes())
         self.header_bytes += h.numel() * h.element_size()
 
     def _wait(self, work, peer: int, header: tuple, what: str) -> None:

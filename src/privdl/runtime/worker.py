@@ -21,18 +21,27 @@ import torch.distributed as dist
 from privdl.errors import PrivdlError, ValidationError
 from privdl.keys import HeldKeys, Keys, RootKeys
 from privdl.placement import Placement, partition
+from privdl.runtime.agreement import agree, shared_groups
 from privdl.runtime.transport import DistTransport
 from privdl.simulator.checkpoint import Checkpoints, RunState
 from privdl.simulator.engine import Recorder, recorded_rounds
-from privdl.simulator.sliced import HeldTask, owners_of, run_slice
+from privdl.simulator.sliced import HeldTask, NetworkBytes, merge_per_tag, owners_of, run_slice
 
 #: tags of the coordinator's messages (never algorithm payloads)
 RECORD, FINAL, ACCESSES, SAVED = "privdl/record", "privdl/final", "privdl/accesses", "privdl/saved"
+BYTES = "privdl/bytes"
 
 
 def placements_for(cfg: dict, n: int, world: int) -> list[Placement]:
     """The placement of every process: a pure function of the config, the network's size and the world size."""
     runtime = cfg.get("runtime", {})
+    per = runtime.get("agents_per_process")
+    if per:
+        blocks = [list(range(lo, min(n, lo + per))) for lo in range(0, n, per)]
+        if len(blocks) != world:
+            raise ValidationError(f"runtime.agents_per_process = {per} places {n} agents on {len(blocks)} "
+                                  f"processes; {world} were started (start {len(blocks)}, or change it)")
+        return partition(n, assignment=blocks)
     if world > n:
         raise ValidationError(f"{world} processes for {n} agents: every process must hold at least one agent "
                               f"(use at most {n} processes)")
@@ -45,8 +54,9 @@ def placements_for(cfg: dict, n: int, world: int) -> list[Placement]:
 class _Coordinator:
     """Process 0 gathers; the others send. One instance per run."""
 
-    def __init__(self, transport: DistTransport, placements: list[Placement], on_record, checkpoints, recorder):
-        self.transport, self.placements = transport, placements
+    def __init__(self, transport: DistTransport, placements: list[Placement], on_record, checkpoints, recorder,
+                 network_bytes: NetworkBytes):
+        self.transport, self.placements, self.bytes = transport, placements, network_bytes
         self.rank, self.world = transport.rank, transport.parts
         self.on_record, self.checkpoints, self.recorder = on_record, checkpoints, recorder
 
@@ -65,22 +75,33 @@ class _Coordinator:
             full[theirs.to(x.device)] = self.transport.recv(r, 0, header).to(x.device)
         return full
 
-    def record(self, t: int, x: torch.Tensor) -> None:
+    def _totals(self, tag: str, t: int, totals: tuple[int, int]) -> list | None:
+        """Every process's meter totals (process 0), or None (the others, after sending)."""
+        mine = torch.tensor([list(totals)], dtype=torch.int64)
+        if self.rank:
+            self.transport.send(self.rank, 0, (t, tag, -1, str(mine.dtype), (1, 2)), mine)
+            self.transport.flush(self.rank)
+            return None
+        return [tuple(totals)] + [tuple(self.transport.recv(r, 0, (t, tag, -1, str(mine.dtype), (1, 2)))[0].tolist())
+                                  for r in range(1, self.world)]
+
+    def record(self, t: int, x: torch.Tensor, totals: tuple[int, int]) -> None:
         full = self._gather(RECORD, t, x)
+        counts = self._totals(BYTES, t, totals)
         if full is not None:
+            self.bytes.now = self.bytes.add(counts)
             self.on_record(t, full)
 
-    def saved(self, t: int) -> None:
-        """Every process wrote its agents' files of round t; process 0 then writes the recorder's (completing it)."""
-        flag = torch.ones(1, dtype=torch.int64)
-        if self.rank:
-            self.transport.send(self.rank, 0, (t, SAVED, -1, str(flag.dtype), (1,)), flag)
-            self.transport.flush(self.rank)
+    def saved(self, t: int, totals: tuple[int, int]) -> None:
+        """Every process wrote its agents' files of round t (and sent its meter's totals); process 0 then writes
+        the recorder's (completing it)."""
+        counts = self._totals(SAVED, t, totals)
+        if counts is None:
             return
-        for r in range(1, self.world):
-            self.transport.recv(r, 0, (t, SAVED, -1, str(flag.dtype), (1,)))
-        records, sums, counts = self.recorder.state()
-        self.checkpoints.save_run(RunState(t, None, 0, torch.zeros(0), records, sums, counts, []))
+        self.bytes.at_checkpoint = self.bytes.add(counts)
+        records, sums, counts_ = self.recorder.state()
+        self.checkpoints.save_run(RunState(t, None, 0, torch.zeros(0), records, sums, counts_,
+                                           [self.bytes.state_dict()]))
 
 
 def run_one_distributed(spec, components, *, rank: int, world: int, timeout: float, checkpoints=None,
@@ -98,7 +119,8 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     p = placements[rank]
     transport = DistTransport(rank, world, [q.agents for q in placements], timeout=timeout)
     marks = set(recorded_rounds(cfg["iterations"], cfg["eval_every"] or cfg["iterations"]))
-    recorder = Recorder(c.task, (), 1, n) if rank == 0 else None
+    network_bytes = NetworkBytes()
+    recorder = Recorder(c.task, [network_bytes], 1, n) if rank == 0 else None
 
     def complete(t: int, x: torch.Tensor) -> None:
         c.task.at_round(t)
@@ -112,10 +134,19 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
         if last is not None and rank == 0:
             st = checkpoints.load_run(last, RunState(last, None, 0, torch.zeros(0)))
             recorder.load(st.records, st.sums, st.counts)
-    coordinator = _Coordinator(transport, placements, complete, checkpoints, recorder)
-    keys = Keys(HeldKeys(RootKeys(int(cfg["seed"])), p.held), n)
+            for d in st.observers[-1:]:  # the meter's totals (the last observer state, as in every backend)
+                network_bytes.load_state_dict(d)
+    coordinator = _Coordinator(transport, placements, complete, checkpoints, recorder, network_bytes)
+    root = RootKeys(int(cfg["seed"]))
+    agreed = cfg.get("runtime", {}).get("keys", "root") == "agreed"
+    began = time.perf_counter()
+    source = root if not agreed else agree(part=rank, placement=p, owner=owner, network=c.network,
+                                           groups=shared_groups(c.mechanism, n), transport=transport, public=root,
+                                           context=spec.run_id)
+    setup = time.perf_counter() - began
+    keys = Keys(HeldKeys(source, p.held), n)
     start = time.perf_counter()
-    final, accesses, _ = run_slice(
+    final, accesses, _, meter = run_slice(
         part=rank, placement=p, owner=owner, network=c.network, task=HeldTask(c.task, p), keys=keys,
         mechanism=c.mechanism, algorithm=c.algorithm, schedule=c.schedule, iterations=cfg["iterations"], x0=None,
         gradient=cfg["gradient"], marks=marks, transport=transport, wire=None, record=coordinator.record,
@@ -124,14 +155,19 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     models = coordinator._gather(FINAL, cfg["iterations"], final)
     counts = coordinator._gather(ACCESSES, cfg["iterations"], accesses.reshape(-1, 1))
     seconds = time.perf_counter() - start
-    sent = torch.zeros(world, dtype=torch.int64)
-    sent[rank] = int(transport.payload_bytes.sum())
+    sent = torch.zeros(2, world, dtype=torch.int64)
+    sent[0, rank] = int(transport.payload_bytes.sum())
+    sent[1, rank] = int(transport.setup_bytes)
     dist.all_reduce(sent)  # control: bytes each process sent, for the manifest
+    box = [None] * world
+    dist.all_gather_object(box, meter.per_tag())  # control: the agents' bytes per tag
     if rank:
         return None
     extra = {"backend": "dist", "processes": world, "slices": [list(q.agents) for q in placements],
-             "payload_bytes": int(sent.sum()), "payload_bytes_per_process": sent.tolist(),
-             "control_messages": transport.control_messages, "resumed_from_round": last}
+             "payload_bytes": int(sent[0].sum()), "payload_bytes_per_process": sent[0].tolist(),
+             **({"setup_bytes": int(sent[1].sum()), "setup_seconds": setup} if agreed else {}),
+             "control_messages": transport.control_messages, "resumed_from_round": last,
+             "bytes": merge_per_tag(box)}
     return recorder.records[0], models.cpu(), counts.reshape(-1), seconds, extra
 
 
@@ -192,6 +228,7 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
             rows, final, accesses, seconds, extra = got
             man = manifest(spec, c, seconds=seconds, rows=rows, accesses=accesses)
             resumed = extra.pop("resumed_from_round")
+            man["bytes_per_tag"] = extra.pop("bytes")
             man["placement"] = extra
             if ck is not None:
                 man["checkpoints"] = {"every": ck.every, "resumed_from_round": resumed}

@@ -21,6 +21,7 @@ import torch
 
 from privdl.algorithms.base import Algorithm, StepContext
 from privdl.comm import Comm, Observer, StackedComm, make_comm
+from privdl.comm.observers import AgentBytes
 from privdl.errors import ValidationError
 from privdl.keys import Keys
 from privdl.mechanisms.base import GradientMechanism, MechanismEnv
@@ -219,7 +220,8 @@ def simulate(
     if x0 is None:
         x0 = task.init_params(keys.generator("init")).expand(comm.rows, -1).clone()
     marks = set(recorded_rounds(iterations, eval_every or iterations))
-    recorder = Recorder(task, observers, 1, comm.rows)
+    meter = comm.meter = AgentBytes(comm.rows)
+    recorder = Recorder(task, [*observers, meter], 1, comm.rows)
 
     def record(t: int, x: torch.Tensor) -> None:
         if metrics:
@@ -228,7 +230,7 @@ def simulate(
             on_record(t, x)
 
     restore, on_round = checkpoint_hooks(checkpoints, resume=resume, mechanism=mechanism, recorder=recorder,
-                                         observers=observers, comm=comm, rows=comm.rows)
+                                         observers=[*observers, meter], comm=comm, rows=comm.rows)
     oracle = GradientOracle(task, mechanism, keys, gradient=gradient)
     oracle.on_access = on_access
     try:
@@ -237,10 +239,11 @@ def simulate(
                                gradient=gradient, marks=marks, record=record, on_step=on_step, restore=restore,
                                on_round=on_round)
     finally:
+        comm.meter = None
         for o in observers:
             comm.detach(o)
     return SimulationResult(recorder.records[0], final.cpu().clone(), seconds, iterations,
-                            mechanism.accesses().clone())
+                            mechanism.accesses().clone(), {"bytes": meter.per_tag()})
 
 
 @dataclass
@@ -321,7 +324,8 @@ def simulate_replicas(
         return values[row_owner.to(task.device)][:, None]
 
     marks = set(recorded_rounds(iterations, eval_every or iterations))
-    recorder = Recorder(task, observers, reps, n)
+    meter = comm.meter = AgentBytes(comm.rows)
+    recorder = Recorder(task, [*observers, meter], reps, n)
 
     def record(t: int, x: torch.Tensor) -> None:
         if metrics:
@@ -330,13 +334,14 @@ def simulate_replicas(
     for o in observers:
         comm.attach(o)
     restore, on_round = checkpoint_hooks(checkpoints, resume=resume, mechanism=mechanism, recorder=recorder,
-                                         observers=observers, comm=comm, rows=comm.rows)
+                                         observers=[*observers, meter], comm=comm, rows=comm.rows)
     try:
         final, seconds = _loop(task=task, comm=comm, algorithm=algorithm, mechanism=mechanism, keys=keys, eta=eta,
                                iterations=iterations, x0=x0.to(dtype=task.dtype, device=task.device),
                                gradient=gradient, marks=marks, record=record, on_step=on_step, restore=restore,
                                on_round=on_round)
     finally:
+        comm.meter = None
         for o in observers:
             comm.detach(o)
     acc = mechanism.accesses()

@@ -25,12 +25,14 @@ import torch
 
 from privdl.algorithms.base import Algorithm
 from privdl.comm import Observer
+from privdl.comm.observers import AgentBytes
 from privdl.comm.sliced import SliceComm, Transport, Wire
 from privdl.errors import ValidationError
 from privdl.keys import HeldKeys, Keys, KeySource, RootKeys
 from privdl.mechanisms.base import GradientMechanism
 from privdl.network.network import Network
 from privdl.placement import Placement, partition
+from privdl.runtime.agreement import agree, shared_groups
 from privdl.schedules import Schedule
 from privdl.simulator.access import GradientOracle
 from privdl.simulator.checkpoint import Checkpoints, RunState
@@ -77,40 +79,68 @@ class HeldTask:
         self._task.at_round(t)
 
 
-class _Gather:
-    """Collects every slice's rows of the models at a recorded round; the last slice to arrive assembles them."""
+class NetworkBytes:
+    """The coordinator's ``bytes_sent`` / ``bytes_received``: the slices' meters (each counts its agents' ends,
+    :class:`privdl.comm.observers.AgentBytes`) summed at every recorded round, on top of the network's totals at
+    the checkpoint a resumed run started from (its state: the totals at the last checkpoint)."""
 
-    def __init__(self, parts: int, placements: Sequence[Placement], on_complete: Callable[[int, torch.Tensor], None]):
+    def __init__(self) -> None:
+        self.base = np.zeros(2, dtype=np.int64)  # totals at the round the run (re)started from
+        self.now = self.base.copy()
+        self.at_checkpoint = self.base.copy()
+
+    def add(self, counts: Sequence[tuple[int, int]]) -> np.ndarray:
+        return self.base + np.sum(np.asarray(counts, dtype=np.int64).reshape(-1, 2), axis=0)
+
+    def metrics(self, t: int, rows: slice) -> dict[str, float]:
+        return {"bytes_sent": float(self.now[0]), "bytes_received": float(self.now[1])}
+
+    def state_dict(self) -> dict:
+        return {"totals": self.at_checkpoint.tolist()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.base = np.asarray(state["totals"], dtype=np.int64)
+        self.now, self.at_checkpoint = self.base.copy(), self.base.copy()
+
+
+class _Gather:
+    """Collects every slice's rows of the models (and its meter's totals) at a recorded round; the last slice to
+    arrive assembles them."""
+
+    def __init__(self, parts: int, placements: Sequence[Placement],
+                 on_complete: Callable[[int, torch.Tensor, list], None]):
         self.parts, self.placements, self.on_complete = parts, placements, on_complete
         self._lock = threading.Lock()
         self._rounds: dict[int, list] = {}
 
-    def put(self, part: int, t: int, x: torch.Tensor) -> None:
+    def put(self, part: int, t: int, x: torch.Tensor, counts: tuple[int, int]) -> None:
         rows = self.placements[part].held_rows
         with self._lock:
             got = self._rounds.setdefault(t, [])
-            got.append((rows, x[rows.to(x.device)].clone()))
+            got.append((rows, x[rows.to(x.device)].clone(), counts))
             if len(got) < self.parts:
                 return
             del self._rounds[t]
             full = torch.empty((x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
-            for r, v in got:
+            for r, v, _ in got:
                 full[r.to(x.device)] = v
-            self.on_complete(t, full)
+            self.on_complete(t, full, [c for _, _, c in got])
 
 
 def run_slice(*, part: int, placement: Placement, owner: np.ndarray, network: Network, task: Task, keys: Keys,
               mechanism: GradientMechanism, algorithm: Algorithm, schedule: Schedule, iterations: int,
               x0: torch.Tensor | None, gradient: str, marks: set[int], transport, wire: Wire | None,
-              record: Callable[[int, torch.Tensor], None], on_step: Callable[[int], None] | None,
-              checkpoints: Checkpoints | None, resume: bool, last: int | None,
-              saved: Callable[[int], None]) -> tuple[torch.Tensor, torch.Tensor, float]:
+              record: Callable[[int, torch.Tensor, tuple[int, int]], None],
+              on_step: Callable[[int], None] | None, checkpoints: Checkpoints | None, resume: bool, last: int | None,
+              saved: Callable[[int, tuple[int, int]], None]) -> tuple[torch.Tensor, torch.Tensor, float, AgentBytes]:
     """One slice's engine — a thread of :func:`simulate_sliced`, or a process of the distributed runtime: its
     Comm over ``transport``, its oracle (only ``task``'s held agents, lots padded as agreed), its own ``mechanism``
-    (a copy), its agents' checkpoints (``saved(t)`` completes a round). Returns (models in the network frame, the
-    mechanism's accesses per row, seconds)."""
+    (a copy), its agents' checkpoints (``saved(t, totals)`` completes a round), its meter (payload bytes of its
+    agents' ends: ``record(t, x, totals)`` and ``saved`` get its (sent, received) totals since the run (re)started).
+    Returns (models in the network frame, the mechanism's accesses per row, seconds, the meter)."""
     n = network.n
     comm = SliceComm(network, placement, part, owner, transport, wire)
+    meter = comm.meter = AgentBytes(n, held=placement.held)
     start = (x0.clone() if x0 is not None else
              task.init_params(keys.generator("init")).expand(n, -1).clone())
     oracle = GradientOracle(task, mechanism, keys, gradient=gradient, placement=placement,
@@ -119,12 +149,24 @@ def run_slice(*, part: int, placement: Placement, owner: np.ndarray, network: Ne
         checkpoints.folders, checkpoints.identity, n=n, every=checkpoints.every, agents=placement.agents,
         writes_run=False, keep=checkpoints.keep)
     restore, on_round = checkpoint_hooks(mine, resume=resume, mechanism=mechanism, recorder=None, observers=(),
-                                         comm=comm, rows=n, after_save=saved, last=last)
+                                         comm=comm, rows=n, after_save=lambda t: saved(t, meter.totals()),
+                                         last=last)
     final, secs = _loop(task=task, comm=comm, algorithm=algorithm, mechanism=mechanism, keys=keys, eta=schedule,
                         iterations=iterations, x0=start.to(dtype=task.dtype, device=task.device), gradient=gradient,
-                        marks=marks, record=record, on_step=on_step, oracle=oracle, restore=restore,
-                        on_round=on_round)
-    return final, mechanism.accesses().clone(), secs
+                        marks=marks, record=lambda t, x: record(t, x, meter.totals()), on_step=on_step,
+                        oracle=oracle, restore=restore, on_round=on_round)
+    return final, mechanism.accesses().clone(), secs, meter
+
+
+def merge_per_tag(parts: Sequence[dict]) -> dict:
+    """The slices' per-tag byte counts (:meth:`AgentBytes.per_tag`) added up: the network's."""
+    out: dict[str, dict[str, int]] = {}
+    for part in parts:
+        for tag, v in part.items():
+            acc = out.setdefault(tag, dict.fromkeys(v, 0))
+            for k, x in v.items():
+                acc[k] += x
+    return out
 
 
 def owners_of(placements: Sequence[Placement], n: int) -> np.ndarray:
@@ -149,7 +191,8 @@ def simulate_sliced(
     gradient: str = "auto", on_step: Callable[[int], None] | None = None, x0: torch.Tensor | None = None,
     metrics: bool = True, observers: Sequence[Observer] = (), timeout: float = 120.0,
     tasks: Sequence[Task] | None = None, sources: Sequence[KeySource] | None = None,
-    checkpoints: Checkpoints | None = None, resume: bool = False,
+    checkpoints: Checkpoints | None = None, resume: bool = False, agreed: bool = False, context: str = "",
+    entropy: Callable[[str], bytes] | None = None,
 ) -> SimulationResult:
     """Run ``algorithm`` with ``mechanism`` as K slices (``placements``, or ``slices`` contiguous blocks), one
     thread each, joined by an in-process transport. Same arguments and result as :func:`privdl.simulate` (keys from
@@ -158,7 +201,10 @@ def simulate_sliced(
     and ``HeldKeys`` of the root source. ``result.extra`` holds the transport's payload bytes per pair of slices
     and its control operations. ``checkpoints`` / ``resume``: as :func:`privdl.simulate` — each slice writes its
     own agents' files, and the last slice to finish a checkpointed round writes the recorder's file, which
-    completes the round."""
+    completes the round. ``agreed``: each slice's keys come from key agreement with the other slices
+    (:func:`privdl.runtime.agreement.agree`, salted with ``context``, the run's identity; ``entropy`` for tests)
+    instead of the root seed; ``result.extra`` then holds the setup bytes, the setup time and the slices' key
+    sources (``key_sources``)."""
     n = network.n
     if task.n != n:
         raise ValidationError(f"the task has {task.n} agents, the network {n}")
@@ -177,9 +223,12 @@ def simulate_sliced(
     transport = Transport(parts, timeout=timeout)
     wire = Wire(parts, observers) if observers else None
     marks = set(recorded_rounds(iterations, eval_every or iterations))
-    recorder = Recorder(task, observers, 1, n)
+    bytes_ = NetworkBytes()
+    watchers = [*observers, bytes_]  # the simulator's order: observers, then the meter
+    recorder = Recorder(task, watchers, 1, n)
 
-    def complete(t: int, x: torch.Tensor) -> None:
+    def complete(t: int, x: torch.Tensor, counts: list) -> None:
+        bytes_.now = bytes_.add(counts)
         if metrics:
             task.at_round(t)
             recorder(t, x)
@@ -189,35 +238,46 @@ def simulate_sliced(
     if last is not None:  # the coordinator's part of the checkpoint: records and observers
         st = checkpoints.load_run(last, RunState(last, None, 0, torch.zeros(0)))
         recorder.load(st.records, st.sums, st.counts)
-        for o, d in zip(stateful(observers), st.observers):
+        for o, d in zip(stateful(watchers), st.observers):
             o.load_state_dict(d)
-    arrived: dict[int, int] = {}
+    arrived: dict[int, list] = {}
     lock = threading.Lock()
 
-    def saved(t: int) -> None:  # every slice wrote its agents' files of round t: the last one completes it
+    def saved(t: int, totals: tuple[int, int]) -> None:  # every slice wrote its files of round t: the last completes
         with lock:
-            arrived[t] = arrived.get(t, 0) + 1
-            if arrived[t] < parts:
+            arrived.setdefault(t, []).append(totals)
+            if len(arrived[t]) < parts:
                 return
-            del arrived[t]
+            bytes_.at_checkpoint = bytes_.add(arrived.pop(t))
             records, sums, counts = recorder.state()
             checkpoints.save_run(RunState(t, None, 0, torch.zeros(0), records, sums, counts,
-                                          [o.state_dict() for o in stateful(observers)]))
+                                          [o.state_dict() for o in stateful(watchers)]))
     finals: list[torch.Tensor | None] = [None] * parts
     accesses: list[torch.Tensor | None] = [None] * parts
     seconds = [0.0] * parts
+    meters: list = [None] * parts
     errors: list[BaseException | None] = [None] * parts
     memo = {id(task): task, id(network): network}
+    groups = shared_groups(mechanism, n) if agreed else []
+    agreed_sources: list = [None] * parts
+    setup = [0.0] * parts
 
     def work(k: int) -> None:
         try:
             p = placements[k]
-            keys = Keys(sources[k] if sources is not None else HeldKeys(source, p.held), n)
-            finals[k], accesses[k], seconds[k] = run_slice(
+            mine = sources[k] if sources is not None else source
+            if agreed:
+                began = time.perf_counter()
+                mine = agreed_sources[k] = agree(part=k, placement=p, owner=owner, network=network, groups=groups,
+                                                 transport=transport, public=source, context=context,
+                                                 entropy=entropy)
+                setup[k] = time.perf_counter() - began
+            keys = Keys(mine if sources is not None and not agreed else HeldKeys(mine, p.held), n)
+            finals[k], accesses[k], seconds[k], meters[k] = run_slice(
                 part=k, placement=p, owner=owner, network=network, task=tasks[k] if tasks is not None else
                 HeldTask(task, p), keys=keys, mechanism=copy.deepcopy(mechanism, dict(memo)), algorithm=algorithm,
                 schedule=schedule, iterations=iterations, x0=x0, gradient=gradient, marks=marks, transport=transport,
-                wire=wire, record=lambda t, x: gather.put(k, t, x), on_step=on_step if k == 0 else None,
+                wire=wire, record=lambda t, x, c: gather.put(k, t, x, c), on_step=on_step if k == 0 else None,
                 checkpoints=checkpoints, resume=resume, last=last, saved=saved)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, and stops the other slices
             errors[k] = exc
@@ -248,8 +308,10 @@ def simulate_sliced(
         final[rows] = f[rows]
         acc[rows] = a[rows]
     extra = {"slices": parts, "payload_bytes": int(transport.payload_bytes.sum()),
-             "control_messages": transport.control_messages}
+             "control_messages": transport.control_messages, "bytes": merge_per_tag([m.per_tag() for m in meters])}
+    if agreed:
+        extra.update(setup_bytes=transport.setup_bytes, setup_seconds=max(setup), key_sources=agreed_sources)
     return SimulationResult(recorder.records[0], final.cpu().clone(), wall, iterations, acc, extra)
 
 
-__all__ = ["HeldTask", "owners_of", "run_slice", "simulate_sliced"]
+__all__ = ["HeldTask", "NetworkBytes", "merge_per_tag", "owners_of", "run_slice", "simulate_sliced"]
