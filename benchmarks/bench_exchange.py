@@ -156,7 +156,7 @@ def main() -> None:
         n = int(args.agents or 8)
         for topology in args.topologies.split(","):
             for d in (int(v) for v in args.dims.split(",")):
-                rounds = max(5, min(200, int(2e7 // (d * n))))
+                rounds = max(20, min(200, int(2e7 // (d * n))))
                 r = _spawn(_exchange_worker, n, topology, d, rounds)
                 print(json.dumps({"topology": topology, "n": n, "d": d, "rounds": rounds,
                                   **{k: round(v * 1e3, 3) for k, v in r.items()},

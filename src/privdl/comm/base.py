@@ -214,20 +214,25 @@ class Comm(ABC):
 
 
 def _slot_sum(out: torch.Tensor, edges: Edges, values: torch.Tensor, weight: torch.Tensor | None, *,
-              by_sender: bool = False) -> torch.Tensor:
+              by_sender: bool = False, rows: torch.Tensor | None = None,
+              position: torch.Tensor | None = None) -> torch.Tensor:
     """out_i += Σ over row i's incoming edges e of weight_e · v_e, slot by slot (canonical order): v_e = values[e]
-    for per-edge values (E, d), or values[src(e)] with ``by_sender`` for per-row values (rows, d)."""
-    slots = edges.slots
+    for per-edge values (E, d), or values[src(e)] with ``by_sender`` for per-row values (rows, d). ``rows``: only
+    these rows (``out`` has one row per entry), the senders' rows read from ``values[position[src(e)]]`` — each
+    row's sum is the same operations on the same numbers, so the same bits as the whole network's."""
+    slots = edges.slots if rows is None else edges.slots[:, rows]
     w = None if weight is None else weight.to(dtype=values.dtype, device=values.device)
     zero = torch.zeros((), dtype=values.dtype, device=values.device)
+    complete = (slots >= 0).all(dim=1).tolist()  # slots every row fills: no masking needed (the same sums)
     for k in range(slots.shape[0]):
         idx = slots[k]
-        valid = (idx >= 0)[:, None]
         safe = idx.clamp(min=0)
-        term = values[edges.src.index_select(0, safe) if by_sender else safe]
+        at = edges.src.index_select(0, safe) if by_sender else safe
+        # a copy, scaled in place (a padded slot's sender may be a row outside the table: any row, masked below)
+        term = values.index_select(0, at if position is None else position[at].clamp(min=0))
         if w is not None:
-            term = w.index_select(0, safe)[:, None] * term
-        out += torch.where(valid, term, zero)
+            term.mul_(w.index_select(0, safe)[:, None])
+        out += term if complete[k] else torch.where((idx >= 0)[:, None], term, zero)
     return out
 
 
@@ -238,10 +243,23 @@ def canonical_mix(x: torch.Tensor, edges: Edges) -> torch.Tensor:
     return _slot_sum(out, edges, flat, edges.weight, by_sender=True).reshape(x.shape)
 
 
+def canonical_rows(table: torch.Tensor, edges: Edges, rows: torch.Tensor, position: torch.Tensor, *,
+                   weighted: bool) -> torch.Tensor:
+    """Rows ``rows`` of :func:`canonical_mix` (``weighted``) or :func:`canonical_neighbour_sum`, bit for bit, from a
+    table holding only the rows they read (row j of the network at ``table[position[j]]``): (len(rows), d)."""
+    if weighted:
+        out = table.index_select(0, position[rows])
+        out.mul_(edges.self_weight.to(dtype=table.dtype, device=table.device)[rows][:, None])
+    else:
+        out = table.new_zeros((len(rows), *table.shape[1:]))
+    return _slot_sum(out, edges, table, edges.weight if weighted else None, by_sender=True, rows=rows,
+                     position=position)
+
+
 def canonical_neighbour_sum(x: torch.Tensor, edges: Edges) -> torch.Tensor:
     """Σ_{j ∈ N(i)} x_j in canonical order."""
     flat = _flat(x)
     return _slot_sum(torch.zeros_like(flat), edges, flat, None, by_sender=True).reshape(x.shape)
 
 
-__all__ = ["Comm", "Observer", "SERVER", "canonical_mix", "canonical_neighbour_sum"]
+__all__ = ["Comm", "Observer", "SERVER", "canonical_mix", "canonical_neighbour_sum", "canonical_rows"]

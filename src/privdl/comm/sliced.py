@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from privdl.comm.base import SERVER, Comm, Observer, _flat, canonical_mix, canonical_neighbour_sum
+from privdl.comm.base import SERVER, Comm, Observer, _flat, canonical_mix, canonical_rows
 from privdl.errors import PrivdlError
 from privdl.network.network import Network
 from privdl.placement import Placement
@@ -73,6 +73,16 @@ class Transport:
 
     def flush(self, part: int) -> None:
         """Every message this slice posted is on its way (a distributed transport waits on its sends here)."""
+
+    def exchange(self, part: int, sends: list[tuple[int, tuple, torch.Tensor]],
+                 recvs: list[tuple[int, tuple]]) -> dict[int, torch.Tensor]:
+        """One Comm call's messages: ``sends`` (receiver, header, payload) posted, then ``recvs`` (sender,
+        header) received, headers checked; the payloads by sender."""
+        for dst, header, value in sends:
+            self.send(part, dst, header, value)
+        out = {src: self.recv(src, part, header) for src, header in recvs}
+        self.flush(part)
+        return out
 
     def send(self, src: int, dst: int, header: tuple, payload: torch.Tensor) -> None:
         value = payload.detach().clone()
@@ -187,6 +197,12 @@ class SliceComm(Comm):
         self.mine_in = torch.from_numpy(np.flatnonzero(do == me))  # edges my agents receive
         self.edge_mask = torch.from_numpy(do == me)
         self.row_mask = placement.row_mask
+        # the rows my agents read (theirs and their neighbours' held elsewhere) and each one's place in that table
+        read = np.union1d(np.asarray(placement.agents, dtype=np.int64),
+                          np.concatenate([r.numpy() for r in self.rows_in.values()] + [np.zeros(0, np.int64)]))
+        self.read_rows = torch.from_numpy(read)
+        self.position = torch.full((self.rows,), -1, dtype=torch.long)
+        self.position[self.read_rows] = torch.arange(len(read))
         self.seq = 0  # messages exchanged, the same count in every slice
         self.reports = 0  # report points passed, the same count in every slice
 
@@ -230,17 +246,11 @@ class SliceComm(Comm):
                   like: torch.Tensor) -> dict[int, torch.Tensor]:
         """Post every peer's payload (peers in increasing order), then receive from every peer whose ``expect``
         (shape) is non-empty; one sequence number per call."""
-        for p, value in out.items():
-            if value.shape[0]:
-                self.transport.send(self.part, p, self._header(tag, value), value)
-        got = {}
-        for p, shape in expect.items():
-            if shape[0]:
-                header = (self.t, tag, self.seq, str(like.dtype), shape)
-                got[p] = self.transport.recv(p, self.part, header).to(like.device)
-        self.transport.flush(self.part)
+        sends = [(p, self._header(tag, value), value) for p, value in out.items() if value.shape[0]]
+        recvs = [(p, (self.t, tag, self.seq, str(like.dtype), shape)) for p, shape in expect.items() if shape[0]]
+        got = self.transport.exchange(self.part, sends, recvs)
         self.seq += 1
-        return got
+        return {p: v.to(like.device) for p, v in got.items()}
 
     def _complete_rows(self, x: torch.Tensor, tag: str) -> torch.Tensor:
         """``x`` with the rows of my agents' neighbours held elsewhere filled in from their slices."""
@@ -255,6 +265,26 @@ class SliceComm(Comm):
             full[self.rows_in[p]] = value
         return full.reshape(x.shape)
 
+    def _held_sum(self, x: torch.Tensor, tag: str, *, weighted: bool) -> torch.Tensor:
+        """mix (``weighted``) or neighbour_sum for my agents only, from the rows they read (the canonical kernels on
+        those rows: the simulator's bits), zeros elsewhere — nothing of size n·d is combined."""
+        flat = _flat(x)
+        out = {p: flat.index_select(0, r) for p, r in self.rows_out.items()}
+        expect = {p: (int(r.numel()), *flat.shape[1:]) for p, r in self.rows_in.items()}
+        got = self._exchange(tag, out, expect, flat)
+        table = flat.new_empty((len(self.read_rows), *flat.shape[1:]))
+        held = self.placement.held_rows.to(flat.device)
+        table.index_copy_(0, self.position[held], flat.index_select(0, held))
+        for p, value in got.items():
+            table.index_copy_(0, self.position[self.rows_in[p]], value)
+        if self.wire is not None:
+            full = flat.new_zeros(flat.shape)
+            full[self.read_rows] = table
+            self._edge_part(tag, full[self.edges.src])
+        result = flat.new_zeros(flat.shape)
+        result.index_copy_(0, held, canonical_rows(table, self.edges, held, self.position, weighted=weighted))
+        return result.reshape(x.shape)
+
     def _mine(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Rows not in ``mask`` set to zero (they belong to other slices)."""
         out = x.clone() if x.shape[0] else x
@@ -264,15 +294,11 @@ class SliceComm(Comm):
     # ---- transmissions --------------------------------------------------------------------------------------------
     def mix(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
         self._meter(tag, self.edges.src, self.edges.dst, x)
-        full = self._complete_rows(x, tag)
-        self._edge_part(tag, full[self.edges.src]) if self.wire is not None else None
-        return self._mine(canonical_mix(full, self.edges), self.row_mask)
+        return self._held_sum(x, tag, weighted=True)
 
     def neighbour_sum(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
         self._meter(tag, self.edges.src, self.edges.dst, x)
-        full = self._complete_rows(x, tag)
-        self._edge_part(tag, full[self.edges.src]) if self.wire is not None else None
-        return self._mine(canonical_neighbour_sum(full, self.edges), self.row_mask)
+        return self._held_sum(x, tag, weighted=False)
 
     def _mix(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - mix is overridden
         return canonical_mix(x, self.edges)

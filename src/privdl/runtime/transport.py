@@ -16,6 +16,7 @@ above it) runs unchanged (../shared/RUNTIME.md, facts 1–6):
 
 from __future__ import annotations
 
+import functools
 import zlib
 
 import torch
@@ -33,11 +34,13 @@ def encode(header: tuple) -> torch.Tensor:
     t, tag, seq, dtype, shape = header
     if len(shape) > HEADER - 5:
         raise TransportError(f"a payload of {len(shape)} dimensions does not fit the header")
-    out = torch.full((HEADER,), -1, dtype=torch.int64)
-    out[:5] = torch.tensor([int(t), zlib.crc32(tag.encode()), int(seq), _CODE[dtype], len(shape)])
-    if shape:
-        out[5:5 + len(shape)] = torch.tensor([int(s) for s in shape])
-    return out
+    values = [int(t), _crc(tag), int(seq), _CODE[dtype], len(shape), *(int(s) for s in shape)]
+    return torch.tensor(values + [-1] * (HEADER - len(values)), dtype=torch.int64)
+
+
+@functools.lru_cache(maxsize=1024)
+def _crc(tag: str) -> int:
+    return zlib.crc32(tag.encode())
 
 
 class DistTransport:
@@ -75,7 +78,7 @@ class DistTransport:
         self.failed = (part, error)
 
     def send(self, src: int, dst: int, header: tuple, payload: torch.Tensor) -> None:
-        self._tags[zlib.crc32(header[1].encode())] = header[1]
+        self._tags[_crc(header[1])] = header[1]
         value = payload.detach().to("cpu").contiguous()  # gloo sends CPU tensors: GPU values are staged here
         h = encode(header)
         self._pending += [(dist.isend(h, dst), h, value, dst, header), (dist.isend(value, dst), h, value, dst, header)]
@@ -99,7 +102,7 @@ class DistTransport:
                                  f"{self._describe(header)} ({text.splitlines()[0][:200]})") from None
 
     def recv(self, src: int, dst: int, header: tuple) -> torch.Tensor:
-        self._tags[zlib.crc32(header[1].encode())] = header[1]
+        self._tags[_crc(header[1])] = header[1]
         want = encode(header)
         got = torch.empty(HEADER, dtype=torch.int64)
         self._wait(dist.irecv(got, src), src, header, "waiting for")
@@ -110,6 +113,36 @@ class DistTransport:
         value = torch.empty(tuple(shape), dtype=DTYPES[_CODE[dtype]])
         self._wait(dist.irecv(value, src), src, header, "receiving")
         return value
+
+    def exchange(self, part: int, sends: list[tuple[int, tuple, torch.Tensor]],
+                 recvs: list[tuple[int, tuple]]) -> dict[int, torch.Tensor]:
+        """One Comm call's messages in two phases: every header receive posted, every send posted, every header
+        waited on and checked; then every payload receive posted (each of the dtype and shape its checked header
+        announced) and waited on. No payload receive is posted before its header is checked — gloo aborts the
+        process when a message is larger than the posted buffer — and the peers' latencies overlap in each phase.
+        Returns the payloads by sender."""
+        headers = []
+        for src, header in recvs:
+            self._tags[_crc(header[1])] = header[1]
+            got = torch.empty(HEADER, dtype=torch.int64)
+            headers.append((src, header, got, dist.irecv(got, src)))
+        for dst, header, value in sends:
+            self.send(part, dst, header, value)
+        for src, header, got, work in headers:
+            self._wait(work, src, header, "waiting for")
+            if not torch.equal(got, encode(header)):
+                raise TransportError(f"{self._who(part)} expected {self._describe(header)} from {self._who(src)}, "
+                                     f"received {self._decode(got)}")
+        payloads = []
+        for src, header, _, _ in headers:
+            value = torch.empty(tuple(header[4]), dtype=DTYPES[_CODE[header[3]]])
+            payloads.append((src, header, value, dist.irecv(value, src)))
+        out = {}
+        for src, header, value, work in payloads:
+            self._wait(work, src, header, "receiving")
+            out[src] = value
+        self.flush(part)
+        return out
 
     def flush(self, part: int) -> None:
         pending, self._pending = self._pending, []
