@@ -177,9 +177,16 @@ def init_process_group(*, rank: int, world: int, init_method: str | None, timeou
         dist.init_process_group("gloo", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout), **kw)
     except (RuntimeError, ValueError) as exc:
+        import os
+
+        restarted = (int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+                     and os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1")
         raise PrivdlError(f"process {rank} of {world} could not join the others ({str(exc).splitlines()[0][:200]}): "
                           "check MASTER_ADDR / MASTER_PORT (reachable, the port free on the master), and on several "
-                          "hosts GLOO_SOCKET_IFNAME (one interface name, e.g. eth0)") from None
+                          "hosts GLOO_SOCKET_IFNAME (one interface name, e.g. eth0)" +
+                          ("; restarted by torchrun: start torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (with "
+                           "the store it shares by default, restarted workers can read a previous attempt's "
+                           "addresses: pytorch/pytorch#135712)" if restarted else "")) from None
 
 
 __all__ = ["placements_for", "run_one_distributed", "init_process_group"]
