@@ -206,3 +206,29 @@ def test_a_rendezvous_that_never_completes_stops_with_advice():
     assert out.returncode != 0 and time.perf_counter() - started < 40
     assert "could not join the others" in out.stderr and "MASTER_PORT" in out.stderr
     assert "GLOO_SOCKET_IFNAME" in out.stderr
+
+
+def test_agents_per_process_and_the_transport_are_checked(tmp_path):
+    """runtime.agents_per_process places contiguous blocks (and says how many processes that needs); NCCL is
+    refused with the reason — two processes on one GPU, or not built — before any process starts."""
+    from privdl.errors import ConfigError, PrivdlError, ValidationError
+    from privdl.experiment import load_config
+    from privdl.runtime.launch import check_transport, processes_for
+    from privdl.runtime.worker import placements_for
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG + SWEEP)
+    c = load_config(cfg, ["runtime.agents_per_process=4"])
+    assert processes_for(c) == 2
+    assert [p.agents for p in placements_for(c, 6, 2)] == [(0, 1, 2, 3), (4, 5)]
+    with pytest.raises(ValidationError, match="places 6 agents on 2 processes; 3 were started"):
+        placements_for(c, 6, 3)
+    with pytest.raises(ConfigError, match="agents_per_process and runtime.assignment"):
+        load_config(cfg, ["runtime.agents_per_process=2", "runtime.assignment=[[0, 1, 2], [3, 4, 5]]"])
+    with pytest.raises(PrivdlError, match="needs one GPU per process: 2 processes, 1 GPU here"):
+        check_transport({"transport": "nccl"}, 2, gpus=1)
+    with pytest.raises(PrivdlError, match="not built yet"):
+        check_transport({"transport": "nccl"}, 2, gpus=2)
+    check_transport({"transport": "gloo"}, 8, gpus=0)
+    with pytest.raises(ConfigError, match="runtime.transport must be one of gloo, nccl"):
+        load_config(cfg, ["runtime.transport=\"mpi\""])
