@@ -35,6 +35,13 @@ from privdl.placement import Placement
 
 #: tag prefix of the setup messages (key agreement): counted as setup bytes, apart from the run's payload
 SETUP = "privdl/setup/"
+#: tag prefix of the runtime's own messages (setup, the coordinator's gathers, the wire for observers): never payload
+CONTROL = "privdl/"
+
+
+def kind_of(tag: str) -> str:
+    """"setup", "control" or "payload": how a message's bytes are counted."""
+    return "setup" if tag.startswith(SETUP) else "control" if tag.startswith(CONTROL) else "payload"
 
 
 class TransportError(PrivdlError):
@@ -57,6 +64,7 @@ class Transport:
         self.failed: tuple[int, BaseException] | None = None
         self.payload_bytes = np.zeros((self.parts, self.parts), dtype=np.int64)
         self.setup_bytes = 0
+        self.control_bytes = 0
         self.control_messages = 0
         self.tap = None  # tests: called with the bytes of every header and payload sent
 
@@ -86,10 +94,13 @@ class Transport:
 
     def send(self, src: int, dst: int, header: tuple, payload: torch.Tensor) -> None:
         value = payload.detach().clone()
-        if header[1].startswith(SETUP):
-            self.setup_bytes += value.numel() * value.element_size()
+        size, kind = value.numel() * value.element_size(), kind_of(header[1])
+        if kind == "payload":
+            self.payload_bytes[src, dst] += size
+        elif kind == "setup":
+            self.setup_bytes += size
         else:
-            self.payload_bytes[src, dst] += value.numel() * value.element_size()
+            self.control_bytes += size
         if self.tap is not None:
             self.tap(repr(header).encode() + value.cpu().contiguous().numpy().tobytes())
         self._queues[(src, dst)].put((header, value))

@@ -22,7 +22,7 @@ import zlib
 import torch
 import torch.distributed as dist
 
-from privdl.comm.sliced import SETUP, TransportError
+from privdl.comm.sliced import TransportError, kind_of
 
 HEADER = 16  # int64 entries: round, crc32(tag), sequence, dtype code, ndim, shape (≤ 11 dims)
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
@@ -54,6 +54,7 @@ class DistTransport:
         self.payload_bytes = torch.zeros(world, dtype=torch.int64)  # sent by this process, per receiver
         self.header_bytes = 0
         self.setup_bytes = 0
+        self.control_bytes = 0  # the coordinator's gathers and the wire for observers
         self.tap = None  # tests: called with the bytes of every header and payload sent
         self.control_messages = 0
         self.failed = None
@@ -82,10 +83,13 @@ class DistTransport:
         value = payload.detach().to("cpu").contiguous()  # gloo sends CPU tensors: GPU values are staged here
         h = encode(header)
         self._pending += [(dist.isend(h, dst), h, value, dst, header), (dist.isend(value, dst), h, value, dst, header)]
-        if header[1].startswith(SETUP):
-            self.setup_bytes += value.numel() * value.element_size()
+        size, kind = value.numel() * value.element_size(), kind_of(header[1])
+        if kind == "payload":
+            self.payload_bytes[dst] += size
+        elif kind == "setup":
+            self.setup_bytes += size
         else:
-            self.payload_bytes[dst] += value.numel() * value.element_size()
+            self.control_bytes += size
         if self.tap is not None:
             self.tap(h.numpy().tobytes() + value.numpy().tobytes())
         self.header_bytes += h.numel() * h.element_size()

@@ -22,14 +22,15 @@ from privdl.errors import PrivdlError, ValidationError
 from privdl.keys import HeldKeys, Keys, RootKeys
 from privdl.placement import Placement, partition
 from privdl.runtime.agreement import agree, shared_groups
-from privdl.runtime.transport import DistTransport
+from privdl.comm.sliced import Wire
+from privdl.runtime.transport import _CODE as CODES, DTYPES, HEADER, DistTransport
 from privdl.simulator.checkpoint import Checkpoints, RunState
-from privdl.simulator.engine import Recorder, recorded_rounds
+from privdl.simulator.engine import Recorder, recorded_rounds, stateful
 from privdl.simulator.sliced import HeldTask, NetworkBytes, merge_per_tag, owners_of, run_slice
 
 #: tags of the coordinator's messages (never algorithm payloads)
 RECORD, FINAL, ACCESSES, SAVED = "privdl/record", "privdl/final", "privdl/accesses", "privdl/saved"
-BYTES = "privdl/bytes"
+BYTES, WIRE = "privdl/bytes", "privdl/wire"
 
 
 def placements_for(cfg: dict, n: int, world: int) -> list[Placement]:
@@ -51,12 +52,53 @@ def placements_for(cfg: dict, n: int, world: int) -> list[Placement]:
     return parts
 
 
+class DistWire:
+    """The wire of a distributed run with observers (the eavesdropper): every process sends its part of each
+    transmission — the messages its agents receive — to process 0 (tag ``privdl/wire``: a size message, then the
+    entries' positions, senders and receivers, then their payloads), where :class:`privdl.comm.sliced.Wire` merges
+    the parts into the simulator's message and hands it to the observers. Control traffic: it exists only when a
+    run has observers, and is counted apart from the payload."""
+
+    def __init__(self, rank: int, world: int, transport: DistTransport, observers) -> None:
+        self.rank, self.world, self.transport = rank, world, transport
+        self.merge = Wire(world, observers) if rank == 0 else None
+
+    def part(self, seq: int, t: int, tag: str, entry: tuple | None) -> None:
+        if self.rank:
+            meta = torch.full((HEADER,), -1, dtype=torch.int64)
+            meta[0] = 0 if entry is None else int(entry[0].numel())
+            if entry is not None and entry[0].numel():
+                order, src, dst, payload = entry
+                shape = tuple(payload.shape[1:])
+                meta[1:4] = torch.tensor([CODES[str(payload.dtype)], CODES[str(src.dtype)], len(shape)])
+                meta[4:4 + len(shape)] = torch.tensor(shape, dtype=torch.int64)
+            self.transport.send(self.rank, 0, (t, WIRE, seq, "torch.int64", (HEADER,)), meta)
+            if int(meta[0]):
+                index = torch.stack([order.long().cpu(), src.long().cpu(), dst.long().cpu()])
+                self.transport.send(self.rank, 0, (t, WIRE, seq, "torch.int64", tuple(index.shape)), index)
+                self.transport.send(self.rank, 0, (t, WIRE, seq, str(payload.dtype), tuple(payload.shape)), payload)
+            self.transport.flush(self.rank)
+            return
+        self.merge.part(seq, t, tag, entry)
+        for r in range(1, self.world):
+            meta = self.transport.recv(r, 0, (t, WIRE, seq, "torch.int64", (HEADER,))).tolist()
+            k = meta[0]
+            if not k:
+                self.merge.part(seq, t, tag, None)
+                continue
+            index = self.transport.recv(r, 0, (t, WIRE, seq, "torch.int64", (3, k)))
+            shape = (k, *meta[4:4 + meta[3]])
+            payload = self.transport.recv(r, 0, (t, WIRE, seq, str(DTYPES[meta[1]]), shape))
+            kind = DTYPES[meta[2]]
+            self.merge.part(seq, t, tag, (index[0], index[1].to(kind), index[2].to(kind), payload))
+
+
 class _Coordinator:
     """Process 0 gathers; the others send. One instance per run."""
 
     def __init__(self, transport: DistTransport, placements: list[Placement], on_record, checkpoints, recorder,
-                 network_bytes: NetworkBytes):
-        self.transport, self.placements, self.bytes = transport, placements, network_bytes
+                 network_bytes: NetworkBytes, watchers: list):
+        self.transport, self.placements, self.bytes, self.watchers = transport, placements, network_bytes, watchers
         self.rank, self.world = transport.rank, transport.parts
         self.on_record, self.checkpoints, self.recorder = on_record, checkpoints, recorder
 
@@ -101,7 +143,7 @@ class _Coordinator:
         self.bytes.at_checkpoint = self.bytes.add(counts)
         records, sums, counts_ = self.recorder.state()
         self.checkpoints.save_run(RunState(t, None, 0, torch.zeros(0), records, sums, counts_,
-                                           [self.bytes.state_dict()]))
+                                           [o.state_dict() for o in stateful(self.watchers)]))
 
 
 def run_one_distributed(spec, components, *, rank: int, world: int, timeout: float, checkpoints=None,
@@ -111,16 +153,16 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
 
     c, cfg = components, spec.config
     n = c.network.n
-    if observers(cfg, c, n):
-        raise ValidationError("the distributed runtime does not gather the eavesdropper's metrics yet: set "
-                              "eavesdropper_window = 0 for this run, or run it in the simulator")
+    watching = observers(cfg, c, n)  # the eavesdropper of a streaming task: fed by process 0's wire
     placements = placements_for(cfg, n, world)
     owner = owners_of(placements, n)
     p = placements[rank]
     transport = DistTransport(rank, world, [q.agents for q in placements], timeout=timeout)
     marks = set(recorded_rounds(cfg["iterations"], cfg["eval_every"] or cfg["iterations"]))
     network_bytes = NetworkBytes()
-    recorder = Recorder(c.task, [network_bytes], 1, n) if rank == 0 else None
+    watchers = [*watching, network_bytes]  # the simulator's order: observers, then the meter
+    recorder = Recorder(c.task, watchers, 1, n) if rank == 0 else None
+    wire = DistWire(rank, world, transport, watching) if watching else None
 
     def complete(t: int, x: torch.Tensor) -> None:
         c.task.at_round(t)
@@ -134,9 +176,9 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
         if last is not None and rank == 0:
             st = checkpoints.load_run(last, RunState(last, None, 0, torch.zeros(0)))
             recorder.load(st.records, st.sums, st.counts)
-            for d in st.observers[-1:]:  # the meter's totals (the last observer state, as in every backend)
-                network_bytes.load_state_dict(d)
-    coordinator = _Coordinator(transport, placements, complete, checkpoints, recorder, network_bytes)
+            for o, d in zip(stateful(watchers), st.observers):
+                o.load_state_dict(d)
+    coordinator = _Coordinator(transport, placements, complete, checkpoints, recorder, network_bytes, watchers)
     root = RootKeys(int(cfg["seed"]))
     agreed = cfg.get("runtime", {}).get("keys", "root") == "agreed"
     began = time.perf_counter()
@@ -149,24 +191,27 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     final, accesses, _, meter = run_slice(
         part=rank, placement=p, owner=owner, network=c.network, task=HeldTask(c.task, p), keys=keys,
         mechanism=c.mechanism, algorithm=c.algorithm, schedule=c.schedule, iterations=cfg["iterations"], x0=None,
-        gradient=cfg["gradient"], marks=marks, transport=transport, wire=None, record=coordinator.record,
+        gradient=cfg["gradient"], marks=marks, transport=transport, wire=wire, record=coordinator.record,
         on_step=on_step if rank == 0 else None, checkpoints=checkpoints, resume=resume, last=last,
         saved=coordinator.saved)
     models = coordinator._gather(FINAL, cfg["iterations"], final)
     counts = coordinator._gather(ACCESSES, cfg["iterations"], accesses.reshape(-1, 1))
     seconds = time.perf_counter() - start
-    sent = torch.zeros(2, world, dtype=torch.int64)
+    sent = torch.zeros(3, world, dtype=torch.int64)
     sent[0, rank] = int(transport.payload_bytes.sum())
     sent[1, rank] = int(transport.setup_bytes)
+    sent[2, rank] = int(transport.control_bytes)
     dist.all_reduce(sent)  # control: bytes each process sent, for the manifest
     box = [None] * world
     dist.all_gather_object(box, meter.per_tag())  # control: the agents' bytes per tag
     if rank:
         return None
+    control = sent[2].sum()
     extra = {"backend": "dist", "processes": world, "slices": [list(q.agents) for q in placements],
              "payload_bytes": int(sent[0].sum()), "payload_bytes_per_process": sent[0].tolist(),
              **({"setup_bytes": int(sent[1].sum()), "setup_seconds": setup} if agreed else {}),
-             "control_messages": transport.control_messages, "resumed_from_round": last,
+             "control_messages": transport.control_messages, "control_bytes": int(control),
+             "resumed_from_round": last,
              "bytes": merge_per_tag(box)}
     return recorder.records[0], models.cpu(), counts.reshape(-1), seconds, extra
 
