@@ -41,7 +41,8 @@ METHODS = [("dsgd+decor", '{ name = "dsgd" }', '{ name = "decor", epsilon = 10.0
            ("central+ldp", '{ name = "central_sgd" }', '{ name = "gaussian_ldp", epsilon = 10.0 }'),
            ("authors+whisper", '{ name = "dsgd", form = "cta", gossip = "authors" }',
             '{ name = "whisper", epsilon = 10.0 }'),
-           ("dsg_rms", '{ name = "dsg_rms" }', '{ name = "none" }')]
+           ("dsg_rms", '{ name = "dsg_rms" }', '{ name = "none" }'),
+           ("dinno+ldp", '{ name = "dinno", primal_steps = 2 }', '{ name = "gaussian_ldp", epsilon = 10.0 }')]
 SWEEP = "".join(f'[[sweep.method]]\nlabel = "{label}"\nalgorithm = {alg}\nmechanism = {mech}\n'
                 for label, alg, mech in METHODS)
 
@@ -54,7 +55,8 @@ def _rows(folder):
 def test_a_run_on_processes_equals_the_simulator_bit_for_bit(tmp_path):
     """privdl run --procs 3 (3 processes on loopback) writes the simulator's results.csv, digit for digit:
     D-SGD + DECOR, DSGT + DP-SGD (lots agreed), DPDL (cross-gradients pulled and pushed), central SGD (the
-    aggregator), the seed-004 authors' in-place gossip + Whisper, DSG-RMS; the manifest names the placement."""
+    aggregator), the seed-004 authors' in-place gossip + Whisper, DSG-RMS, DiNNO + LDP; the manifest names the
+    placement (EDSG-RMS: the eavesdropper's test below)."""
     from typer.testing import CliRunner
 
     from privdl.cli import app
@@ -70,7 +72,7 @@ def test_a_run_on_processes_equals_the_simulator_bit_for_bit(tmp_path):
         assert got.exit_code == 0, got.output
         assert _rows(tmp_path / f"p{k}") == _rows(tmp_path / "sim"), k
     manifests = [json.loads(p.read_text()) for p in (tmp_path / "p3" / "runs").rglob("manifest.json")]
-    assert len(manifests) == 6
+    assert len(manifests) == len(METHODS)
     for m in manifests:
         assert m["placement"]["backend"] == "dist" and m["placement"]["slices"] == [[0, 1], [2, 3], [4, 5]]
         assert m["placement"]["payload_bytes"] > 0
@@ -236,7 +238,7 @@ def test_agents_per_process_and_the_transport_are_checked(tmp_path):
 
 @pytest.mark.exact
 def test_the_eavesdropper_watches_a_distributed_run(tmp_path):
-    """Seed 002's streaming task on 2 processes: every process sends its part of each transmission to process 0,
+    """Seed 002's streaming task (D-SGD, EDSG-RMS) on 2 processes: every process sends its part of each transmission to process 0,
     whose eavesdropper sees the simulator's wire — results.csv, the eavesdropper's MSDs included, digit for digit;
     the wire is control traffic, not payload."""
     from pathlib import Path
@@ -248,7 +250,7 @@ def test_the_eavesdropper_watches_a_distributed_run(tmp_path):
     text = (Path(__file__).resolve().parent.parent / "examples" / "rms_filtering.toml").read_text()
     example = tmp_path / "rms.toml"
     example.write_text(text.replace('"algorithm.name" = ["dsgd", "exact_diffusion", "dsg_rms", "edsg_rms", "pd_lms", '
-                                    '"psgt"]', '"algorithm.name" = ["dsgd", "dsg_rms"]'))
+                                    '"psgt"]', '"algorithm.name" = ["dsgd", "edsg_rms"]'))
     assert example.read_text() != text
     common = ["--set", "seeds=1", "--set", "iterations=60", "--set", "eval_every=20", "--set", "network.sparse=true",
               "--no-plot", "--quiet"]
