@@ -20,7 +20,7 @@ import torch
 
 from privdl.algorithms import make_algorithm
 from privdl.comm.sliced import Transport
-from privdl.keys import HeldKeys, Keys, RootKeys
+from privdl.keys import HeldKeys, Keys, RootKeys, fold, normal, secure_draws
 from privdl.mechanisms import make_mechanism
 from privdl.network import Network
 from privdl.placement import partition
@@ -79,8 +79,9 @@ def test_with_deterministic_entropy_an_agreed_run_is_the_same_on_every_placement
     sched = make_schedule("constant", eta=0.1, iterations=ROUNDS)
     entropy = seeded_entropy(7)
     keys = Keys(agree_alone(network=net, mechanism=mech, public=RootKeys(5), context="run", entropy=entropy), N)
-    want = simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS,
-                    keys=keys, sparse=True, eval_every=1)
+    with secure_draws():  # as the runner runs agreed keys
+        want = simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS,
+                        keys=keys, sparse=True, eval_every=1)
     for k in (2, 3, N):
         got = simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched,
                               iterations=ROUNDS, seed=5, slices=k, eval_every=1, agreed=True, context="run",
@@ -91,6 +92,53 @@ def test_with_deterministic_entropy_an_agreed_run_is_the_same_on_every_placement
     root = simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS,
                     seed=5, sparse=True)
     assert not torch.equal(root.final, want.final)
+
+
+def _recover_key(v: np.ndarray, counter: int) -> int | None:
+    """The attack on SplitMix64 draws (the review's): from two exactly observed normals of a draw at ``counter``,
+    search the 11 bits Φ⁻¹'s input drops, invert SplitMix64's output function and the counter fold; the base key, or
+    None."""
+    from scipy.special import ndtr, ndtri
+
+    from privdl.keys import _mix_int
+
+    m64, gamma = (1 << 64) - 1, 0x9E3779B97F4A7C15
+
+    def unshift(z, s):
+        out = z
+        for _ in range(64 // s + 1):
+            out = z ^ (out >> s)
+        return out & m64
+
+    def unmix(z):
+        z = (unshift(z, 31) * pow(0x94D049BB133111EB, -1, 1 << 64)) & m64
+        z = (unshift(z, 27) * pow(0xBF58476D1CE4E5B9, -1, 1 << 64)) & m64
+        return unshift(z, 30)
+
+    m0 = int(round((ndtr(v[0]) - 2**-54) * 2**53))
+    for m in range(m0 - 64, m0 + 65):
+        if ndtri(m * 2.0**-53 + 2.0**-54) != v[0]:
+            continue
+        for low in range(2048):
+            fk = (unmix((m << 11) | low) - gamma) & m64
+            if ndtri(((_mix_int((fk + 2 * gamma) & m64) >> 11) * 2.0**-53) + 2.0**-54) == v[1]:
+                return unmix(fk) ^ _mix_int(((counter + 1) * gamma) & m64)
+    return None
+
+
+def test_secure_draws_do_not_give_their_keys_away():
+    """With root keys (public anyway) two observed noise numbers give the draw's 64-bit key back — and with it the
+    noise at every other counter; the secure draws of agreed-key runs (ChaCha20 keystream) resist the same attack,
+    and still are standard normals."""
+    base = 0x1234_5678_9ABC_DEF0
+    v = normal(fold(np.uint64(base), 3), 8)[0].numpy()
+    assert _recover_key(v, 3) == base  # the attack works where it should
+    with secure_draws():
+        w = normal(fold(np.uint64(base), 3), 8)[0].numpy()
+        z = normal(np.arange(1, 41, dtype=np.uint64), 5000).reshape(-1)
+    assert not np.array_equal(v, w)
+    assert _recover_key(w, 3) != base
+    assert abs(float(z.mean())) < 5 / np.sqrt(z.numel()) and abs(float(z.var()) - 1) < 5 * np.sqrt(2 / z.numel())
 
 
 def _assembled_noise(mech, placements, sources, counter, d, *, shared_only=False):
@@ -157,7 +205,8 @@ def test_no_secret_crosses_the_in_process_transport(setup, monkeypatch):
     secrets, public = [], []
     for family in ("decor", "whisper"):
         got = simulate_sliced(task=task, network=net, algorithm=alg, mechanism=_mechanism(family, net, alg),
-                              schedule=sched, iterations=ROUNDS, seed=5, slices=3, agreed=True, context=family)
+                              schedule=sched, iterations=ROUNDS, seed=5, slices=3, agreed=True, context=family,
+                              keep_secrets=True)
         for src in got.extra["key_sources"]:
             secrets += src.secrets()
             public += [X25519PrivateKey.from_private_bytes(k).public_key().public_bytes(Encoding.Raw,
@@ -189,7 +238,7 @@ def _dist_agree(rank, store_file, out):
     wire: list[bytes] = []
     t.tap = wire.append
     src = agree(part=rank, placement=placements[rank], owner=owners_of(placements, N), network=net, groups=groups,
-                transport=t, public=RootKeys(1), context="dist")
+                transport=t, public=RootKeys(1), context="dist", keep=True)
     keys = {g: src.shared("noise:probe", g) for g in groups if any(placements[rank].held[list(g)])}
     dist.barrier()
     store = open(store_file, "rb").read() if rank == 0 else b""

@@ -220,13 +220,16 @@ def test_agents_per_process_and_the_transport_are_checked(tmp_path):
 
     cfg = tmp_path / "c.toml"
     cfg.write_text(CONFIG + SWEEP)
-    c = load_config(cfg, ["runtime.agents_per_process=4"])
+    with pytest.raises(ConfigError, match="runtime.agents_per_process places or joins processes"):
+        load_config(cfg, ["runtime.agents_per_process=4"])
+    c = load_config(cfg, ["runtime.agents_per_process=4", "runtime.backend=\"dist\""])
     assert processes_for(c) == 2
     assert [p.agents for p in placements_for(c, 6, 2)] == [(0, 1, 2, 3), (4, 5)]
     with pytest.raises(ValidationError, match="places 6 agents on 2 processes; 3 were started"):
         placements_for(c, 6, 3)
     with pytest.raises(ConfigError, match="agents_per_process and runtime.assignment"):
-        load_config(cfg, ["runtime.agents_per_process=2", "runtime.assignment=[[0, 1, 2], [3, 4, 5]]"])
+        load_config(cfg, ["runtime.agents_per_process=2", "runtime.assignment=[[0, 1, 2], [3, 4, 5]]",
+                          "runtime.backend=\"dist\""])
     with pytest.raises(PrivdlError, match="needs one GPU per process: 2 processes, 1 GPU here"):
         check_transport({"transport": "nccl"}, 2, gpus=1)
     with pytest.raises(PrivdlError, match="not built yet"):
@@ -234,6 +237,10 @@ def test_agents_per_process_and_the_transport_are_checked(tmp_path):
     check_transport({"transport": "gloo"}, 8, gpus=0)
     with pytest.raises(ConfigError, match="runtime.transport must be one of gloo, nccl"):
         load_config(cfg, ["runtime.transport=\"mpi\""])
+    with pytest.raises(PrivdlError, match="runs its processes on the CPU"):
+        from privdl.runtime import launch
+
+        launch(cfg, procs=2, out=tmp_path / "o", overrides=["device=\"cuda\"", "runtime.backend=\"dist\""])
 
 
 @pytest.mark.exact

@@ -19,10 +19,21 @@ Two layers:
   on how the rows are split over processes.
 
 Speed against ``torch.randn`` from one (unkeyed) generator: BENCHMARKS.md, "keyed draws".
+
+**Secure draws** (:func:`secure_draws`, on for runs with agreed keys): SplitMix64 and the counter fold are
+bijections, so one exactly observed number of a draw gives away its 64-bit key and every other draw of that key
+(a coordinate whose gradient is known to be zero exposes an agent's noise). Inside ``secure_draws()`` every keyed
+draw's 64-bit words come instead from the ChaCha20 keystream keyed by SHA-256 of the folded key (one stream per key
+and counter, word j at stream position j): observing outputs reveals nothing of the key short of a 2⁶⁴ search.
+Uniforms and normals are made from those words exactly as from SplitMix64's (top 53 bits; Φ⁻¹ for every row
+length), integers as ⌊u·high⌋ (bias ≤ high·2⁻⁵³). Root-keyed runs keep the fast generators (their keys are public:
+the root seed is in the config).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import hashlib
 import os
@@ -99,6 +110,37 @@ def bits(keys: np.ndarray, size: int, start: int = 0) -> np.ndarray:
     return mix64(z)
 
 
+#: on (per thread) while the draws must be unpredictable from their outputs (:func:`secure_draws`)
+SECURE = contextvars.ContextVar("privdl_secure_draws", default=False)
+
+
+@contextlib.contextmanager
+def secure_draws(on: bool = True):
+    """Keyed draws in this thread come from the ChaCha20 keystream while inside (see the module's docstring)."""
+    token = SECURE.set(bool(on))
+    try:
+        yield
+    finally:
+        SECURE.reset(token)
+
+
+def stream(keys: np.ndarray, size: int, start: int = 0) -> np.ndarray:
+    """Words ``start … start + size − 1`` of the ChaCha20 keystream of every key (key: SHA-256 of
+    "privdl/v1/draw" and the 64-bit key; 64-byte blocks from block ⌊start / 8⌋): (m, size) uint64, row i from
+    keys[i] alone."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+
+    k = _u64(keys).reshape(-1)
+    out = np.empty((len(k), size), dtype=np.uint64)
+    first, skip = divmod(int(start), 8)
+    zeros = bytes((skip + size) * 8)
+    for i, key in enumerate(k.tolist()):
+        secret = hashlib.sha256(b"privdl/v1/draw\x1f" + int(key).to_bytes(8, "little")).digest()
+        cipher = Cipher(algorithms.ChaCha20(secret, first.to_bytes(4, "little") + bytes(12)), mode=None)
+        out[i] = np.frombuffer(cipher.encryptor().update(zeros), dtype="<u8")[skip:]
+    return out
+
+
 #: elements generated per block (8 MB of float64): temporaries stay below the allocator's mmap threshold
 BLOCK = 1 << 20
 
@@ -118,8 +160,9 @@ def _blocks(m: int, size: int):
 def _fill(keys: np.ndarray, size: int, dtype: torch.dtype, transform) -> torch.Tensor:
     k = _u64(keys).reshape(-1)
     out = torch.empty((len(k), size), dtype=dtype)
+    words = stream if SECURE.get() else bits
     for rows, c0, cols in _blocks(len(k), size):
-        z = bits(k[rows], cols, c0)
+        z = words(k[rows], cols, c0)
         z >>= np.uint64(11)
         out[rows, c0:c0 + cols] = transform(torch.from_numpy(z.view(np.int64)).to(torch.float64).mul_(2.0**-53))
     return out
@@ -165,7 +208,7 @@ def normal(keys: np.ndarray, size: int, dtype: torch.dtype = torch.float64) -> t
     Either way row i depends only on keys[i] and a prefix of a longer draw equals the shorter draw when both are
     on the same side of ``WIDE``."""
     k = _u64(keys).reshape(-1)
-    if size < WIDE:
+    if size < WIDE or SECURE.get():
         return _fill(k, size, dtype, inverse_normal)
     out = torch.empty((len(k), size), dtype=dtype)
     direct = dtype == torch.float64
@@ -185,6 +228,8 @@ def integers(keys: np.ndarray, size: int, high: int) -> torch.Tensor:
     ``Generator(Philox(key=k)).integers`` (exact, unbiased), rows on up to ``torch.get_num_threads()`` threads. Meant
     for long rows (random positions in model-sized vectors); row i depends only on keys[i]."""
     k = _u64(keys).reshape(-1)
+    if SECURE.get():
+        return uniform(k, size).mul_(high).floor_().to(torch.int64).clamp_(max=high - 1)
     out = torch.empty((len(k), size), dtype=torch.int64)
 
     def row(i: int) -> None:
@@ -494,5 +539,5 @@ class Draws:
                                 dtype=dtype)
 
 
-__all__ = ["GOLDEN", "Draws", "HeldKeys", "KeySource", "Keys", "NOT_HELD", "RootKeys", "bits", "derive_seed", "fold", "hash_key", "integers", "mix64",
-           "normal", "uniform"]
+__all__ = ["GOLDEN", "Draws", "HeldKeys", "KeySource", "Keys", "NOT_HELD", "RootKeys", "SECURE", "bits", "derive_seed",
+           "fold", "hash_key", "integers", "mix64", "normal", "secure_draws", "stream", "uniform"]

@@ -35,6 +35,8 @@ def run(
     from privdl.experiment import load_config, plot_experiment, run_experiment
 
     try:
+        # --procs K selects the distributed runtime (before the config is checked: its [runtime] keys need it)
+        set_ = [*set_, "runtime.backend=\"dist\""] if procs is not None else list(set_)
         cfg = load_config(config, set_)
         out = out or Path("results") / config.stem
         runtime = cfg.get("runtime", {})
@@ -43,8 +45,7 @@ def run(
             from privdl.runtime.launch import processes_for
 
             k = procs or runtime.get("procs") or processes_for(cfg) or 2
-            extra = [] if runtime.get("backend") == "dist" else ["runtime.backend=\"dist\""]
-            launch(config, procs=k, out=out, overrides=[*set_, *extra, f"runtime.procs={k}"], resume=resume,
+            launch(config, procs=k, out=out, overrides=[*set_, f"runtime.procs={k}"], resume=resume,
                    progress=not quiet)
             console.print(f"{k} processes ran the experiment → {Path(out) / 'results.csv'}")
             if _print_final(Path(out)) and not no_plot:

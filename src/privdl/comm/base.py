@@ -74,11 +74,11 @@ class Comm(ABC):
     def silenced(self):
         """No observer sees the transmissions made inside (a resumed run re-running ``init`` for its state's
         structure: its observers were restored from the checkpoint)."""
-        kept, self._observers = self._observers, []
+        kept, self._observers, meter, self.meter = self._observers, [], self.meter, None
         try:
             yield self
         finally:
-            self._observers = kept
+            self._observers, self.meter = kept, meter
 
     def _report(self, tag: str, src: torch.Tensor, dst: torch.Tensor, payload: Callable[[], torch.Tensor]) -> None:
         if not self._observers:
@@ -87,11 +87,13 @@ class Comm(ABC):
         for o in self._observers:
             o.on_message(t=self.t, tag=tag, src=src, dst=dst, payload=value)
 
-    def _meter(self, tag: str, src: torch.Tensor, dst: torch.Tensor, like: torch.Tensor) -> None:
-        """Count one call's messages (src[k] → dst[k], one row of ``like`` each) on the meter."""
+    def _meter(self, tag: str, src: torch.Tensor, dst: torch.Tensor, like: torch.Tensor, *,
+               cache: bool = True) -> None:
+        """Count one call's messages (src[k] → dst[k], one row of ``like`` each) on the meter (``cache``: src and
+        dst come back every call — the edges' tensors)."""
         if self.meter is not None:
             width = like.numel() // like.shape[0] * like.element_size() if like.shape[0] else 0
-            self.meter.count(tag, src, dst, width)
+            self.meter.count(tag, src, dst, width, cache=cache)
 
     # ---- local facts ----------------------------------------------------------------------------------------------
     @property
@@ -182,12 +184,12 @@ class Comm(ABC):
         """Every row receives the mean of its group's rows, through a trusted aggregator (``SERVER``)."""
         rows = torch.arange(self.rows, device=x.device)
         server = torch.full_like(rows, SERVER)
-        self._meter(tag, rows, server, x)
+        self._meter(tag, rows, server, x, cache=False)
         self._report(tag, rows, server, lambda: x)
         per = self.rows // self.groups
         mean = x.reshape(self.groups, per, *x.shape[1:]).mean(dim=1, keepdim=True)
         out = mean.expand(self.groups, per, *x.shape[1:]).reshape(x.shape).clone()
-        self._meter(tag, server, rows, x)
+        self._meter(tag, server, rows, x, cache=False)
         self._report(tag, server, rows, lambda: out)
         return out
 

@@ -81,76 +81,131 @@ class ByteCounter:
         return sum(self.bytes.values())
 
 
+def add_per_tag(*parts: dict) -> dict:
+    """Per-tag counts ({tag: {"bytes_sent", "bytes_received", "messages"}}) added up, tags in first-seen order."""
+    out: dict[str, dict[str, int]] = {}
+    for part in parts:
+        for tag, v in part.items():
+            acc = out.setdefault(tag, {"bytes_sent": 0, "bytes_received": 0, "messages": 0})
+            for k in acc:
+                acc[k] += int(v.get(k, 0))
+    return out
+
+
+def totals_of(per_tag: dict) -> np.ndarray:
+    """(bytes sent, bytes received) of per-tag counts."""
+    return np.array([sum(v["bytes_sent"] for v in per_tag.values()),
+                     sum(v["bytes_received"] for v in per_tag.values())], dtype=np.int64)
+
+
 class AgentBytes:
     """Payload bytes each agent sends and receives, per tag: what :class:`ByteCounter` counts, split by agent and
     computed from shapes alone (a Comm calls :meth:`count` when this is its ``meter``; no payload is gathered, so
     it costs one small addition per call). A message is one (sender, receiver) pair carrying one row of the
-    payload; the aggregator of ``average`` (``SERVER``) is not an agent. ``held`` (a slice): count only the ends
-    of these agents — the slices' counts then add up to the network's. ``metrics(t, rows)`` gives the recorder
-    ``bytes_sent`` / ``bytes_received`` (all rows' totals since the start of the run) at recorded rounds."""
+    payload, counted at its sender (at its receiver when the aggregator of ``average``, ``SERVER``, sent it: the
+    aggregator is no agent). ``held`` (a slice): count only the ends of these agents — the slices' counts then add
+    up to the network's. ``metrics(t, rows)`` gives the recorder ``bytes_sent`` / ``bytes_received`` (the rows'
+    totals since round 0) at recorded rounds.
+
+    State (checkpoints): per row and tag, so a stacked batch's state splits into its runs' (:func:`slice_state`) and
+    joins again (:func:`join_states`); a coordinator's state (:class:`privdl.simulator.sliced.NetworkBytes`) holds
+    per-tag totals only (``base``), which a resumed run adds to what it counts from there."""
+
+    CACHE = 32  # (src, dst) pairs whose degree counts are kept (the edges' tensors: the same objects every call)
 
     def __init__(self, rows: int, held: np.ndarray | None = None) -> None:
         self.rows = int(rows)
         self.held = np.ones(self.rows, dtype=bool) if held is None else np.asarray(held, dtype=bool)
         self.sent: dict[str, np.ndarray] = {}
         self.received: dict[str, np.ndarray] = {}
-        self.messages: dict[str, int] = defaultdict(int)
-        self.base = np.zeros(2, dtype=np.int64)  # totals before a resume from a checkpoint that kept only totals
+        self.messages: dict[str, np.ndarray] = {}
+        self.base: dict = {}  # per-tag totals carried from a checkpoint that kept only totals
         self._ends: dict[tuple[int, int], tuple] = {}
 
-    def _degrees(self, src: torch.Tensor, dst: torch.Tensor) -> tuple[np.ndarray, np.ndarray, int]:
-        key = (id(src), id(dst))
-        hit = self._ends.get(key)
-        if hit is None or hit[0] is not src or hit[1] is not dst:
-            s, d = src.detach().cpu().long().numpy(), dst.detach().cpu().long().numpy()
-            out = np.bincount(s[s >= 0], minlength=self.rows) * self.held
-            into = np.bincount(d[d >= 0], minlength=self.rows) * self.held
-            counted = int(self.held[np.where(s >= 0, s, d)].sum())  # once, at the sender (aggregator's: receiver)
-            if len(self._ends) > 256:
-                self._ends.clear()
-            hit = self._ends[key] = (src, dst, out, into, counted)
-        return hit[2], hit[3], hit[4]
+    def _counts(self, src: torch.Tensor, dst: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        s, d = src.detach().cpu().long().numpy(), dst.detach().cpu().long().numpy()
+        out = np.bincount(s[s >= 0], minlength=self.rows) * self.held
+        into = np.bincount(d[d >= 0], minlength=self.rows) * self.held
+        at = np.where(s >= 0, s, d)  # the agent end that counts the message
+        return out, into, np.bincount(at[at >= 0], minlength=self.rows) * self.held
 
-    def count(self, tag: str, src: torch.Tensor, dst: torch.Tensor, width: int) -> None:
-        """One call of ``tag``: message k from src[k] to dst[k], each ``width`` bytes."""
-        out, into, counted = self._degrees(src, dst)
+    def count(self, tag: str, src: torch.Tensor, dst: torch.Tensor, width: int, *, cache: bool = True) -> None:
+        """One call of ``tag``: message k from src[k] to dst[k], each ``width`` bytes. ``cache``: src and dst are
+        tensors that come back every call (the edges'), whose counts are kept."""
+        hit = self._ends.get((id(src), id(dst))) if cache else None
+        if hit is None or hit[0] is not src or hit[1] is not dst:
+            hit = (src, dst, *self._counts(src, dst))
+            if cache:
+                if len(self._ends) >= self.CACHE:
+                    self._ends.clear()
+                self._ends[(id(src), id(dst))] = hit
+        _, _, out, into, messages = hit
         if tag not in self.sent:
-            self.sent[tag] = np.zeros(self.rows, dtype=np.int64)
-            self.received[tag] = np.zeros(self.rows, dtype=np.int64)
+            self.sent[tag], self.received[tag], self.messages[tag] = (np.zeros(self.rows, dtype=np.int64)
+                                                                       for _ in range(3))
         self.sent[tag] += out * width
         self.received[tag] += into * width
-        self.messages[tag] += counted
+        self.messages[tag] += messages
+
+    def per_tag(self, rows: slice | None = None) -> dict[str, dict[str, int]]:
+        """Bytes and messages per tag of ``rows`` (all), the carried base included."""
+        r = slice(None) if rows is None else rows
+        mine = {tag: {"bytes_sent": int(self.sent[tag][r].sum()), "bytes_received": int(self.received[tag][r].sum()),
+                      "messages": int(self.messages[tag][r].sum())} for tag in self.sent}
+        return add_per_tag(self.base, mine)
 
     def totals(self, rows: slice | None = None) -> tuple[int, int]:
-        """(bytes sent, bytes received) by ``rows`` (all) over every tag."""
-        rows = slice(None) if rows is None else rows
-        return (int(sum(v[rows].sum() for v in self.sent.values())),
-                int(sum(v[rows].sum() for v in self.received.values())))
+        """(bytes sent, bytes received) by ``rows`` (all) since round 0."""
+        sent, received = totals_of(self.per_tag(rows))
+        return int(sent), int(received)
 
     def metrics(self, t: int, rows: slice) -> dict[str, float]:
         sent, received = self.totals(rows)
-        return {"bytes_sent": float(sent + self.base[0]), "bytes_received": float(received + self.base[1])}
-
-    def per_tag(self) -> dict[str, dict[str, int]]:
-        """Bytes and messages per tag (the network's, or the held agents' ends)."""
-        return {tag: {"bytes_sent": int(self.sent[tag].sum()), "bytes_received": int(self.received[tag].sum()),
-                      "messages": int(self.messages[tag])} for tag in self.sent}
+        return {"bytes_sent": float(sent), "bytes_received": float(received)}
 
     def state_dict(self) -> dict:
-        """Per agent and tag, and the totals (what a sliced run's checkpoint keeps: either resumes the other)."""
-        return {"sent": {k: v.tolist() for k, v in self.sent.items()},
-                "received": {k: v.tolist() for k, v in self.received.items()}, "messages": dict(self.messages),
-                "totals": (self.base + np.asarray(self.totals())).tolist()}
+        return {"kind": "bytes", "rows": self.rows, "base": self.base,
+                **{name: {k: v.tolist() for k, v in getattr(self, name).items()}
+                   for name in ("sent", "received", "messages")}}
 
     def load_state_dict(self, state: dict) -> None:
-        if "sent" not in state:  # a sliced run's checkpoint: the network's totals only
-            self.sent, self.received, self.messages = {}, {}, defaultdict(int)
-            self.base = np.asarray(state["totals"], dtype=np.int64)
+        if state.get("rows") is None:  # a coordinator's state: per-tag totals only
+            self.sent, self.received, self.messages = {}, {}, {}
+            self.base = dict(state["base"])
             return
-        self.base = np.zeros(2, dtype=np.int64)
-        self.sent = {k: np.asarray(v, dtype=np.int64) for k, v in state["sent"].items()}
-        self.received = {k: np.asarray(v, dtype=np.int64) for k, v in state["received"].items()}
-        self.messages = defaultdict(int, state["messages"])
+        if state["rows"] != self.rows:
+            raise ValueError(f"a byte meter's state of {state['rows']} rows for a meter of {self.rows}")
+        for name in ("sent", "received", "messages"):
+            setattr(self, name, {k: np.asarray(v, dtype=np.int64) for k, v in state[name].items()})
+        self.base = dict(state.get("base", {}))
+
+
+def slice_state(state: dict, lo: int, hi: int) -> dict:
+    """Rows lo … hi − 1 of a byte meter's state (one run of a stacked batch)."""
+    out = {"kind": "bytes", "rows": hi - lo, "base": {} if lo else state.get("base", {})}
+    for name in ("sent", "received", "messages"):
+        out[name] = {k: v[lo:hi] for k, v in state[name].items()}
+    return out
+
+
+def join_states(states: list[dict]) -> dict:
+    """Byte meter states of consecutive rows joined (the runs of a stacked batch, resumed together)."""
+    tags = list(states[0]["sent"])
+    out = {"kind": "bytes", "rows": sum(s["rows"] for s in states), "base": add_per_tag(*(s["base"] for s in states))}
+    for name in ("sent", "received", "messages"):
+        out[name] = {k: sum((list(s[name].get(k, [0] * s["rows"])) for s in states), []) for k in tags}
+    return out
+
+
+def is_bytes_state(state: object) -> bool:
+    return isinstance(state, dict) and state.get("kind") == "bytes"
+
+
+def per_tag_of_state(state: dict) -> dict:
+    """The per-tag totals a byte meter's (or a coordinator's) state stands for."""
+    rows = {tag: {"bytes_sent": int(sum(state["sent"][tag])), "bytes_received": int(sum(state["received"][tag])),
+                  "messages": int(sum(state["messages"][tag]))} for tag in state.get("sent", {})}
+    return add_per_tag(state.get("base", {}), rows)
 
 
 class ReplayComm(Comm):

@@ -227,11 +227,11 @@ class SliceComm(Comm):
 
     @contextmanager
     def silenced(self):
-        kept, self.wire = self.wire, None
+        kept, self.wire, meter, self.meter = self.wire, None, self.meter, None
         try:
             yield self
         finally:
-            self.wire = kept
+            self.wire, self.meter = kept, meter
 
     def _part(self, tag: str, order: torch.Tensor | None, src=None, dst=None, payload=None) -> None:
         if self.wire is None:
@@ -356,8 +356,8 @@ class SliceComm(Comm):
         held = self.placement.held_rows.to(x.device)
         rows = torch.arange(self.rows, device=x.device)
         server = torch.full_like(rows, SERVER)
-        self._meter(tag, rows, server, flat)
-        self._meter(tag, server, rows, flat)
+        self._meter(tag, rows, server, flat, cache=False)
+        self._meter(tag, server, rows, flat, cache=False)
         self._part(tag, held, held, server[held], flat[held]) if self.wire is not None else None
         if self.part == 0:
             full = flat.clone()

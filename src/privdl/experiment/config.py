@@ -473,6 +473,10 @@ def _runtime(table: Any) -> dict:
                                                                    for a in p) for p in parts):
             raise ConfigError("runtime.assignment must be a list of non-empty lists of agent indices, e.g. "
                               "[[0, 3], [1, 2]]")
+    if backend != "dist" and ("agents_per_process" in out or "transport" in out):
+        which = "agents_per_process" if "agents_per_process" in out else "transport"
+        raise ConfigError(f"runtime.{which} places or joins processes: set runtime.backend = \"dist\" (or run with "
+                          "--procs K)")
     if backend == "simulator" and split:
         raise ConfigError("runtime.slices / runtime.assignment split a run: set runtime.backend = \"sliced\"")
     if backend == "sliced" and "slices" not in out and "assignment" not in out:

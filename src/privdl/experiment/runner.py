@@ -35,7 +35,7 @@ from privdl.experiment.progress import Lines, Tally, format_duration, run_cost  
 from privdl.experiment.store import ResultStore
 from privdl.mechanisms.base import ClippedSum
 from privdl.mechanisms.stack import may_stack, need_signature
-from privdl.keys import Keys, RootKeys
+from privdl.keys import Keys, RootKeys, secure_draws
 from privdl.placement import partition
 from privdl.runtime.agreement import THREAT_MODEL, agree_alone
 from privdl.privacy.ledger import statement
@@ -237,12 +237,13 @@ def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None
         keys = None if not agreed else Keys(agree_alone(network=c.network, mechanism=c.mechanism,
                                                         public=RootKeys(int(cfg["seed"])), context=spec.run_id),
                                             c.network.n)
-        result = simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
-                          schedule=c.schedule, iterations=cfg["iterations"], seed=None if agreed else cfg["seed"],
-                          keys=keys,
-                          eval_every=cfg["eval_every"], gradient=cfg["gradient"], sparse=c.sparse, on_step=on_step,
-                          device=cfg.get("device", "cpu"), observers=observers(cfg, c, c.network.n),
-                          checkpoints=ck, resume=resume)
+        with secure_draws(agreed):  # agreed keys: draws that do not give their keys away
+            result = simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
+                              schedule=c.schedule, iterations=cfg["iterations"], seed=None if agreed else cfg["seed"],
+                              keys=keys,
+                              eval_every=cfg["eval_every"], gradient=cfg["gradient"], sparse=c.sparse, on_step=on_step,
+                              device=cfg.get("device", "cpu"), observers=observers(cfg, c, c.network.n),
+                              checkpoints=ck, resume=resume)
         placement = None
     out = manifest(spec, c, seconds=result.seconds, rows=result.records, accesses=result.accesses)
     out["bytes_per_tag"] = result.extra.get("bytes", {})
@@ -280,6 +281,7 @@ def _run_batch(specs: Sequence[RunSpec], parts: Sequence[Components], on_step: C
     for r, (spec, c) in enumerate(zip(specs, parts)):
         batch = {"replicas": len(specs), "position": r, "seconds": res.seconds}
         man = manifest(spec, c, seconds=res.seconds, rows=res.records[r], accesses=res.accesses[r], batch=batch)
+        man["bytes_per_tag"] = res.bytes[r]
         if ck is not None:
             man["checkpoints"] = {"every": ck.every, "resumed_from_round": resumed}
         out.append((res.records[r], man))

@@ -10,8 +10,9 @@ At the start of a run every process (or slice) runs :func:`agree` for the agents
 2. **HKDF.** ``P_ab = HKDF-SHA256(shared_ab, salt, info="privdl/v1/pair/<a>-<b>")`` (a < b), with
    ``salt = SHA-256(context, W)``: the run's identity and its mixing weights, so two runs never share a key.
 3. **Groups of more than two** (Whisper / HBC seed groups): the smallest member draws a 256-bit group secret and
-   sends it to every other member wrapped with ChaCha20-Poly1305 under their pairwise key (a random 96-bit nonce;
-   the group and the member as associated data); a member in another process receives only that ciphertext.
+   sends it to every other member wrapped with ChaCha20-Poly1305 under a key derived from their pairwise secret
+   (``HKDF(P_ab, "privdl/v1/wrap/a-b")``, apart from the draw keys; a random 96-bit nonce; the group and the
+   member as associated data); a member in another process receives only that ciphertext.
 4. **Keys of draws.** A draw that agents a < b share for ``purpose`` uses the first 64 bits of
    ``HKDF(P_ab, salt, info="privdl/v1/shared/<purpose>/<a>-<b>")`` (a group: of its secret, info naming all its
    members); an agent's own draws use ``HKDF(O_i, salt, info="privdl/v1/own/<purpose>/<i>")`` of a 256-bit secret
@@ -28,8 +29,8 @@ Threat model (stated in the manifest): passive — eavesdroppers on any link and
 secret they do not hold; the exchange is not authenticated, so an active attacker who can rewrite a link's traffic
 during setup could stand in the middle (long-term identity keys would close that; not built).
 
-Limits: the draws' generators take 64-bit keys (SplitMix64 / Philox keyed by 64 bits), so each draw's key has 64
-bits of entropy, the secrets behind them 256. Agreed-key runs match root-key runs in distribution, not bit for bit;
+The run's draws are then made inside :func:`privdl.keys.secure_draws` (the ChaCha20 keystream, not SplitMix64,
+whose outputs give their key away). Limits: each draw's key has 64 bits (the secrets behind them 256). Agreed-key runs match root-key runs in distribution, not bit for bit;
 with ``entropy`` given (tests), every secret is a function of it and the run is a pure function of the config, the
 same on any placement.
 """
@@ -55,7 +56,8 @@ from privdl.keys import KeySource, fold
 from privdl.placement import Placement
 
 #: how the manifest states what agreed keys protect against
-THREAT_MODEL = ("passive: eavesdroppers on links and curious agents; the X25519 exchange is not authenticated "
+THREAT_MODEL = ("passive: eavesdroppers on links and curious agents (draws from the ChaCha20 keystream: observed noise "
+                "does not reveal its 64-bit key short of a 2^64 search); the X25519 exchange is not authenticated "
                 "(an active attacker rewriting a link during setup could stand in the middle)")
 NONCE, WRAPPED = 12, 12 + 32 + 16  # ChaCha20-Poly1305 nonce; a wrapped group secret: nonce, ciphertext, tag
 
@@ -98,16 +100,18 @@ class AgreedKeys:
     name = "agreed"
 
     def __init__(self, *, public: KeySource, salt: bytes, n: int, own: dict[int, bytes], pairs: dict[tuple[int, int], bytes],
-                 groups: dict[tuple[int, ...], bytes], private: dict[int, bytes]) -> None:
+                 groups: dict[tuple[int, ...], bytes], private: dict[int, bytes] | None = None) -> None:
         self._public, self.salt, self.n = public, salt, int(n)
-        self._own, self._pairs, self._groups, self._private = own, pairs, groups, private
+        self._own, self._pairs, self._groups = own, pairs, groups
+        self._private = private  # kept only for an audit (agree(keep=True)); dropped after setup otherwise
         self._own_base: dict[str, np.ndarray] = {}
-        self._derived: list[bytes] = []
+        self._derived: list[bytes] | None = [] if private is not None else None
         self._cache: dict[tuple[str, tuple[int, ...]], int] = {}
 
     def _key(self, secret: bytes, info: str) -> int:
         key = _hkdf(secret, self.salt, info)
-        self._derived.append(key)
+        if self._derived is not None:
+            self._derived.append(key)
         return _u64(key)
 
     def own(self, purpose: str, agents: np.ndarray, *qualifiers: np.ndarray) -> np.ndarray:
@@ -149,15 +153,12 @@ class AgreedKeys:
         return self._public.public(purpose)
 
     def secrets(self) -> list[bytes]:
-        """Every secret this source holds or derived so far (private keys, own, pairwise and group secrets, the
-        draws' keys as 8 bytes): what must never appear on the wire."""
+        """Every secret this source held or derived (private keys, own, pairwise and group secrets, the draws' keys
+        and their 64 bits): what must never appear on the wire. Only for an audit (``agree(keep=True)``)."""
+        if self._private is None:
+            raise ValidationError("these agreed keys were not kept for an audit: agree(..., keep=True)")
         out = [*self._private.values(), *self._own.values(), *self._pairs.values(), *self._groups.values()]
-        out += self._derived + [k[:8] for k in self._derived]
-        return out
-
-    def state_dict(self) -> dict:
-        """The held secrets (for a checkpoint written with mode 0600)."""
-        return {"own": dict(self._own), "pairs": dict(self._pairs), "groups": dict(self._groups)}
+        return out + self._derived + [k[:8] for k in self._derived]
 
 
 def needed_pairs(network, groups: Sequence[tuple[int, ...]]) -> list[tuple[int, int]]:
@@ -175,11 +176,13 @@ def needed_pairs(network, groups: Sequence[tuple[int, ...]]) -> list[tuple[int, 
 
 
 def agree(*, part: int, placement: Placement, owner: np.ndarray, network, groups: Sequence[Sequence[int]],
-          transport, public: KeySource, context: str, entropy: Callable[[str], bytes] | None = None) -> AgreedKeys:
+          transport, public: KeySource, context: str, entropy: Callable[[str], bytes] | None = None,
+          keep: bool = False) -> AgreedKeys:
     """Run the key agreement for the agents of ``placement`` (slice ``part``; ``owner[i]``: the slice holding agent
     i) over ``transport``; every slice calls it at the same point with the same ``network``, ``groups`` (the
     mechanism's seed groups: :func:`shared_groups`) and ``context`` (the run's identity); ``public`` gives the
-    public keys (the run's root source: the common initial model). ``entropy(label)`` gives
+    public keys (the run's root source: the common initial model). ``keep``: keep the private keys and record
+    every derived key, for :meth:`AgreedKeys.secrets` (tests that scan the wire); otherwise they are dropped. ``entropy(label)`` gives
     32 random bytes (default: the operating system's)."""
     draw = entropy or random_entropy
     n = network.n
@@ -241,7 +244,7 @@ def agree(*, part: int, placement: Placement, owner: np.ndarray, network, groups
             if m in mine:
                 continue
             nonce = draw(f"nonce/{'-'.join(map(str, g))}/{m}")[:NONCE]
-            box = ChaCha20Poly1305(shared[(leader, m)])
+            box = ChaCha20Poly1305(_wrap_key(shared[(leader, m)], salt, leader, m))
             outgoing[int(owner[m])].append(nonce + box.encrypt(nonce, secrets[g], _aad(g, m)))
 
     def wrapped_for(frm: int, to: int) -> list[tuple[tuple[int, ...], int]]:
@@ -258,13 +261,15 @@ def agree(*, part: int, placement: Placement, owner: np.ndarray, network, groups
             for (g, m), row in zip(expect, got.numpy()):
                 blob = row.tobytes()
                 try:
-                    secret = ChaCha20Poly1305(shared[(g[0], m)]).decrypt(blob[:NONCE], blob[NONCE:], _aad(g, m))
+                    secret = ChaCha20Poly1305(_wrap_key(shared[(g[0], m)], salt, g[0], m)).decrypt(
+                        blob[:NONCE], blob[NONCE:], _aad(g, m))
                 except InvalidTag:
                     raise TransportError(f"agent {m}: the group secret of {list(g)} from agent {g[0]} failed "
                                          "authentication (a corrupted or forged setup message)") from None
                 secrets.setdefault(g, secret)
     transport.flush(part)
-    return AgreedKeys(public=public, salt=salt, n=n, own=own, pairs=shared, groups=secrets, private=private)
+    return AgreedKeys(public=public, salt=salt, n=n, own=own, pairs=shared, groups=secrets,
+                      private=private if keep else None)
 
 
 def agree_alone(*, network, mechanism, public: KeySource, context: str,
@@ -278,6 +283,11 @@ def agree_alone(*, network, mechanism, public: KeySource, context: str,
     return agree(part=0, placement=Placement(n, tuple(range(n))), owner=np.zeros(n, dtype=np.int64),
                  network=network, groups=shared_groups(mechanism, n), transport=Transport(1), public=public,
                  context=context, entropy=entropy)
+
+
+def _wrap_key(pair: bytes, salt: bytes, a: int, b: int) -> bytes:
+    """The key that wraps group secrets between a and b: derived apart from the pair's draw keys."""
+    return _hkdf(pair, salt, f"privdl/v1/wrap/{min(a, b)}-{max(a, b)}")
 
 
 def _aad(group: tuple[int, ...], member: int) -> bytes:

@@ -95,6 +95,9 @@ def _check(config: str | Path, overrides: list[str], procs: int) -> None:
     seen: set[str] = set()
     for spec in expand(cfg)[0]:
         c = spec.config
+        if c.get("device", "cpu") not in ("cpu", None):
+            raise PrivdlError("the distributed runtime runs its processes on the CPU (gloo); a run on a GPU is not "
+                              "built yet: remove device or set it to \"cpu\"")
         key = json.dumps([c["network"], c["seed"] if c["network"].get("seed") == "run" else None,
                           c.get("runtime", {}).get("assignment"),
                           c.get("runtime", {}).get("agents_per_process")], sort_keys=True, default=str)

@@ -19,14 +19,14 @@ import torch
 import torch.distributed as dist
 
 from privdl.errors import PrivdlError, ValidationError
-from privdl.keys import HeldKeys, Keys, RootKeys
+from privdl.keys import HeldKeys, Keys, RootKeys, secure_draws
 from privdl.placement import Placement, partition
 from privdl.runtime.agreement import agree, shared_groups
 from privdl.comm.sliced import Wire
 from privdl.runtime.transport import _CODE as CODES, DTYPES, HEADER, DistTransport
 from privdl.simulator.checkpoint import Checkpoints, RunState
 from privdl.simulator.engine import Recorder, recorded_rounds, stateful
-from privdl.simulator.sliced import HeldTask, NetworkBytes, merge_per_tag, owners_of, run_slice
+from privdl.simulator.sliced import HeldTask, NetworkBytes, owners_of, run_slice
 
 #: tags of the coordinator's messages (never algorithm payloads)
 RECORD, FINAL, ACCESSES, SAVED = "privdl/record", "privdl/final", "privdl/accesses", "privdl/saved"
@@ -117,30 +117,41 @@ class _Coordinator:
             full[theirs.to(x.device)] = self.transport.recv(r, 0, header).to(x.device)
         return full
 
-    def _totals(self, tag: str, t: int, totals: tuple[int, int]) -> list | None:
-        """Every process's meter totals (process 0), or None (the others, after sending)."""
-        mine = torch.tensor([list(totals)], dtype=torch.int64)
+    def _counts(self, tag: str, t: int, rows: list[list[int]]) -> list | None:
+        """Every process's rows of integers (process 0: the list of each process's), or None (the others, after
+        sending). Every process has the same number of rows (its meter's tags, in the same order everywhere)."""
+        mine = torch.tensor(rows, dtype=torch.int64) if rows else torch.zeros((0, 3), dtype=torch.int64)
         if self.rank:
-            self.transport.send(self.rank, 0, (t, tag, -1, str(mine.dtype), (1, 2)), mine)
+            self.transport.send(self.rank, 0, (t, tag, -1, str(mine.dtype), tuple(mine.shape)), mine)
             self.transport.flush(self.rank)
             return None
-        return [tuple(totals)] + [tuple(self.transport.recv(r, 0, (t, tag, -1, str(mine.dtype), (1, 2)))[0].tolist())
-                                  for r in range(1, self.world)]
+        return [rows] + [self.transport.recv(r, 0, (t, tag, -1, str(mine.dtype), tuple(mine.shape))).tolist()
+                         for r in range(1, self.world)]
 
     def record(self, t: int, x: torch.Tensor, totals: tuple[int, int]) -> None:
         full = self._gather(RECORD, t, x)
-        counts = self._totals(BYTES, t, totals)
+        counts = self._counts(BYTES, t, [list(totals)])
         if full is not None:
-            self.bytes.now = self.bytes.add(counts)
+            self.bytes.record([c[0] for c in counts])
             self.on_record(t, full)
 
-    def saved(self, t: int, totals: tuple[int, int]) -> None:
-        """Every process wrote its agents' files of round t (and sent its meter's totals); process 0 then writes
+    def per_tag(self, tag: str, t: int, per_tag: dict) -> dict | None:
+        """The network's per-tag byte counts since the (re)start, added up at process 0 (the others: None)."""
+        names = list(per_tag)
+        rows = [[v["bytes_sent"], v["bytes_received"], v["messages"]] for v in per_tag.values()]
+        got = self._counts(tag, t, rows)
+        if got is None:
+            return None
+        return self.bytes.add([{name: dict(zip(("bytes_sent", "bytes_received", "messages"), row))
+                                for name, row in zip(names, part)} for part in got])
+
+    def saved(self, t: int, per_tag: dict) -> None:
+        """Every process wrote its agents' files of round t (and sent its meter's counts); process 0 then writes
         the recorder's (completing it)."""
-        counts = self._totals(SAVED, t, totals)
+        counts = self.per_tag(SAVED, t, per_tag)
         if counts is None:
             return
-        self.bytes.at_checkpoint = self.bytes.add(counts)
+        self.bytes.at_checkpoint = counts
         records, sums, counts_ = self.recorder.state()
         self.checkpoints.save_run(RunState(t, None, 0, torch.zeros(0), records, sums, counts_,
                                            [o.state_dict() for o in stateful(self.watchers)]))
@@ -153,6 +164,9 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
 
     c, cfg = components, spec.config
     n = c.network.n
+    if cfg.get("device", "cpu") not in ("cpu", None):
+        raise ValidationError("the distributed runtime runs its processes on the CPU (gloo); a run on a GPU is not "
+                              "built yet: remove device or set it to \"cpu\"")
     watching = observers(cfg, c, n)  # the eavesdropper of a streaming task: fed by process 0's wire
     placements = placements_for(cfg, n, world)
     owner = owners_of(placements, n)
@@ -188,12 +202,13 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     setup = time.perf_counter() - began
     keys = Keys(HeldKeys(source, p.held), n)
     start = time.perf_counter()
-    final, accesses, _, meter = run_slice(
-        part=rank, placement=p, owner=owner, network=c.network, task=HeldTask(c.task, p), keys=keys,
-        mechanism=c.mechanism, algorithm=c.algorithm, schedule=c.schedule, iterations=cfg["iterations"], x0=None,
-        gradient=cfg["gradient"], marks=marks, transport=transport, wire=wire, record=coordinator.record,
-        on_step=on_step if rank == 0 else None, checkpoints=checkpoints, resume=resume, last=last,
-        saved=coordinator.saved)
+    with secure_draws(agreed):  # agreed keys: draws that do not give their keys away
+        final, accesses, _, meter = run_slice(
+            part=rank, placement=p, owner=owner, network=c.network, task=HeldTask(c.task, p), keys=keys,
+            mechanism=c.mechanism, algorithm=c.algorithm, schedule=c.schedule, iterations=cfg["iterations"], x0=None,
+            gradient=cfg["gradient"], marks=marks, transport=transport, wire=wire, record=coordinator.record,
+            on_step=on_step if rank == 0 else None, checkpoints=checkpoints, resume=resume, last=last,
+            saved=coordinator.saved)
     models = coordinator._gather(FINAL, cfg["iterations"], final)
     counts = coordinator._gather(ACCESSES, cfg["iterations"], accesses.reshape(-1, 1))
     seconds = time.perf_counter() - start
@@ -202,8 +217,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     sent[1, rank] = int(transport.setup_bytes)
     sent[2, rank] = int(transport.control_bytes)
     dist.all_reduce(sent)  # control: bytes each process sent, for the manifest
-    box = [None] * world
-    dist.all_gather_object(box, meter.per_tag())  # control: the agents' bytes per tag
+    per_tag = coordinator.per_tag(BYTES, cfg["iterations"], meter.per_tag())  # the agents' bytes per tag
     if rank:
         return None
     control = sent[2].sum()
@@ -212,7 +226,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
              **({"setup_bytes": int(sent[1].sum()), "setup_seconds": setup} if agreed else {}),
              "control_messages": transport.control_messages, "control_bytes": int(control),
              "resumed_from_round": last,
-             "bytes": merge_per_tag(box)}
+             "bytes": per_tag}
     return recorder.records[0], models.cpu(), counts.reshape(-1), seconds, extra
 
 

@@ -32,6 +32,7 @@ from typing import Any, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
+from privdl.comm.observers import is_bytes_state, join_states, slice_state
 from privdl.errors import PrivdlError
 
 MAGIC = b"privdl-checkpoint/1\n"
@@ -170,9 +171,16 @@ class Checkpoints:
                 "records": [list(x) for x in state.records[r]] if state.records else [],
                 "sums": dict(state.sums[r]) if state.sums else {},
                 "counts": int(state.counts[r]) if state.counts else 0,
-                "observers": state.observers})
+                "observers": [self._own_part(o, r) for o in state.observers]})
             _fsync_dir(where)
             self._prune(folder)
+
+    def _own_part(self, observer_state: object, r: int) -> object:
+        """Run r's part of an observer's state: its rows of a stacked batch's byte meter (the others whole)."""
+        parts = len(self.folders)
+        if parts > 1 and is_bytes_state(observer_state) and observer_state["rows"] == parts * self.n:
+            return slice_state(observer_state, r * self.n, (r + 1) * self.n)
+        return observer_state
 
     def _prune(self, folder: Path) -> None:
         rounds = sorted(self._rounds(folder))
@@ -272,7 +280,9 @@ class Checkpoints:
         return state
 
     def load_run(self, t: int, state: RunState) -> RunState:
-        """Read the recorder's file of round ``t`` into ``state`` (records, running sums, observers)."""
+        """Read the recorder's file of round ``t`` into ``state`` (records, running sums, observers; the runs'
+        byte meters joined into the batch's)."""
+        every: list[list] = []
         for r, folder in enumerate(self.folders):
             path = folder / f"round-{t:09d}" / "run.pt"
             got = _read(path)
@@ -281,6 +291,10 @@ class Checkpoints:
             state.sums.append(dict(got["sums"]))
             state.counts.append(int(got["counts"]))
             state.observers = got["observers"]
+            every.append(got["observers"])
+        if len(every) > 1:
+            state.observers = [join_states(list(parts)) if all(is_bytes_state(p) and p.get("rows") for p in parts)
+                               else parts[-1] for parts in zip(*every)]
         return state
 
     def clear(self) -> None:

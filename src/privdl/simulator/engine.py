@@ -263,6 +263,7 @@ class ReplicaResult:
     records: list[list[tuple[int, str, float]]]  # per replica
     accesses: list[torch.Tensor]  # per replica, per owner
     seconds: float
+    bytes: list[dict] = field(default_factory=list)  # per replica: payload bytes and messages per tag
 
     @property
     def metrics(self) -> list[dict[str, float]]:
@@ -346,4 +347,5 @@ def simulate_replicas(
             comm.detach(o)
     acc = mechanism.accesses()
     return ReplicaResult(final.cpu().reshape(reps, n, -1).clone(), recorder.records,
-                         [acc[r * n:(r + 1) * n].clone() for r in range(reps)], seconds)
+                         [acc[r * n:(r + 1) * n].clone() for r in range(reps)], seconds,
+                         [meter.per_tag(slice(r * n, (r + 1) * n)) for r in range(reps)])

@@ -25,10 +25,10 @@ import torch
 
 from privdl.algorithms.base import Algorithm
 from privdl.comm import Observer
-from privdl.comm.observers import AgentBytes
+from privdl.comm.observers import AgentBytes, add_per_tag, per_tag_of_state, totals_of
 from privdl.comm.sliced import SliceComm, Transport, Wire
 from privdl.errors import ValidationError
-from privdl.keys import HeldKeys, Keys, KeySource, RootKeys
+from privdl.keys import HeldKeys, Keys, KeySource, RootKeys, secure_draws
 from privdl.mechanisms.base import GradientMechanism
 from privdl.network.network import Network
 from privdl.placement import Placement, partition
@@ -80,27 +80,32 @@ class HeldTask:
 
 
 class NetworkBytes:
-    """The coordinator's ``bytes_sent`` / ``bytes_received``: the slices' meters (each counts its agents' ends,
-    :class:`privdl.comm.observers.AgentBytes`) summed at every recorded round, on top of the network's totals at
-    the checkpoint a resumed run started from (its state: the totals at the last checkpoint)."""
+    """The coordinator's byte counts: the slices' meters (each counts its agents' ends,
+    :class:`privdl.comm.observers.AgentBytes`) added up — their totals at every recorded round (``bytes_sent`` /
+    ``bytes_received``), their per-tag counts at checkpoints and at the end — on top of the network's per-tag counts
+    at the checkpoint a resumed run started from (``base``). Its state: the counts at the last checkpoint."""
 
     def __init__(self) -> None:
-        self.base = np.zeros(2, dtype=np.int64)  # totals at the round the run (re)started from
-        self.now = self.base.copy()
-        self.at_checkpoint = self.base.copy()
+        self.base: dict = {}
+        self.now = np.zeros(2, dtype=np.int64)
+        self.at_checkpoint: dict = {}
 
-    def add(self, counts: Sequence[tuple[int, int]]) -> np.ndarray:
-        return self.base + np.sum(np.asarray(counts, dtype=np.int64).reshape(-1, 2), axis=0)
+    def record(self, totals: Sequence[tuple[int, int]]) -> None:
+        self.now = totals_of(self.base) + np.sum(np.asarray(totals, dtype=np.int64).reshape(-1, 2), axis=0)
+
+    def add(self, per_tags: Sequence[dict]) -> dict:
+        """The network's per-tag counts: the base and the slices' since the (re)start."""
+        return add_per_tag(self.base, *per_tags)
 
     def metrics(self, t: int, rows: slice) -> dict[str, float]:
         return {"bytes_sent": float(self.now[0]), "bytes_received": float(self.now[1])}
 
     def state_dict(self) -> dict:
-        return {"totals": self.at_checkpoint.tolist()}
+        return {"kind": "bytes", "rows": None, "base": self.at_checkpoint}
 
     def load_state_dict(self, state: dict) -> None:
-        self.base = np.asarray(state["totals"], dtype=np.int64)
-        self.now, self.at_checkpoint = self.base.copy(), self.base.copy()
+        self.base = per_tag_of_state(state)
+        self.now, self.at_checkpoint = totals_of(self.base), dict(self.base)
 
 
 class _Gather:
@@ -132,11 +137,12 @@ def run_slice(*, part: int, placement: Placement, owner: np.ndarray, network: Ne
               x0: torch.Tensor | None, gradient: str, marks: set[int], transport, wire: Wire | None,
               record: Callable[[int, torch.Tensor, tuple[int, int]], None],
               on_step: Callable[[int], None] | None, checkpoints: Checkpoints | None, resume: bool, last: int | None,
-              saved: Callable[[int, tuple[int, int]], None]) -> tuple[torch.Tensor, torch.Tensor, float, AgentBytes]:
+              saved: Callable[[int, dict], None]) -> tuple[torch.Tensor, torch.Tensor, float, AgentBytes]:
     """One slice's engine — a thread of :func:`simulate_sliced`, or a process of the distributed runtime: its
     Comm over ``transport``, its oracle (only ``task``'s held agents, lots padded as agreed), its own ``mechanism``
-    (a copy), its agents' checkpoints (``saved(t, totals)`` completes a round), its meter (payload bytes of its
-    agents' ends: ``record(t, x, totals)`` and ``saved`` get its (sent, received) totals since the run (re)started).
+    (a copy), its agents' checkpoints (``saved(t, per_tag)`` completes a round), its meter (payload bytes of its
+    agents' ends: ``record(t, x, totals)`` gets its (sent, received) totals, ``saved`` its per-tag counts, since the
+    run (re)started).
     Returns (models in the network frame, the mechanism's accesses per row, seconds, the meter)."""
     n = network.n
     comm = SliceComm(network, placement, part, owner, transport, wire)
@@ -149,24 +155,13 @@ def run_slice(*, part: int, placement: Placement, owner: np.ndarray, network: Ne
         checkpoints.folders, checkpoints.identity, n=n, every=checkpoints.every, agents=placement.agents,
         writes_run=False, keep=checkpoints.keep)
     restore, on_round = checkpoint_hooks(mine, resume=resume, mechanism=mechanism, recorder=None, observers=(),
-                                         comm=comm, rows=n, after_save=lambda t: saved(t, meter.totals()),
+                                         comm=comm, rows=n, after_save=lambda t: saved(t, meter.per_tag()),
                                          last=last)
     final, secs = _loop(task=task, comm=comm, algorithm=algorithm, mechanism=mechanism, keys=keys, eta=schedule,
                         iterations=iterations, x0=start.to(dtype=task.dtype, device=task.device), gradient=gradient,
                         marks=marks, record=lambda t, x: record(t, x, meter.totals()), on_step=on_step,
                         oracle=oracle, restore=restore, on_round=on_round)
     return final, mechanism.accesses().clone(), secs, meter
-
-
-def merge_per_tag(parts: Sequence[dict]) -> dict:
-    """The slices' per-tag byte counts (:meth:`AgentBytes.per_tag`) added up: the network's."""
-    out: dict[str, dict[str, int]] = {}
-    for part in parts:
-        for tag, v in part.items():
-            acc = out.setdefault(tag, dict.fromkeys(v, 0))
-            for k, x in v.items():
-                acc[k] += x
-    return out
 
 
 def owners_of(placements: Sequence[Placement], n: int) -> np.ndarray:
@@ -192,7 +187,7 @@ def simulate_sliced(
     metrics: bool = True, observers: Sequence[Observer] = (), timeout: float = 120.0,
     tasks: Sequence[Task] | None = None, sources: Sequence[KeySource] | None = None,
     checkpoints: Checkpoints | None = None, resume: bool = False, agreed: bool = False, context: str = "",
-    entropy: Callable[[str], bytes] | None = None,
+    entropy: Callable[[str], bytes] | None = None, keep_secrets: bool = False,
 ) -> SimulationResult:
     """Run ``algorithm`` with ``mechanism`` as K slices (``placements``, or ``slices`` contiguous blocks), one
     thread each, joined by an in-process transport. Same arguments and result as :func:`privdl.simulate` (keys from
@@ -203,8 +198,8 @@ def simulate_sliced(
     own agents' files, and the last slice to finish a checkpointed round writes the recorder's file, which
     completes the round. ``agreed``: each slice's keys come from key agreement with the other slices
     (:func:`privdl.runtime.agreement.agree`, salted with ``context``, the run's identity; ``entropy`` for tests)
-    instead of the root seed; ``result.extra`` then holds the setup bytes, the setup time and the slices' key
-    sources (``key_sources``)."""
+    instead of the root seed; ``result.extra`` then holds the setup bytes and the setup time (and, with
+    ``keep_secrets``, the slices' key sources, ``key_sources``, for an audit of the wire)."""
     n = network.n
     if task.n != n:
         raise ValidationError(f"the task has {task.n} agents, the network {n}")
@@ -228,7 +223,7 @@ def simulate_sliced(
     recorder = Recorder(task, watchers, 1, n)
 
     def complete(t: int, x: torch.Tensor, counts: list) -> None:
-        bytes_.now = bytes_.add(counts)
+        bytes_.record(counts)
         if metrics:
             task.at_round(t)
             recorder(t, x)
@@ -243,9 +238,9 @@ def simulate_sliced(
     arrived: dict[int, list] = {}
     lock = threading.Lock()
 
-    def saved(t: int, totals: tuple[int, int]) -> None:  # every slice wrote its files of round t: the last completes
+    def saved(t: int, per_tag: dict) -> None:  # every slice wrote its files of round t: the last completes it
         with lock:
-            arrived.setdefault(t, []).append(totals)
+            arrived.setdefault(t, []).append(per_tag)
             if len(arrived[t]) < parts:
                 return
             bytes_.at_checkpoint = bytes_.add(arrived.pop(t))
@@ -270,15 +265,16 @@ def simulate_sliced(
                 began = time.perf_counter()
                 mine = agreed_sources[k] = agree(part=k, placement=p, owner=owner, network=network, groups=groups,
                                                  transport=transport, public=source, context=context,
-                                                 entropy=entropy)
+                                                 entropy=entropy, keep=keep_secrets)
                 setup[k] = time.perf_counter() - began
             keys = Keys(mine if sources is not None and not agreed else HeldKeys(mine, p.held), n)
-            finals[k], accesses[k], seconds[k], meters[k] = run_slice(
-                part=k, placement=p, owner=owner, network=network, task=tasks[k] if tasks is not None else
-                HeldTask(task, p), keys=keys, mechanism=copy.deepcopy(mechanism, dict(memo)), algorithm=algorithm,
-                schedule=schedule, iterations=iterations, x0=x0, gradient=gradient, marks=marks, transport=transport,
-                wire=wire, record=lambda t, x, c: gather.put(k, t, x, c), on_step=on_step if k == 0 else None,
-                checkpoints=checkpoints, resume=resume, last=last, saved=saved)
+            with secure_draws(agreed):  # agreed keys: draws that do not give their keys away
+                finals[k], accesses[k], seconds[k], meters[k] = run_slice(
+                    part=k, placement=p, owner=owner, network=network, task=tasks[k] if tasks is not None else
+                    HeldTask(task, p), keys=keys, mechanism=copy.deepcopy(mechanism, dict(memo)), algorithm=algorithm,
+                    schedule=schedule, iterations=iterations, x0=x0, gradient=gradient, marks=marks, transport=transport,
+                    wire=wire, record=lambda t, x, c: gather.put(k, t, x, c), on_step=on_step if k == 0 else None,
+                    checkpoints=checkpoints, resume=resume, last=last, saved=saved)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, and stops the other slices
             errors[k] = exc
             transport.fail(k, exc)
@@ -308,10 +304,12 @@ def simulate_sliced(
         final[rows] = f[rows]
         acc[rows] = a[rows]
     extra = {"slices": parts, "payload_bytes": int(transport.payload_bytes.sum()),
-             "control_messages": transport.control_messages, "bytes": merge_per_tag([m.per_tag() for m in meters])}
+             "control_messages": transport.control_messages, "bytes": bytes_.add([m.per_tag() for m in meters])}
     if agreed:
-        extra.update(setup_bytes=transport.setup_bytes, setup_seconds=max(setup), key_sources=agreed_sources)
+        extra.update(setup_bytes=transport.setup_bytes, setup_seconds=max(setup))
+        if keep_secrets:
+            extra["key_sources"] = agreed_sources
     return SimulationResult(recorder.records[0], final.cpu().clone(), wall, iterations, acc, extra)
 
 
-__all__ = ["HeldTask", "NetworkBytes", "merge_per_tag", "owners_of", "run_slice", "simulate_sliced"]
+__all__ = ["HeldTask", "NetworkBytes", "owners_of", "run_slice", "simulate_sliced"]
