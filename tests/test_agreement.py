@@ -78,8 +78,9 @@ def test_with_deterministic_entropy_an_agreed_run_is_the_same_on_every_placement
     mech = _mechanism(family, net, alg)
     sched = make_schedule("constant", eta=0.1, iterations=ROUNDS)
     entropy = seeded_entropy(7)
-    keys = Keys(agree_alone(network=net, mechanism=mech, public=RootKeys(5), context="run", entropy=entropy), N)
-    with secure_draws():  # as the runner runs agreed keys
+    source = agree_alone(network=net, mechanism=mech, public=RootKeys(5), context="run", entropy=entropy)
+    keys = Keys(source, N)
+    with secure_draws(source.salt):  # as the runner runs agreed keys
         want = simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS,
                         keys=keys, sparse=True, eval_every=1)
     for k in (2, 3, N):
@@ -128,16 +129,18 @@ def _recover_key(v: np.ndarray, counter: int) -> int | None:
 
 def test_secure_draws_do_not_give_their_keys_away():
     """With root keys (public anyway) two observed noise numbers give the draw's 64-bit key back — and with it the
-    noise at every other counter; the secure draws of agreed-key runs (ChaCha20 keystream) resist the same attack,
-    and still are standard normals."""
+    noise at every other counter; the secure draws of agreed-key runs (ChaCha20 keystream, a one-way counter fold)
+    resist the same attack, and still are standard normals."""
     base = 0x1234_5678_9ABC_DEF0
     v = normal(fold(np.uint64(base), 3), 8)[0].numpy()
     assert _recover_key(v, 3) == base  # the attack works where it should
-    with secure_draws():
+    with secure_draws(b"a run's salt"):
         w = normal(fold(np.uint64(base), 3), 8)[0].numpy()
         z = normal(np.arange(1, 41, dtype=np.uint64), 5000).reshape(-1)
+        one_way = fold(np.uint64(base), 3)
     assert not np.array_equal(v, w)
     assert _recover_key(w, 3) != base
+    assert int(one_way) != int(fold(np.uint64(base), 3))  # the counter fold is one way here
     assert abs(float(z.mean())) < 5 / np.sqrt(z.numel()) and abs(float(z.var()) - 1) < 5 * np.sqrt(2 / z.numel())
 
 
@@ -149,8 +152,9 @@ def _assembled_noise(mech, placements, sources, counter, d, *, shared_only=False
         gen = copy.deepcopy(mech.noise)
         if shared_only:
             gen.sigma_mix = 0.0
-        gen.bind(Keys(HeldKeys(src, p.held), N), "noise")
-        rows.append((p.held_rows, gen.network(counter, d)[p.held_rows]))
+        with secure_draws(src.salt):  # as an agreed run draws
+            gen.bind(Keys(HeldKeys(src, p.held), N), "noise")
+            rows.append((p.held_rows, gen.network(counter, d)[p.held_rows]))
     v = torch.zeros(N, d, dtype=torch.float64)
     for r, x in rows:
         v[r] = x

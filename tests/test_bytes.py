@@ -103,3 +103,23 @@ def test_communication_cost_in_closed_form(setup):
     assert last["bytes_sent"] == dsgt["bytes_sent"]
     assert sum(v["bytes_sent"] for v in sliced.extra["bytes"].values()) == dsgt["bytes_sent"]
     assert torch.is_tensor(sliced.final)
+
+
+def test_byte_counts_split_and_join_with_the_runs_of_a_stacked_batch():
+    """A stacked batch's meter state splits into its runs' (each run keeps its own carried totals) and joins back,
+    a coordinator's totals-only state counting as its run's base; tags of any run survive the join."""
+    from privdl.comm.observers import AgentBytes, as_rows, join_states, slice_state
+
+    n = 2
+    coordinator = {"kind": "bytes", "rows": None, "base": {"x": {"bytes_sent": 5, "bytes_received": 5, "messages": 1}}}
+    alone = AgentBytes(n)
+    alone.count("y", torch.tensor([0, 1]), torch.tensor([1, 0]), 8)
+    batch = AgentBytes(2 * n)
+    batch.load_state_dict(join_states([as_rows(coordinator, n), alone.state_dict()]))
+    assert batch.totals(slice(0, n)) == (5, 5) and batch.totals(slice(n, 2 * n)) == (16, 16)
+    assert set(batch.per_tag()) == {"x", "y"}
+    batch.count("y", torch.tensor([0, 1, 2, 3]), torch.tensor([1, 0, 3, 2]), 8)
+    first, second = AgentBytes(n), AgentBytes(n)
+    first.load_state_dict(slice_state(batch.state_dict(), 0, n))
+    second.load_state_dict(slice_state(batch.state_dict(), n, 2 * n))
+    assert first.totals() == (5 + 16, 5 + 16) and second.totals() == (32, 32)

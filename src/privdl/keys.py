@@ -23,8 +23,11 @@ Speed against ``torch.randn`` from one (unkeyed) generator: BENCHMARKS.md, "keye
 **Secure draws** (:func:`secure_draws`, on for runs with agreed keys): SplitMix64 and the counter fold are
 bijections, so one exactly observed number of a draw gives away its 64-bit key and every other draw of that key
 (a coordinate whose gradient is known to be zero exposes an agent's noise). Inside ``secure_draws()`` every keyed
-draw's 64-bit words come instead from the ChaCha20 keystream keyed by SHA-256 of the folded key (one stream per key
-and counter, word j at stream position j): observing outputs reveals nothing of the key short of a 2⁶⁴ search.
+draw's 64-bit words come instead from the ChaCha20 keystream keyed by SHA-256 of the run's salt and the folded key
+(one stream per key and counter, word j at stream position j), and :func:`fold` is one way (BLAKE2b keyed by the
+salt). Observed outputs do not give a key away; what is left is a search over the 64-bit folded keys — against N
+observed draws ≈ 2⁶⁴ / N tries for one hit, which exposes that one draw (one agent, one access) and nothing else,
+since the fold cannot be undone (256-bit draw keys would close even that: not built).
 Uniforms and normals are made from those words exactly as from SplitMix64's (top 53 bits; Φ⁻¹ for every row
 length), integers as ⌊u·high⌋ (bias ≤ high·2⁻⁵³). Root-keyed runs keep the fast generators (their keys are public:
 the root seed is in the config).
@@ -96,6 +99,9 @@ def fold(keys: np.ndarray | int, values: np.ndarray | int) -> np.ndarray:
     """k' = mix(k ⊕ mix((v + 1)·γ)): one key per (key, value) pair, broadcasting; used to qualify a key by an agent,
     a neighbour or a counter."""
     k = np.atleast_1d(_u64(keys)) if np.ndim(keys) == 0 and np.ndim(values) > 0 else _u64(keys)
+    salt = SECURE.get()
+    if salt is not None:  # secure draws: one way, so a key found for one draw leads to no other
+        return _secure_fold(k, values, salt)
     with np.errstate(over="ignore"):
         v = (_u64(values) + np.uint64(1)) * GOLDEN
     return mix64(np.bitwise_xor(k, mix64(v)))
@@ -110,32 +116,49 @@ def bits(keys: np.ndarray, size: int, start: int = 0) -> np.ndarray:
     return mix64(z)
 
 
-#: on (per thread) while the draws must be unpredictable from their outputs (:func:`secure_draws`)
-SECURE = contextvars.ContextVar("privdl_secure_draws", default=False)
+#: per thread: the run's salt while the draws must be unpredictable from their outputs (:func:`secure_draws`), else
+#: None
+SECURE = contextvars.ContextVar("privdl_secure_draws", default=None)
 
 
 @contextlib.contextmanager
-def secure_draws(on: bool = True):
-    """Keyed draws in this thread come from the ChaCha20 keystream while inside (see the module's docstring)."""
-    token = SECURE.set(bool(on))
+def secure_draws(salt: bytes | None = b""):
+    """Keyed draws in this thread come from the ChaCha20 keystream, and keys are qualified one way, while inside
+    (see the module's docstring); ``salt`` (the run's, e.g. :attr:`AgreedKeys.salt`) enters every derivation so
+    that no work carries over from one run to another. ``None``: the ordinary draws."""
+    token = SECURE.set(None if salt is None else bytes(salt))
     try:
         yield
     finally:
         SECURE.reset(token)
 
 
+def _secure_fold(keys: np.ndarray, values: np.ndarray, salt: bytes) -> np.ndarray:
+    """fold's one-way counterpart: the first 64 bits of BLAKE2b(key ‖ value) keyed by the run's salt, per pair."""
+    k, v = np.broadcast_arrays(_u64(keys), _u64(values))
+    out = np.empty(k.shape, dtype=np.uint64)
+    flat_k, flat_v, flat_o = k.reshape(-1), v.reshape(-1), out.reshape(-1)
+    mac = hashlib.blake2b(digest_size=8, key=salt[:64], person=b"privdl/v1/fold")
+    for i in range(flat_k.size):
+        h = mac.copy()
+        h.update(int(flat_k[i]).to_bytes(8, "little") + int(flat_v[i]).to_bytes(8, "little"))
+        flat_o[i] = int.from_bytes(h.digest(), "little")
+    return out
+
+
 def stream(keys: np.ndarray, size: int, start: int = 0) -> np.ndarray:
     """Words ``start … start + size − 1`` of the ChaCha20 keystream of every key (key: SHA-256 of
-    "privdl/v1/draw" and the 64-bit key; 64-byte blocks from block ⌊start / 8⌋): (m, size) uint64, row i from
-    keys[i] alone."""
+    "privdl/v1/draw", the run's salt and the 64-bit key; 64-byte blocks from block ⌊start / 8⌋): (m, size) uint64,
+    row i from keys[i] alone."""
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
     k = _u64(keys).reshape(-1)
     out = np.empty((len(k), size), dtype=np.uint64)
     first, skip = divmod(int(start), 8)
     zeros = bytes((skip + size) * 8)
+    salt = SECURE.get() or b""
     for i, key in enumerate(k.tolist()):
-        secret = hashlib.sha256(b"privdl/v1/draw\x1f" + int(key).to_bytes(8, "little")).digest()
+        secret = hashlib.sha256(b"privdl/v1/draw\x1f" + salt + int(key).to_bytes(8, "little")).digest()
         cipher = Cipher(algorithms.ChaCha20(secret, first.to_bytes(4, "little") + bytes(12)), mode=None)
         out[i] = np.frombuffer(cipher.encryptor().update(zeros), dtype="<u8")[skip:]
     return out
@@ -160,7 +183,7 @@ def _blocks(m: int, size: int):
 def _fill(keys: np.ndarray, size: int, dtype: torch.dtype, transform) -> torch.Tensor:
     k = _u64(keys).reshape(-1)
     out = torch.empty((len(k), size), dtype=dtype)
-    words = stream if SECURE.get() else bits
+    words = stream if SECURE.get() is not None else bits
     for rows, c0, cols in _blocks(len(k), size):
         z = words(k[rows], cols, c0)
         z >>= np.uint64(11)
@@ -208,7 +231,7 @@ def normal(keys: np.ndarray, size: int, dtype: torch.dtype = torch.float64) -> t
     Either way row i depends only on keys[i] and a prefix of a longer draw equals the shorter draw when both are
     on the same side of ``WIDE``."""
     k = _u64(keys).reshape(-1)
-    if size < WIDE or SECURE.get():
+    if size < WIDE or SECURE.get() is not None:
         return _fill(k, size, dtype, inverse_normal)
     out = torch.empty((len(k), size), dtype=dtype)
     direct = dtype == torch.float64
@@ -228,7 +251,9 @@ def integers(keys: np.ndarray, size: int, high: int) -> torch.Tensor:
     ``Generator(Philox(key=k)).integers`` (exact, unbiased), rows on up to ``torch.get_num_threads()`` threads. Meant
     for long rows (random positions in model-sized vectors); row i depends only on keys[i]."""
     k = _u64(keys).reshape(-1)
-    if SECURE.get():
+    if SECURE.get() is not None:
+        if high < 1:
+            raise ValidationError(f"integers need high >= 1, got {high}")
         return uniform(k, size).mul_(high).floor_().to(torch.int64).clamp_(max=high - 1)
     out = torch.empty((len(k), size), dtype=torch.int64)
 

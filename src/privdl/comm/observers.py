@@ -119,7 +119,8 @@ class AgentBytes:
         self.sent: dict[str, np.ndarray] = {}
         self.received: dict[str, np.ndarray] = {}
         self.messages: dict[str, np.ndarray] = {}
-        self.base: dict = {}  # per-tag totals carried from a checkpoint that kept only totals
+        # per-tag totals carried from checkpoints that kept only totals: (first row, end row, counts) each
+        self.bases: list[tuple[int, int, dict]] = []
         self._ends: dict[tuple[int, int], tuple] = {}
 
     def _counts(self, src: torch.Tensor, dst: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -150,9 +151,10 @@ class AgentBytes:
     def per_tag(self, rows: slice | None = None) -> dict[str, dict[str, int]]:
         """Bytes and messages per tag of ``rows`` (all), the carried base included."""
         r = slice(None) if rows is None else rows
+        lo, hi, _ = r.indices(self.rows)
         mine = {tag: {"bytes_sent": int(self.sent[tag][r].sum()), "bytes_received": int(self.received[tag][r].sum()),
                       "messages": int(self.messages[tag][r].sum())} for tag in self.sent}
-        return add_per_tag(self.base, mine)
+        return add_per_tag(*(b for a, z, b in self.bases if lo <= a and z <= hi), mine)
 
     def totals(self, rows: slice | None = None) -> tuple[int, int]:
         """(bytes sent, bytes received) by ``rows`` (all) since round 0."""
@@ -164,34 +166,49 @@ class AgentBytes:
         return {"bytes_sent": float(sent), "bytes_received": float(received)}
 
     def state_dict(self) -> dict:
-        return {"kind": "bytes", "rows": self.rows, "base": self.base,
+        return {"kind": "bytes", "rows": self.rows, "bases": [list(b) for b in self.bases],
                 **{name: {k: v.tolist() for k, v in getattr(self, name).items()}
                    for name in ("sent", "received", "messages")}}
 
     def load_state_dict(self, state: dict) -> None:
         if state.get("rows") is None:  # a coordinator's state: per-tag totals only
             self.sent, self.received, self.messages = {}, {}, {}
-            self.base = dict(state["base"])
+            self.bases = [(0, self.rows, dict(state["base"]))]
             return
         if state["rows"] != self.rows:
-            raise ValueError(f"a byte meter's state of {state['rows']} rows for a meter of {self.rows}")
+            raise ValidationError(f"a checkpoint's byte counts cover {state['rows']} rows, this run has {self.rows}")
         for name in ("sent", "received", "messages"):
             setattr(self, name, {k: np.asarray(v, dtype=np.int64) for k, v in state[name].items()})
-        self.base = dict(state.get("base", {}))
+        self.bases = [(int(a), int(z), dict(b)) for a, z, b in state.get("bases", [])]
 
 
 def slice_state(state: dict, lo: int, hi: int) -> dict:
     """Rows lo … hi − 1 of a byte meter's state (one run of a stacked batch)."""
-    out = {"kind": "bytes", "rows": hi - lo, "base": {} if lo else state.get("base", {})}
+    out = {"kind": "bytes", "rows": hi - lo,
+           "bases": [[a - lo, z - lo, b] for a, z, b in state.get("bases", []) if lo <= a and z <= hi]}
     for name in ("sent", "received", "messages"):
         out[name] = {k: v[lo:hi] for k, v in state[name].items()}
     return out
 
 
+def as_rows(state: dict, rows: int) -> dict:
+    """A byte state with per-row counts: a coordinator's (totals only) becomes zeros on ``rows`` rows carrying its
+    totals as their base."""
+    if state.get("rows") is not None:
+        return state
+    return {"kind": "bytes", "rows": rows, "bases": [[0, rows, dict(state["base"])]], "sent": {}, "received": {},
+            "messages": {}}
+
+
 def join_states(states: list[dict]) -> dict:
-    """Byte meter states of consecutive rows joined (the runs of a stacked batch, resumed together)."""
-    tags = list(states[0]["sent"])
-    out = {"kind": "bytes", "rows": sum(s["rows"] for s in states), "base": add_per_tag(*(s["base"] for s in states))}
+    """Byte meter states of consecutive rows joined (the runs of a stacked batch, resumed together); every tag
+    any of them has."""
+    tags = list(dict.fromkeys(tag for s in states for tag in s["sent"]))
+    out = {"kind": "bytes", "rows": sum(s["rows"] for s in states), "bases": []}
+    offset = 0
+    for s in states:
+        out["bases"] += [[a + offset, z + offset, b] for a, z, b in s.get("bases", [])]
+        offset += s["rows"]
     for name in ("sent", "received", "messages"):
         out[name] = {k: sum((list(s[name].get(k, [0] * s["rows"])) for s in states), []) for k in tags}
     return out
@@ -205,7 +222,7 @@ def per_tag_of_state(state: dict) -> dict:
     """The per-tag totals a byte meter's (or a coordinator's) state stands for."""
     rows = {tag: {"bytes_sent": int(sum(state["sent"][tag])), "bytes_received": int(sum(state["received"][tag])),
                   "messages": int(sum(state["messages"][tag]))} for tag in state.get("sent", {})}
-    return add_per_tag(state.get("base", {}), rows)
+    return add_per_tag(state.get("base", {}), *(b for _, _, b in state.get("bases", [])), rows)
 
 
 class ReplayComm(Comm):

@@ -473,8 +473,8 @@ def _runtime(table: Any) -> dict:
                                                                    for a in p) for p in parts):
             raise ConfigError("runtime.assignment must be a list of non-empty lists of agent indices, e.g. "
                               "[[0, 3], [1, 2]]")
-    if backend != "dist" and ("agents_per_process" in out or "transport" in out):
-        which = "agents_per_process" if "agents_per_process" in out else "transport"
+    if backend != "dist" and ("agents_per_process" in out or "transport" in out or "procs" in out):
+        which = next(k for k in ("agents_per_process", "transport", "procs") if k in out)
         raise ConfigError(f"runtime.{which} places or joins processes: set runtime.backend = \"dist\" (or run with "
                           "--procs K)")
     if backend == "simulator" and split:

@@ -237,7 +237,7 @@ def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None
         keys = None if not agreed else Keys(agree_alone(network=c.network, mechanism=c.mechanism,
                                                         public=RootKeys(int(cfg["seed"])), context=spec.run_id),
                                             c.network.n)
-        with secure_draws(agreed):  # agreed keys: draws that do not give their keys away
+        with secure_draws(keys.sources[0].salt if agreed else None):  # agreed keys: draws that do not give their keys away
             result = simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
                               schedule=c.schedule, iterations=cfg["iterations"], seed=None if agreed else cfg["seed"],
                               keys=keys,

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     except KeyError as exc:
         sys.exit(f"error: {exc.args[0]} is not set: start this module with torchrun (or use privdl run --procs K)")
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_config(args.config, [*args.overrides, 'runtime.backend="dist"'])  # what torchrun starts
         timeout = float(cfg.get("runtime", {}).get("timeout", DEFAULT_TIMEOUT))
         init_process_group(rank=rank, world=world, init_method="env://", timeout=timeout)
         try:

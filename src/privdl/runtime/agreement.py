@@ -56,8 +56,9 @@ from privdl.keys import KeySource, fold
 from privdl.placement import Placement
 
 #: how the manifest states what agreed keys protect against
-THREAT_MODEL = ("passive: eavesdroppers on links and curious agents (draws from the ChaCha20 keystream: observed noise "
-                "does not reveal its 64-bit key short of a 2^64 search); the X25519 exchange is not authenticated "
+THREAT_MODEL = ("passive: eavesdroppers on links and curious agents (draws from the ChaCha20 keystream with a one-way "
+                "counter fold: observed noise does not reveal its key; against N observed draws a 2^64/N search finds "
+                "one draw's 64-bit key, exposing that draw only); the X25519 exchange is not authenticated "
                 "(an active attacker rewriting a link during setup could stand in the middle)")
 NONCE, WRAPPED = 12, 12 + 32 + 16  # ChaCha20-Poly1305 nonce; a wrapped group secret: nonce, ciphertext, tag
 

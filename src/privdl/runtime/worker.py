@@ -202,7 +202,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     setup = time.perf_counter() - began
     keys = Keys(HeldKeys(source, p.held), n)
     start = time.perf_counter()
-    with secure_draws(agreed):  # agreed keys: draws that do not give their keys away
+    with secure_draws(source.salt if agreed else None):  # agreed keys: draws that do not give their keys away
         final, accesses, _, meter = run_slice(
             part=rank, placement=p, owner=owner, network=c.network, task=HeldTask(c.task, p), keys=keys,
             mechanism=c.mechanism, algorithm=c.algorithm, schedule=c.schedule, iterations=cfg["iterations"], x0=None,

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 import torch
 from torch.utils import _pytree as pytree
 
-from privdl.comm.observers import is_bytes_state, join_states, slice_state
+from privdl.comm.observers import as_rows, is_bytes_state, join_states, slice_state
 from privdl.errors import PrivdlError
 
 MAGIC = b"privdl-checkpoint/1\n"
@@ -292,9 +292,9 @@ class Checkpoints:
             state.counts.append(int(got["counts"]))
             state.observers = got["observers"]
             every.append(got["observers"])
-        if len(every) > 1:
-            state.observers = [join_states(list(parts)) if all(is_bytes_state(p) and p.get("rows") for p in parts)
-                               else parts[-1] for parts in zip(*every)]
+        if len(every) > 1:  # a stacked batch: its runs' byte counts joined (a coordinator's totals as a run's base)
+            state.observers = [join_states([as_rows(p, self.n) for p in parts])
+                               if all(is_bytes_state(p) for p in parts) else parts[-1] for parts in zip(*every)]
         return state
 
     def clear(self) -> None:

@@ -268,7 +268,7 @@ def simulate_sliced(
                                                  entropy=entropy, keep=keep_secrets)
                 setup[k] = time.perf_counter() - began
             keys = Keys(mine if sources is not None and not agreed else HeldKeys(mine, p.held), n)
-            with secure_draws(agreed):  # agreed keys: draws that do not give their keys away
+            with secure_draws(mine.salt if agreed else None):  # agreed keys: draws that do not give their keys away
                 finals[k], accesses[k], seconds[k], meters[k] = run_slice(
                     part=k, placement=p, owner=owner, network=network, task=tasks[k] if tasks is not None else
                     HeldTask(task, p), keys=keys, mechanism=copy.deepcopy(mechanism, dict(memo)), algorithm=algorithm,
