@@ -369,3 +369,50 @@ def test_a_placement_refuses_what_is_not_an_agent():
             Placement(5, bad)
     with pytest.raises(ValidationError, match="replicas >= 1"):
         Placement(5, (1,), replicas=0)
+
+
+@pytest.mark.exact
+@pytest.mark.parametrize("name,family", [("dsgd", "decor"), ("dsgt", "whisper"), ("dsg_rms", "none"),
+                                         ("dinno", "dp_sgd")])
+def test_the_held_row_combination_of_large_tensors_is_the_simulators(setup, name, family, monkeypatch,
+                                                                     tmp_path_factory):
+    """mix / neighbour_sum of tensors above SliceComm.SMALL numbers combine only the held rows (canonical_rows):
+    forced here for every size, the run is still the simulator's bit for bit — the same operations on the same
+    numbers per row (docs/ARCHITECTURE.md)."""
+    from privdl.comm.sliced import SliceComm
+
+    monkeypatch.setattr(SliceComm, "SMALL", 0)
+    net, task = setup
+    alg = make_algorithm(name, **VARIANTS[name][0])
+    mech = _mechanism(net, task, alg, family, tmp_path_factory)
+    sched = make_schedule("constant", eta=0.1, iterations=ROUNDS)
+    want = simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS,
+                    seed=SEED, sparse=True, eval_every=1)
+    got = simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS,
+                          seed=SEED, slices=3, eval_every=1)
+    assert torch.equal(got.final, want.final)
+    assert got.records == want.records
+
+
+@pytest.mark.exact
+def test_canonical_rows_are_the_canonical_sums_rows():
+    """Any subset of rows, from a table holding only the rows they read (in any order), in float64 / float32 with
+    signed zeros: canonical_rows equals those rows of canonical_mix / canonical_neighbour_sum bit for bit."""
+    from privdl.comm.base import canonical_mix, canonical_neighbour_sum, canonical_rows
+
+    gen = torch.Generator().manual_seed(0)
+    for seed, dtype in ((0, torch.float64), (1, torch.float32), (2, torch.float64)):
+        net = Network.from_topology("erdos_renyi", 9, p=0.4, seed=seed)
+        e = net.edges
+        x = torch.randn(9, 7, generator=gen, dtype=dtype)
+        x[0, :3] = -0.0
+        rows = torch.tensor([1, 4, 8]) if seed != 1 else torch.tensor([0, 2, 3, 5])
+        read = torch.unique(torch.cat([rows, e.src[torch.isin(e.dst, rows)].long()]))
+        order = read[torch.randperm(len(read), generator=gen)]
+        position = torch.full((9,), -1, dtype=torch.long)
+        position[order] = torch.arange(len(order))
+        table = x[order]
+        for weighted, whole in ((True, canonical_mix), (False, canonical_neighbour_sum)):
+            got = canonical_rows(table, e, rows, position, weighted=weighted)
+            assert torch.equal(got, whole(x, e)[rows])
+            assert torch.equal(torch.signbit(got), torch.signbit(whole(x, e)[rows]))

@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from privdl.comm.base import SERVER, Comm, Observer, _flat, canonical_mix, canonical_rows
+from privdl.comm.base import SERVER, Comm, Observer, _flat, canonical_mix, canonical_neighbour_sum, canonical_rows
 from privdl.errors import PrivdlError
 from privdl.network.network import Network
 from privdl.placement import Placement
@@ -186,6 +186,8 @@ class SliceComm(Comm):
     """The Comm of slice ``part``, which holds ``placement``'s agents of ``network``; ``owner[i]`` is the slice
     that holds agent i. Same methods, same canonical sums as :class:`privdl.comm.SparseComm`."""
 
+    SMALL = 1 << 16  # numbers up to which mix / neighbour_sum combine the whole frame (fewer, larger calls)
+
     def __init__(self, network: Network, placement: Placement, part: int, owner: np.ndarray, transport: Transport,
                  wire: Wire | None = None) -> None:
         super().__init__(network.edges)
@@ -278,8 +280,14 @@ class SliceComm(Comm):
 
     def _held_sum(self, x: torch.Tensor, tag: str, *, weighted: bool) -> torch.Tensor:
         """mix (``weighted``) or neighbour_sum for my agents only, from the rows they read (the canonical kernels on
-        those rows: the simulator's bits), zeros elsewhere — nothing of size n·d is combined."""
+        those rows: the simulator's bits), zeros elsewhere — nothing of size n·d is combined. Small tensors (at most
+        ``SMALL`` numbers) take the whole-frame kernel instead: the same bits, fewer calls."""
         flat = _flat(x)
+        if flat.numel() <= self.SMALL:
+            full = self._complete_rows(x, tag)
+            self._edge_part(tag, _flat(full)[self.edges.src]) if self.wire is not None else None
+            combine = canonical_mix if weighted else canonical_neighbour_sum
+            return self._mine(combine(full, self.edges), self.row_mask)
         out = {p: flat.index_select(0, r) for p, r in self.rows_out.items()}
         expect = {p: (int(r.numel()), *flat.shape[1:]) for p, r in self.rows_in.items()}
         got = self._exchange(tag, out, expect, flat)
