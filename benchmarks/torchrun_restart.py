@@ -11,7 +11,6 @@ every process and resumes with --resume instead).
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import signal
@@ -21,33 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-CONFIG = """name = "restart"
-seeds = [0]
-iterations = 800
-eval_every = 200
-[schedule]
-eta = 0.05
-[network]
-topology = "erdos_renyi"
-n = 6
-p = 0.6
-seed = 1
-sparse = true
-[task]
-name = "logistic"
-dataset = "breast_cancer"
-[algorithm]
-name = "dsgt"
-[mechanism]
-name = "decor"
-epsilon = 10.0
-[runtime]
-checkpoint_every = 40
-"""
+from bench_runtime import CONFIG as RUNTIME_CONFIG, _rows  # the runtime benchmark's run (D-SGD + DECOR, logistic)
 
-
-def _rows(path: Path) -> list:
-    return sorted(tuple(v for k, v in r.items() if k != "run_id") for r in csv.DictReader(open(path)))
+CONFIG = RUNTIME_CONFIG.format(T=800, n=6) + "[runtime]\ncheckpoint_every = 40\n"
 
 
 def main() -> None:
@@ -72,7 +47,7 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", "from privdl.cli import main; main()", "run", str(cfg), "--out",
                         str(Path(d) / "sim"), "--no-plot", "--quiet"], check=True, capture_output=True)
         man = json.loads(next((out / "runs").rglob("manifest.json")).read_text())
-        same = _rows(out / "results.csv") == _rows(Path(d) / "sim" / "results.csv")
+        same = _rows(out) == _rows(Path(d) / "sim")
         print(f"resumed from round {man['checkpoints']['resumed_from_round']}; results.csv equal to the "
               f"simulator's: {same}")
         if not same:

@@ -265,12 +265,16 @@ class SliceComm(Comm):
         self.seq += 1
         return {p: v.to(like.device) for p, v in got.items()}
 
+    def _rows_in(self, flat: torch.Tensor, tag: str) -> dict[int, torch.Tensor]:
+        """Send each peer the rows of my agents that its agents read; the rows my agents read, by peer."""
+        out = {p: flat.index_select(0, r) for p, r in self.rows_out.items()}
+        expect = {p: (int(r.numel()), *flat.shape[1:]) for p, r in self.rows_in.items()}
+        return self._exchange(tag, out, expect, flat)
+
     def _complete_rows(self, x: torch.Tensor, tag: str) -> torch.Tensor:
         """``x`` with the rows of my agents' neighbours held elsewhere filled in from their slices."""
         flat = _flat(x)
-        out = {p: flat[r] for p, r in self.rows_out.items()}
-        expect = {p: (int(r.numel()), *flat.shape[1:]) for p, r in self.rows_in.items()}
-        got = self._exchange(tag, out, expect, flat)
+        got = self._rows_in(flat, tag)
         if not got:
             return x
         full = flat.clone()
@@ -288,9 +292,7 @@ class SliceComm(Comm):
             self._edge_part(tag, _flat(full)[self.edges.src]) if self.wire is not None else None
             combine = canonical_mix if weighted else canonical_neighbour_sum
             return self._mine(combine(full, self.edges), self.row_mask)
-        out = {p: flat.index_select(0, r) for p, r in self.rows_out.items()}
-        expect = {p: (int(r.numel()), *flat.shape[1:]) for p, r in self.rows_in.items()}
-        got = self._exchange(tag, out, expect, flat)
+        got = self._rows_in(flat, tag)
         table = flat.new_empty((len(self.read_rows), *flat.shape[1:]))
         held = self.placement.held_rows.to(flat.device)
         table.index_copy_(0, self.position[held], flat.index_select(0, held))
