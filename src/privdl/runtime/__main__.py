@@ -1,4 +1,4 @@
-"""``torchrun ... -m privdl.runtime CONFIG --out DIR [--set key=value]... [--resume]``: one worker process of the
+"""``torchrun ... -m privdl.runtime CONFIG [--out DIR] [--set key=value]... [--resume]``: one worker process of the
 distributed runtime; torchrun sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
@@ -21,7 +22,7 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(prog="python -m privdl.runtime")
     ap.add_argument("config")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", default=None, help="results folder (default: results/<config name>, as privdl run)")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--resume", action="store_true")
     args = ap.parse_args(argv)
@@ -36,7 +37,8 @@ def main(argv: list[str] | None = None) -> None:
         try:
             # torchrun's --max-restarts starts every worker again after a failure: continue from the checkpoints
             restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-            run_experiment_distributed(cfg, args.out, rank=rank, world=world, timeout=timeout,
+            out = args.out or str(Path("results") / Path(args.config).stem)
+            run_experiment_distributed(cfg, out, rank=rank, world=world, timeout=timeout,
                                        resume=args.resume or restarted, progress=True)
         finally:
             dist.destroy_process_group()
