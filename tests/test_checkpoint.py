@@ -136,7 +136,12 @@ def test_an_eavesdroppers_window_and_running_averages_survive_a_resume(tmp_path)
     assert got.records == want.records and torch.equal(got.final, want.final)
 
 
-def test_a_stacked_sweep_resumes_mid_sweep(tmp_path):
+@pytest.mark.parametrize("rest", [
+    '[mechanism]\nname = "decor"\nepsilon = 10.0\n',
+    # stacked example-level DP-SGD with DPDL's cross-gradients: lots, noise and access counts continue exactly
+    '[algorithm]\nname = "dpdl"\nself_noise = true\n[mechanism]\nname = "dp_sgd"\nnoise_multiplier = 1.0\n'
+    'lot_size = 20\nclip = 1.0\n'], ids=["decor", "dpdl-dp_sgd"])
+def test_a_stacked_sweep_resumes_mid_sweep(tmp_path, rest):
     """The runner's stacked replicas: each run keeps its own per-agent checkpoints; the batch resumes together and
     every run equals its uninterrupted self; the manifest says where it resumed."""
     from privdl.experiment.build import build, build_task
@@ -146,7 +151,7 @@ def test_a_stacked_sweep_resumes_mid_sweep(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('iterations = 12\neval_every = 2\nseeds = [0, 1, 2]\n[schedule]\neta = 0.05\n'
                    '[network]\ntopology = "ring"\nn = 6\n[task]\nname = "logistic"\ndataset = "breast_cancer"\n'
-                   '[mechanism]\nname = "decor"\nepsilon = 10.0\n[runtime]\ncheckpoint_every = 5\n')
+                   + rest + '[runtime]\ncheckpoint_every = 5\n')
     specs, _ = expand(load_config(cfg))
     task = build_task(specs[0].config, 6)
     parts = lambda: [build(s.config, task=task) for s in specs]  # noqa: E731

@@ -191,7 +191,8 @@ def test_a_jobs_helper_leaves_when_its_main_process_is_killed(tmp_path):
 
 def test_runs_that_cannot_stack_are_planned_one_by_one_so_jobs_share_them():
     """The planner groups runs for the replica axis; a group is taken whole by one process, so runs that will never
-    stack (DP-SGD, DPDL) must be groups of one — else ``--jobs 2`` left one process idle on a DP-SGD table."""
+    stack (clip-only, CGA, batch_replicas = 1) must be groups of one — else ``--jobs 2`` left one process idle.
+    DP-SGD runs and DPDL (any mechanism that takes cross-gradients) stack since issue 32."""
     from privdl.experiment.runner import plan
 
     base = {"iterations": 5, "seeds": 2, "network": {"topology": "ring", "n": 4},
@@ -204,12 +205,16 @@ def test_runs_that_cannot_stack_are_planned_one_by_one_so_jobs_share_them():
         return sorted(len(g) for g in plan(runs))
 
     assert sizes(mechanism={"name": "gaussian_ldp", "clip": 1.0, "delta": 1e-5}) == [4]
-    assert sizes(mechanism={"name": "dp_sgd", "clip": 1.0, "delta": 1e-5, "lot_size": 4}) == [1, 1, 1, 1]
-    assert sizes(algorithm={"name": "dpdl"}, mechanism={"name": "dp_sgd", "clip": 1.0, "delta": 1e-5,
-                                                        "lot_size": 4}) == [1, 1, 1, 1]
+    dp_sgd = {"name": "dp_sgd", "clip": 1.0, "delta": 1e-5, "lot_size": 4}
+    assert sizes(mechanism=dp_sgd) == [4]
+    assert sizes(algorithm={"name": "dpdl"}, mechanism=dp_sgd) == [4]
+    assert sizes(mechanism=dp_sgd, batch_replicas=1) == [1, 1, 1, 1]
+    assert sizes(mechanism={"name": "clip", "clip": 1.0}, sweep={"mechanism.clip": [1.0, 2.0]}) == [1, 1, 1, 1]
     dpdl = {**base, "sweep": {"schedule.eta": [0.1, 0.2]}}
     runs, _ = expand({**dpdl, "algorithm": {"name": "dpdl"}})
-    assert sorted(len(g) for g in plan(runs)) == [1, 1, 1, 1]  # non-private DPDL: its algorithm does not stack
+    assert sorted(len(g) for g in plan(runs)) == [4]  # non-private DPDL stacks too
+    runs, _ = expand({**dpdl, "algorithm": {"name": "cga"}})
+    assert sorted(len(g) for g in plan(runs)) == [1, 1, 1, 1]  # CGA's per-agent QPs never stack
     runs, _ = expand({**dpdl, "algorithm": {"name": "dsgd"}})
     assert sorted(len(g) for g in plan(runs)) == [4]
 

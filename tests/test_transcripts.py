@@ -53,7 +53,7 @@ def _setup(name, params):
 
 def _mechanism(net, task, alg, kind):
     steps = alg.accesses(ROUNDS, net.edges)
-    if kind == "decor" and not alg.stackable:  # cross-gradients refuse correlated noise (tests/test_dpdl.py)
+    if kind == "decor" and alg.cross:  # cross-gradients refuse correlated noise (tests/test_dpdl.py)
         kind = "none"
     if kind == "none":
         return make_mechanism("none", steps=steps)

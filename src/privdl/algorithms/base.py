@@ -86,8 +86,11 @@ class Algorithm(NamedTuple):
     #: accesses to the data made WITHOUT the mechanism's noise (``ctx.gradient(..., protect=False)``):
     #: (counts per owner in T rounds, like ``accesses``, and the reason stated in the ledger); None: there are none
     unprotected: tuple[Callable[[int, Edges], torch.Tensor], str] | None = None
-    #: False when its accesses are not every row's own gradient (cross-gradients): the runner then runs it alone
+    #: False when its runs must never share a replica axis: the runner then runs it alone
     stackable: bool = True
+    #: True when it also reads data at other agents' models (cross-gradients: DPDL, CGA): stacked replicas then
+    #: need a mechanism that takes any access (``dp_sgd``, ``none``), never the correlated family's every-row access
+    cross: bool = False
     #: the random matrix step-sizes its gradients are multiplied by (seed 002's
     #: :class:`privdl.mechanisms.rms.RandomMatrixStepSize`), None without: the one place the attacks and the
     #: theory checks read them from

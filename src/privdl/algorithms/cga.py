@@ -116,7 +116,8 @@ def cga(*, beta: float = 0.9, margin: float = 0.5,
         return edges.degree.to(torch.int64) * iterations + iterations
 
     return Algorithm("cga", init, step, lambda s: s.x, accesses,
-                     facts={"beta": float(beta), "margin": float(margin), "per_tensor": per_tensor}, stackable=False)
+                     facts={"beta": float(beta), "margin": float(margin), "per_tensor": per_tensor}, stackable=False,
+                     cross=True)
 
 
 __all__ = ["CGAState", "cga", "project"]

@@ -100,7 +100,7 @@ def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False, cal
 
     facts = {"alpha": alpha, "beta": beta, "self_noise": bool(self_noise), "calibration": bool(calibration)}
     return Algorithm("dpdl", init, step, lambda s: s.x, accesses, facts=facts,
-                     unprotected=None if self_noise else (unprotected, UNPROTECTED_REASON), stackable=False)
+                     unprotected=None if self_noise else (unprotected, UNPROTECTED_REASON), cross=True)
 
 
 __all__ = ["DPDLState", "UNPROTECTED_REASON", "calibration_weights", "dpdl"]

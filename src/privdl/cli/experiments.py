@@ -153,6 +153,9 @@ def merge(
         made = ", ".join(f"{code} ({k})" for code, k in sorted(s.sources.items()))
         err.print(f"[bold yellow]note:[/] the copied runs were made by {len(s.sources)} versions of privdl's source: "
                   f"{made}", markup=True)
+    if len(s.devices) > 1:  # a grid filled on a GPU and on CPUs: the same runs, said where each ran
+        ran = ", ".join(f"{k} on {where}" for where, k in sorted(s.devices.items()))
+        console.print(f"the copied runs ran on {len(s.devices)} devices: {ran}", markup=False, highlight=False)
     if s.outside_grid:
         console.print(f"{s.outside_grid} finished runs lie outside the grid {s.dest / 'experiment.json'} names; a "
                       "run or reproduce over a grid that holds them (e.g. more --seeds) uses them")

@@ -44,8 +44,12 @@ from privdl.simulator.checkpoint import Checkpoints
 from privdl.simulator.sliced import simulate_sliced
 
 
-#: numbers (model state plus one step's batch) a stacked batch may hold, for the automatic ``batch_replicas``
+#: numbers (model state plus one step's batch) a stacked batch may hold on the CPU, for the automatic
+#: ``batch_replicas`` (≈ 256 MB in float64)
 BATCH_BUDGET = 2**25
+#: on a GPU: the share of its free memory a stacked batch's state and batch may take (the per-example work is done
+#: in row groups bounded by ``privdl.gradients.ghost.GROUP_BUDGET`` / ``simulator.access.CHUNK_BUDGET`` on top)
+GPU_SHARE = 0.25
 #: seconds between two looks at the runs other processes hold, while this process waits for them
 WAIT_POLL = 0.5
 #: ATen splits a kernel among its intra-op threads only above this many elements (``at::internal::GRAIN_SIZE``)
@@ -146,9 +150,23 @@ def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[i
         # kernels ATen picked for this CPU and the intra-op threads (docs/ARCHITECTURE.md, "What is bit-exact")
         "process": {"host": platform.node(), "pid": os.getpid(), "threads": torch.get_num_threads(),
                     "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine()},
+        "device_info": device_info(c.task.device),
         "iterations_per_second": cfg["iterations"] / seconds if seconds > 0 and cfg.get("train", True) else None,
         "final_metrics": final,
     }
+
+
+def device_info(device: torch.device) -> dict:
+    """Where a run computed: the device, and for a GPU its name and CUDA version (for merged grids: the device is
+    where a run ran, not what it is)."""
+    dev = torch.device(device)
+    out: dict = {"type": dev.type, "device": str(dev)}
+    if dev.type == "cuda":
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        out.update(name=torch.cuda.get_device_name(index), cuda=torch.version.cuda)
+    else:
+        out["name"] = platform.processor() or platform.machine()
+    return out
 
 
 #: the eavesdropper's sliding window (rounds) when the config does not say
@@ -311,11 +329,32 @@ def _batch_inputs(task, need=None) -> int:
     return max(1, examples) * features
 
 
+def batch_budget(device: str = "cpu") -> int:
+    """Numbers a stacked batch may hold on ``device``: :data:`BATCH_BUDGET` on the CPU; on a GPU
+    :data:`GPU_SHARE` of the memory it has free now (in float64 numbers; a GPU that others fill gets fewer)."""
+    from privdl.simulator import engine
+
+    dev = engine.resolve_device(device)
+    if dev.type != "cuda":
+        return BATCH_BUDGET
+    free, _ = torch.cuda.mem_get_info(dev)
+    return int(GPU_SHARE * free) // 8
+
+
+def replica_numbers(parts: Components) -> int:
+    """Numbers one replica of a stacked batch holds: its rows' model state (4 copies: parameters, the algorithm's
+    state, the step's values) and one access's inputs — for an algorithm with cross-gradients (DPDL) also one
+    batch per edge; for a per-example mechanism the lot's examples (the largest expected Poisson lot)."""
+    n, need = parts.network.n, parts.mechanism.need
+    accessed = n + (len(parts.network.edges) if parts.algorithm.cross else 0)
+    return n * 4 * parts.task.dim + accessed * _batch_inputs(parts.task, need)
+
+
 def _capacity(cfg: dict, parts: Components) -> int:
+    """Replicas per stacked batch: the config's ``batch_replicas``, else as many as fit in :func:`batch_budget`."""
     if cfg.get("batch_replicas"):
         return int(cfg["batch_replicas"])
-    per = parts.network.n * (4 * parts.task.dim + _batch_inputs(parts.task))
-    return max(1, BATCH_BUDGET // max(per, 1))
+    return max(1, batch_budget(cfg.get("device", "cpu")) // max(replica_numbers(parts), 1))
 
 
 def auto_threads(task, rows: int, need=None) -> int | None:
@@ -350,7 +389,8 @@ def intra_op_threads(cfg: dict, task, rows: int, need=None):
 
 def _alone(cfg: dict, algorithms: dict[str, bool]) -> bool:
     """A run that never shares a replica axis, known from its config: not trained, ``batch_replicas = 1``, a mechanism
-    that never stacks (DP-SGD) or an algorithm that does not (DPDL, CGA). ``algorithms`` caches the last by config."""
+    that never stacks (``clip``, message mechanisms) or an algorithm that does not (CGA). ``algorithms`` caches the
+    last by config."""
     if (not cfg.get("train", True) or cfg.get("batch_replicas") == 1 or not may_stack(cfg["mechanism"].get("name"))
             or cfg.get("runtime", {}).get("backend", "simulator") != "simulator"
             or cfg.get("runtime", {}).get("keys", "root") != "root"):
@@ -465,10 +505,13 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                              or group[0].run_id))
             current = bar.add_task(label, total=iters)
             every = max(1, iters // 100)
+            ids = [s.run_id for s in group]  # the runs under way: the group, or the stacked chunk that runs
 
             def tick(t: int, _task=current, _every=every) -> None:
                 if t % _every == 0:
                     bar.update(_task, completed=t)
+                    if lines is not None:  # the estimate counts the rounds measured, stacked runs together
+                        lines.advance(ids, t / iters)
                     tally.look()
 
             def folder(spec: RunSpec) -> Path:
@@ -489,14 +532,17 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                     for lo in range(0, len(members), cap):
                         chunk = members[lo:lo + cap]
                         specs, comps = [group[k] for k in chunk], [parts[k] for k in chunk]
+                        ids[:] = [s.run_id for s in specs]
                         if (len(chunk) > 1 and comps[0].algorithm.stackable
-                                and stackable([c.mechanism for c in comps], comps[0].network.n)):
+                                and stackable([c.mechanism for c in comps], comps[0].network.n,
+                                              cross=comps[0].algorithm.cross)):
                             save_all([(spec, rows, man) for spec, (rows, man)
                                       in zip(specs, run_batch(specs, comps, on_step=tick,
                                                               checkpoints=[folder(s) for s in specs],
                                                               resume=resume))])
                         else:
                             for spec, c in zip(specs, comps):
+                                ids[:] = [spec.run_id]
                                 rows, man = run_one(spec, on_step=tick, components=c, checkpoints=folder(spec),
                                                     resume=resume)
                                 save(spec, rows, man)

@@ -1,7 +1,9 @@
 """The results store of one experiment directory, written atomically so an interrupted sweep loses nothing.
 
     DIR/experiment.json            the experiment's config (a different config is refused; the same one over
-                                   another grid of seeds / [sweep] values re-points the folder and keeps its runs)
+                                   another grid of seeds / [sweep] values re-points the folder and keeps its runs;
+                                   the same one on another device — or with other threads, [runtime] placement or
+                                   data folders — joins it, and the file keeps its first claimer's config)
     DIR/runs/<run_id>/metrics.csv  one run's rows
     DIR/runs/<run_id>/manifest.json  written last: its presence marks the run finished
     DIR/results.csv                long format: run_id, <sweep axes...>, iteration, metric, value
@@ -91,6 +93,9 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """The dotted keys at which two configs differ (a table one of them lacks: the keys the other sets in it)."""
+    if isinstance(a, dict) and b is None or a is None and isinstance(b, dict):
+        a, b = a or {}, b or {}
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
         for k in sorted(set(a) | set(b)):
@@ -104,16 +109,63 @@ def _diff(a: Any, b: Any, prefix: str = "") -> list[str]:
 GRID_KEYS = ("seeds", "sweep")
 
 
+#: the top-level keys that name an experiment without changing its runs: two folders that differ in them hold two
+#: experiments (Table 1 is not Table 2, though Table 2's t = 1 column is Table 1's λ = 0.06 runs: :func:`merge`
+#: takes such shared runs, and only those, from one into the other)
+LABEL_KEYS = ("name", "description")
+
+
 def _identity(experiment: Any, *, grid: bool = True) -> Any:
-    """What makes two experiment configs the same experiment (where the config file and the data lie do not); with
-    ``grid = False``, the same experiment up to its grid (``seeds`` and ``[sweep]``), which may grow or shrink in
-    place."""
+    """What makes two experiment configs the same experiment: what its runs' ids hash
+    (:func:`privdl.experiment.config.identity`: the config less where and how it runs — ``device``, ``threads``,
+    ``batch_replicas``, ``[runtime]`` but for agreed keys — and where the config file and the data lie), and its
+    labels (:data:`LABEL_KEYS`). So a folder filled on a GPU is joined by the same grid run or collected on a CPU.
+    With ``grid = False``, the same experiment up to its grid (``seeds`` and ``[sweep]``), which may grow or shrink
+    in place."""
     if not isinstance(experiment, dict):
         return experiment
-    from privdl.experiment.config import without_locations
+    from privdl.experiment.config import identity
 
-    return without_locations({k: v for k, v in experiment.items()
-                              if k != "base_dir" and (grid or k not in GRID_KEYS)})
+    out = identity({k: v for k, v in experiment.items()
+                    if (grid or k not in GRID_KEYS) and (k != "runtime" or isinstance(v, dict))})
+    if "keys" in out:  # runtime.keys = "agreed": other noise, so other runs (named as the config names it)
+        out["runtime"] = {"keys": out.pop("keys")}
+    out.update({k: experiment[k] for k in LABEL_KEYS if k in experiment})
+    return out
+
+
+def _identity_diff(a: Any, b: Any, *, grid: bool = True) -> list[str]:
+    """The keys at which two experiment configs differ as experiments (never the device, the threads or where the
+    data lie)."""
+    return _diff(_identity(a, grid=grid), _identity(b, grid=grid))
+
+
+def run_device(manifest: dict) -> str:
+    """Where a finished run ran, from its manifest: the kind of device its ``device_info`` block records (the
+    runner's: ``type``, and for a GPU its ``name``), else its config's ``device`` (``"cpu"``, ``"cuda"``,
+    ``"cuda:1"``; manifests made before the block): ``"cpu"``, ``"cuda (NVIDIA H100 80GB HBM3)"``. Never an error:
+    a damaged or missing field gives ``"cpu"``, the default device."""
+    if not isinstance(manifest, dict):
+        return "cpu"
+    config = manifest.get("config")
+    device = config.get("device") if isinstance(config, dict) else None
+    info: Any = next((manifest[k] for k in ("device_info", "device")
+                      if isinstance(manifest.get(k), (dict, str)) and manifest.get(k)), {})
+    if isinstance(info, str):  # a bare device string: where it ran
+        info = {"type": info}
+    kind = next((info[k] for k in ("type", "kind") if isinstance(info.get(k), str) and info[k]), None)
+    device = kind or (device if isinstance(device, str) and device else "cpu")
+    name = next((info[k] for k in ("name", "gpu_name", "gpu") if isinstance(info.get(k), str) and info[k]), None)
+    return f"{device} ({name})" if name and device != "cpu" and name != device else device
+
+
+def device_counts(manifests: Iterable[dict]) -> dict[str, int]:
+    """How many of these runs ran on each device (:func:`run_device`)."""
+    out: dict[str, int] = {}
+    for man in manifests:
+        d = run_device(man)
+        out[d] = out.get(d, 0) + 1
+    return dict(sorted(out.items()))
 
 
 class ResultStore:
@@ -149,8 +201,8 @@ class ResultStore:
         it), or another (refused, unless nothing of it is finished or running)."""
         old = _experiment(self.root)
         if _identity(old) == _identity(json.loads(text)):
-            return
-        keys = ", ".join(_diff(old, json.loads(text))[:8])
+            return  # the same experiment (perhaps run on another device): experiment.json stays the first claimer's
+        keys = ", ".join(_identity_diff(old, json.loads(text))[:8])
         if _identity(old, grid=False) == _identity(json.loads(text), grid=False):
             # the same experiment over another grid (more seeds, ε, graphs): finished runs whose ids the new grid
             # also produces are kept and skipped; the others stay on disk, out of results.csv
@@ -492,6 +544,7 @@ class MergeSummary:
     foreign: int = 0  # finished runs of another experiment that this grid does not hold: not copied
     other_experiments: list[str] = field(default_factory=list)  # sources holding another experiment, and where
     sources: dict[str, int] = field(default_factory=dict)  # privdl_source_sha256 → copied runs made by that code
+    devices: dict[str, int] = field(default_factory=dict)  # where copied runs ran (:func:`run_device`) → how many
 
 
 def _experiment(folder: Path) -> dict:
@@ -533,7 +586,8 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
     reproduce`` over ``dest`` skips them and runs only the rest.
 
     A source holding the same experiment as ``dest`` up to its grid (``seeds`` and ``[sweep]``; an empty ``dest``
-    takes the first source's experiment) gives all its runs, also those a larger grid would hold; a source holding
+    takes the first source's experiment) — on whatever device it ran (:func:`_identity`) — gives all its runs, also
+    those a larger grid would hold (``summary.devices`` counts the copied runs by where they ran); a source holding
     another experiment gives only the runs ``dest``'s grid holds (the same resolved config, so the same id: Table 1's
     λ = 0.06 runs are Table 2's t = 1 column). A run is copied only if it is finished there and its manifest's
     config hashes to its id (so a run cannot land under another run's name; a run named by the id privdl gave it
@@ -575,7 +629,7 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
         foreign = _identity(exp, grid=False) != _identity(target, grid=False)
         if foreign:
             summary.other_experiments.append(
-                f"{s} (differs at: {', '.join(k for k in _diff(target, exp) if k.split('.')[0] not in GRID_KEYS)})")
+                f"{s} (differs at: {', '.join(_identity_diff(target, exp, grid=False))})")
         for d in sorted((s / "runs").glob("*/")) if (s / "runs").is_dir() else []:
             rid = d.name
             if not (d / "manifest.json").is_file():
@@ -622,6 +676,8 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
             summary.rekeyed += int(rekey)
             code = str(man.get("privdl_source_sha256", "unknown"))
             summary.sources[code] = summary.sources.get(code, 0) + 1
+            where = run_device(man)
+            summary.devices[where] = summary.devices.get(where, 0) + 1
     summary.outside_grid = sum(1 for p in (dest_store.root / "runs").glob("*/manifest.json")
                                if p.parent.name not in grid)
     return summary

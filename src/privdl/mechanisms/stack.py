@@ -8,7 +8,10 @@ single run adds the same terms elementwise).
 Stackable today: ``none`` and the correlated Gaussian family (gaussian_ldp, ldp, decor, whisper/corn, covariance)
 with batch clipping, in any mix; or members of that family that all clip per example with the same need (clip,
 batch, sampling) — the engine then computes every row's clipped sum in one access and the noise is added to the sum
-before dividing by B. :func:`stack` returns None for anything else; the runner then runs those singly.
+before dividing by B; or example-level DP-SGD runs (``dp_sgd``) that share their need (clip, sampling rates,
+per-example path): :class:`StackedDPSGD`, each replica with its own σ per owner, lot size, noise keys and access
+budget, for any access — cross-gradients included (DPDL). :func:`stack` returns None for anything else; the runner
+then runs those singly.
 """
 
 from __future__ import annotations
@@ -22,11 +25,36 @@ import torch
 
 from privdl.errors import ValidationError
 from privdl.keys import fold, normal
-from privdl.mechanisms.base import Access, GradientMechanism, MechanismEnv, NoPrivacy, clip_rows
+from privdl.mechanisms.base import Access, AccessBudgetExceeded, GradientMechanism, MechanismEnv, NoPrivacy, clip_rows
 from privdl.mechanisms.correlated import CorrelatedGaussian
+from privdl.mechanisms.dp_sgd import DPSGD
 
 
-class StackedCorrelated(GradientMechanism):
+class _Replicas:
+    """What every stacked mechanism shares: R member mechanisms of ``n`` rows each, row r·n + j agent j of replica
+    r; its accesses per replica, and a refused access named by replica and agent."""
+
+    members: list
+    n: int
+
+    def member_accesses(self, r: int) -> torch.Tensor:
+        return self.accesses()[r * self.n:(r + 1) * self.n]
+
+    def count(self, access: Access) -> None:
+        try:
+            super().count(access)
+        except AccessBudgetExceeded:
+            after = self.calls + torch.bincount(access.owners.cpu(), minlength=self.calls.numel())
+            row = int((after > self.budget()).nonzero(as_tuple=True)[0][0])
+            r, j = divmod(row, self.n)
+            raise AccessBudgetExceeded(
+                f"noisy access {int(after[row])} to the data of agent {j} of replica {r} exceeds the "
+                f"{int(self.budget()[row])} accesses the privacy accounting of its mechanism "
+                f"{self.members[r].name!r} covers (an algorithm that reads the data more often than it "
+                "declares?)") from None
+
+
+class StackedCorrelated(_Replicas, GradientMechanism):
     """R replicas of ``none`` / correlated Gaussian mechanisms on R·n rows.
 
     Every distinct key is drawn once per access: replicas with the same root seed share their own keys (and, on the
@@ -112,11 +140,11 @@ class StackedCorrelated(GradientMechanism):
         self._cast.clear()
 
     def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
+        if self.silent:  # every member is ``none``: any access (cross-gradients too) passes unchanged
+            return value
         rows = value.shape[0]
         if not (rows == self.calls.numel() and access.all_rows):
             raise ValidationError("stacked replicas take every row's own gradient in one access")
-        if self.silent:
-            return value
         key = (value.dtype, value.device)
         if key not in self._cast:
             dense = None if self.dense is None else (self.dense[0], self.dense[1].to(value.dtype), self.dense[2])
@@ -137,32 +165,92 @@ class StackedCorrelated(GradientMechanism):
             out = out / self.divide
         return out.reshape(value.shape)
 
-    def member_accesses(self, r: int) -> torch.Tensor:
-        return self.accesses()[r * self.n:(r + 1) * self.n]
+    def unprotected(self, value: torch.Tensor, access: Access) -> torch.Tensor:
+        if self.silent:
+            return value
+        return super().unprotected(value, access)
 
 
-def stack(mechs: Sequence[GradientMechanism], n: int) -> GradientMechanism | None:
-    """One mechanism for R replicas of ``n`` rows each, or None when these mechanisms cannot be stacked."""
+
+class StackedDPSGD(_Replicas, GradientMechanism):
+    """R replicas of example-level DP-SGD on R·n rows (:class:`privdl.mechanisms.dp_sgd.DPSGD`): one access computes
+    every row's clipped lot sum (the engine draws each row's Poisson lot from its replica's keys); row r·n + j then
+    gets replica r's σ_j·C, its noise from replica r's key of owner j (and requester: a cross-gradient's noise is
+    keyed as in its single run) and its division by replica r's lot size — exactly :meth:`DPSGD.privatize` of its
+    single run, elementwise. Each row's accesses count against its replica's budget (σ was calibrated for it)."""
+
+    name = "stacked_dp_sgd"
+
+    def __init__(self, mechs: Sequence[DPSGD], n: int) -> None:
+        self.members, self.n = list(mechs), int(n)
+        super().__init__(steps=torch.cat([m.steps.expand(n) if m.steps.numel() == 1 else m.steps
+                                          for m in self.members]))
+        self.need = self.members[0].need
+        # σ_j·C per row, in float64 as each single run computes it before casting to the gradient's dtype
+        self.scale = torch.cat([(m.sigmas * m.clip * m.noise_scale).expand(n) for m in self.members])
+        self.lot = torch.tensor([m.lot_size for m in self.members], dtype=torch.float64).repeat_interleave(n)
+        self._cast: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def bind(self, env: MechanismEnv) -> None:
+        if env.rows != len(self.members) * self.n:
+            raise ValidationError(f"stacked mechanism covers {len(self.members) * self.n} rows, the run has "
+                                  f"{env.rows}")
+        super().bind(env)
+
+    def _per_row(self, value: torch.Tensor, owners: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (value.dtype, value.device)
+        if key not in self._cast:
+            self._cast[key] = (self.scale.to(dtype=value.dtype, device=value.device),
+                               self.lot.to(dtype=value.dtype, device=value.device))
+        scale, lot = self._cast[key]
+        where = owners.to(value.device)
+        return scale.index_select(0, where)[:, None], lot.index_select(0, where)[:, None]
+
+    def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
+        flat = value.reshape(value.shape[0], -1)
+        owners = access.owners.cpu()
+        everyone = owners.numel() == self.env.rows and access.all_rows
+        noise = (self.env.keys.normal(self.env.scope, access.call, flat.shape[1], dtype=flat.dtype) if everyone else
+                 self.env.keys.normal(self.env.scope, access.call, flat.shape[1], rows=owners,
+                                      requesters=access.requesters.cpu(), dtype=flat.dtype)).to(flat.device)
+        scale, lot = self._per_row(flat, owners)
+        return ((flat + scale * noise) / lot).reshape(value.shape)
+
+    def unprotected(self, value: torch.Tensor, access: Access) -> torch.Tensor:
+        flat = value.reshape(value.shape[0], -1)
+        return (flat / self._per_row(flat, access.owners.cpu())[1]).reshape(value.shape)
+
+
+
+def stack(mechs: Sequence[GradientMechanism], n: int, *, cross: bool = False) -> GradientMechanism | None:
+    """One mechanism for R replicas of ``n`` rows each, or None when these mechanisms cannot be stacked.
+    ``cross``: the algorithm also reads data at other agents' models (cross-gradients), which only independent noise
+    keyed per (owner, requester) — DP-SGD — or no noise serves."""
+    if len({need_signature(m.need) for m in mechs}) != 1:  # batch and per-example clipping read differently
+        return None
     if all(type(m) is NoPrivacy or isinstance(m, CorrelatedGaussian) for m in mechs):
         if any(isinstance(m, CorrelatedGaussian) and m.network_.n != n for m in mechs):
             return None
-        if len({need_signature(m.need) for m in mechs}) != 1:  # batch and per-example clipping read differently
+        out = StackedCorrelated(mechs, n)
+        return out if out.silent or not cross else None
+    if all(type(m) is DPSGD for m in mechs):
+        if any(m.sigmas.numel() != n for m in mechs):
             return None
-        return StackedCorrelated(mechs, n)
+        return StackedDPSGD(mechs, n)
     return None
 
 
 def may_stack(name: object) -> bool:
     """Whether runs with mechanism ``name`` can ever share a replica axis, decided from the name before anything is
     built (the runner plans with it): ``none`` and the correlated Gaussian family may (:func:`stack` decides on the
-    built mechanisms); any other registered mechanism class (``dp_sgd``, ``clip``) never does. An unregistered name
-    says yes: building it reports the error."""
+    built mechanisms), and so does ``dp_sgd``; any other registered mechanism class (``clip``, message mechanisms)
+    never does. An unregistered name says yes: building it reports the error."""
     from privdl.mechanisms.base import MECHANISMS
 
     if not isinstance(name, str) or name not in MECHANISMS:
         return True
     cls = MECHANISMS.get(name)
-    return not isinstance(cls, type) or cls is NoPrivacy or issubclass(cls, CorrelatedGaussian)
+    return not isinstance(cls, type) or cls is NoPrivacy or cls is DPSGD or issubclass(cls, CorrelatedGaussian)
 
 
 def need_signature(need: object) -> tuple:
@@ -171,4 +259,4 @@ def need_signature(need: object) -> tuple:
     return sig() if callable(sig) else (type(need).__name__,)
 
 
-__all__ = ["StackedCorrelated", "may_stack", "need_signature", "stack"]
+__all__ = ["StackedCorrelated", "StackedDPSGD", "may_stack", "need_signature", "stack"]

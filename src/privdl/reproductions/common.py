@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 
 from privdl.experiment.config import expand, set_dotted
 from privdl.experiment.runner import check_jobs, run_experiment
-from privdl.experiment.store import ResultStore, read_experiment
+from privdl.experiment.store import ResultStore, device_counts, read_experiment, run_device
 from privdl.registry import Registry
 
 REPRODUCTIONS: Registry[Callable[..., list[dict]]] = Registry("reproduction")
@@ -105,6 +105,11 @@ class FinishedRun:
     def ledger(self) -> dict:
         return self.manifest["privacy_ledger"][0]
 
+    @property
+    def device(self) -> str:
+        """Where the run ran (``"cpu"``, ``"cuda (NVIDIA H100 80GB HBM3)"``): not part of its id or its grid's."""
+        return run_device(self.manifest)
+
 
 def finished_runs(out: Path) -> list[FinishedRun]:
     """The finished runs of the grid ``out`` (an experiment directory) now holds, in run-id order. A folder may have
@@ -127,8 +132,9 @@ def finished_runs(out: Path) -> list[FinishedRun]:
 
 
 def grid_status(out: Path) -> str:
-    """One line on how far the grid ``out`` holds has come: its finished runs of all, and what the rest would take
-    one core at the pace of the finished runs (their seconds per round × agent, :func:`run_cost`; a run stacked
+    """One line on how far the grid ``out`` holds has come: its finished runs of all — and, where they ran on more
+    than one device (a grid filled on a GPU and on CPUs, merged), how many ran on each — and what the rest would
+    take one core at the pace of the finished runs (their seconds per round × agent, :func:`run_cost`; a run stacked
     with k others counts a k-th of its batch's time), or, with none finished, that no pace is known yet."""
     from privdl.experiment.runner import format_duration, run_cost
 
@@ -138,6 +144,9 @@ def grid_status(out: Path) -> str:
     done = finished_runs(out)
     name = cfg.get("name", "experiment")
     line = f"{name}: {len(done)} of {len(grid)} runs of this grid finished in {out}"
+    devices = device_counts(d.manifest for d in done)
+    if len(devices) > 1:
+        line += f" ({', '.join(f'{k} on {where}' for where, k in devices.items())})"
     finished = {d.run_id for d in done}
     left = [r for rid, r in grid.items() if rid not in finished]
     if not left:

@@ -272,8 +272,9 @@ class ReplicaResult:
         return [{k: v for t, k, v in r if t == last_t} for r, last_t in zip(self.records, last)]
 
 
-def stackable(mechanisms: Sequence[GradientMechanism], n: int) -> bool:
-    return stack(mechanisms, n) is not None
+def stackable(mechanisms: Sequence[GradientMechanism], n: int, *, cross: bool = False) -> bool:
+    """Whether these mechanisms can share a replica axis (``cross``: under an algorithm with cross-gradients)."""
+    return stack(mechanisms, n, cross=cross) is not None
 
 
 def simulate_replicas(
@@ -292,7 +293,9 @@ def simulate_replicas(
     n = task.n
     if any(r.network.n != n for r in replicas):
         raise ValidationError(f"every replica's network must have the task's {n} agents")
-    mechanism = stack([r.mechanism for r in replicas], n)
+    if not algorithm.stackable:
+        raise ValidationError(f"algorithm {algorithm.name!r} does not stack on the replica axis; run it alone")
+    mechanism = stack([r.mechanism for r in replicas], n, cross=algorithm.cross)
     if mechanism is None:
         raise ValidationError("these mechanisms cannot be stacked on the replica axis; run them one by one")
     comm = StackedComm([r.network for r in replicas])

@@ -1,0 +1,158 @@
+"""Example-level grids stacked on the replica axis (issue 32): one grid cell run end to end by the CLI, the old path
+(a checkout whose runner never stacks DP-SGD runs, ``--old-src``) against this checkout, ``--jobs 2`` both, back to
+back on the same machine; each invocation a fresh process tree, the variants' repeats interleaved.
+
+Cells:
+
+* ``dpdl`` — seed 003's DPDL benchmark cell "MNIST digits, ring, Dirichlet 0.1" at one seed: 7 methods × (ε ∈ {1, 3,
+  10} and non-private) = 28 runs (``privdl reproduce dpdl --dataset mnist_t10k --graph ring --split 'Dirichlet
+  0.1' --seeds 1 --method ...``), ``--rounds`` rounds each (the full cell is 1000);
+* ``table1`` — seed 004's Table 1 at one seed (``privdl reproduce table1 --seeds 1 --dataset DATASET``).
+
+Also reported, for this checkout: the FLOPs of one round of the whole cell (torch's FlopCounterMode over one round of
+every stacked batch: convolutions and matrix products, the per-example work included) and the achieved FLOP/s of the
+stacked run; the replica cap the runner chose per batch; the peak RSS of the run's process tree.
+
+    git worktree add /tmp/old <commit before stacking>
+    python benchmarks/bench_grid_stack.py --old-src /tmp/old/src [--cell dpdl] [--rounds 100] [--repeats 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DPDL_METHODS = ("DPDL", "DPDL self-noise", "DPDL uncalibrated", "DP-DSGD", "DP-DSGT", "DP-DSGD 10eta", "DP-DSGT 10eta")
+
+
+def command(cell: str, out: str, rounds: int, dataset: str) -> list[str]:
+    base = [sys.executable, "-m", "privdl.cli", "reproduce", cell, "--out", out, "--seeds", "1", "--iterations",
+            str(rounds), "--jobs", "2"]
+    if cell == "dpdl":
+        base += ["--dataset", dataset, "--graph", "ring", "--split", "Dirichlet 0.1"]
+        for m in DPDL_METHODS:
+            base += ["--method", m]
+    else:
+        base += ["--dataset", dataset]
+    return base
+
+
+def once(src: str, cell: str, rounds: int, dataset: str) -> tuple[float, int, list[dict]]:
+    """Wall seconds, peak RSS (kB) of the largest process of the tree, and every run's manifest."""
+    env = {**os.environ, "PYTHONPATH": src}
+    with tempfile.TemporaryDirectory() as tmp:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        start = time.perf_counter()
+        proc = subprocess.run(command(cell, tmp, rounds, dataset), env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        if proc.returncode:
+            raise SystemExit(f"{src}: {proc.stderr[-3000:]}")
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        mans = [json.loads(p.read_text()) for p in Path(tmp).glob("**/runs/*/manifest.json")]
+    return wall, max(rss, before), mans
+
+
+def flops_of_one_round(cell: str, dataset: str) -> tuple[float, list[int]]:
+    """FLOPs of one round of every run of the cell (each stacked batch as the runner plans it) and the batch sizes."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from privdl.experiment.build import build, build_network, build_task
+    from privdl.experiment.config import expand
+    from privdl.experiment.runner import _capacity, plan
+    from privdl.reproductions.common import packaged_config, with_overrides
+    from privdl.simulator import Replica, simulate_replicas
+    from privdl.mechanisms.stack import need_signature
+
+    if cell != "dpdl":
+        return float("nan"), []
+    cfg = packaged_config("dpdl")
+    cfg = with_overrides(cfg, {"seeds": 1, "iterations": 1, "eval_every": 1,
+                               "sweep.data": [b for b in cfg["sweep"]["data"] if b["task"]["dataset"] == dataset],
+                               "sweep.graph": [cfg["sweep"]["graph"][0]], "sweep.split": [cfg["sweep"]["split"][0]]})
+    runs, _ = expand(cfg)
+    total, sizes = 0.0, []
+    for group in plan(runs):
+        first = group[0].config
+        task = build_task(first, build_network(first["network"], first["seed"], first.get("base_dir")).n)
+        parts = [build(s.config, task=task) for s in group]
+        by: dict[tuple, list[int]] = {}
+        for k, c in enumerate(parts):
+            by.setdefault(need_signature(c.mechanism.need), []).append(k)
+        for members in by.values():
+            cap = _capacity(first, parts[members[0]])
+            for lo in range(0, len(members), cap):
+                chunk = [parts[k] for k in members[lo:lo + cap]]
+                sizes.append(len(chunk))
+                reps = [Replica(c.network, c.mechanism, c.schedule, group[0].config["seed"]) for c in chunk]
+                with FlopCounterMode(display=False) as counter:
+                    simulate_replicas(task=task, algorithm=chunk[0].algorithm, replicas=reps, iterations=1,
+                                      metrics=False)
+                total += counter.get_total_flops()
+    del torch
+    return total, sizes
+
+
+def matmul_gflops(threads: int = 2, size: int = 2048) -> float:
+    """The cores' reachable FLOP/s: a large float32 matrix product on ``threads`` threads (best of 5)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * size**3 / best / 1e9
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--old-src", required=True, help="src folder of a checkout whose runner does not stack DP-SGD")
+    ap.add_argument("--cell", default="dpdl", choices=["dpdl", "table1"])
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--dataset", default="mnist_t10k")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    variants = {"stacked (this checkout)": str(ROOT / "src"), "old (one DP-SGD run at a time)": args.old_src}
+    best: dict[str, tuple[float, int, list[dict]]] = {}
+    for _ in range(args.repeats):
+        for name, src in variants.items():
+            res = once(src, args.cell, args.rounds, args.dataset)
+            if name not in best or res[0] < best[name][0]:
+                best[name] = res
+    flops, sizes = flops_of_one_round(args.cell, args.dataset)
+    old = best["old (one DP-SGD run at a time)"][0]
+    print(f"{args.cell} cell, {args.rounds} rounds, --jobs 2, best of {args.repeats}, {os.cpu_count()} cores")
+    report = {"cell": args.cell, "rounds": args.rounds, "variants": {}}
+    for name, (wall, rss, mans) in best.items():
+        stacks = sorted({m["batch"]["replicas"] for m in mans})
+        print(f"  {name:32s} {wall:8.1f} s  ({old / wall:4.2f}x)  runs {len(mans)}, batch sizes {stacks}, "
+              f"peak RSS {rss / 1024:.0f} MB")
+        report["variants"][name] = {"seconds": wall, "speedup": old / wall, "runs": len(mans),
+                                    "batch_sizes": stacks, "peak_rss_mb": rss / 1024}
+    if flops == flops:
+        wall = best["stacked (this checkout)"][0]
+        print(f"  one round of the cell: {flops / 1e9:.2f} GFLOP (batches of {sizes}); stacked: "
+              f"{flops * args.rounds / wall / 1e9:.2f} GFLOP/s achieved over the whole run (evaluation and start-up "
+              "included)")
+        peak = matmul_gflops()
+        print(f"  the cores' reachable rate (float32 2048² matrix product, 2 threads): {peak:.1f} GFLOP/s")
+        report.update(gflop_per_round=flops / 1e9, batch_sizes=sizes,
+                      achieved_gflops=flops * args.rounds / wall / 1e9, matmul_gflops=peak)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
