@@ -15,6 +15,7 @@ stacked run; the replica cap the runner chose per batch; the peak RSS of the run
 
     git worktree add /tmp/old <commit before stacking>
     python benchmarks/bench_grid_stack.py --old-src /tmp/old/src [--cell dpdl] [--rounds 100] [--repeats 1]
+    python benchmarks/bench_grid_stack.py --old-src - --per-round --rounds 30   # the engine's loop alone
 """
 
 from __future__ import annotations
@@ -101,6 +102,88 @@ def flops_of_one_round(cell: str, dataset: str) -> tuple[float, list[int]]:
     return total, sizes
 
 
+def loop_seconds(mans: list[dict]) -> float:
+    """Seconds the processes spent in the rounds and evaluations (the engine's loop; a stacked batch once): the
+    cell's time less start-up, data loading and the σ calibrations (the same work in both variants)."""
+    batches = {(m["process"]["pid"], m["batch"].get("seconds", m["seconds"]), m["batch"]["replicas"]) for m in mans
+               if m["batch"]["replicas"] > 1}
+    return sum(m["seconds"] for m in mans if m["batch"]["replicas"] == 1) + sum(b[1] for b in batches)
+
+
+def per_round(algorithm: str, replicas: int, rounds: int, dataset: str) -> tuple[float, float]:
+    """Seconds per round of ``replicas`` DP-SGD runs of the cell's configuration (ring of 10, the small CNN, lots of
+    64, float32, one thread): one at a time, and stacked; in this process, the engine's loop only (no calibration,
+    no evaluation), after a warm-up."""
+    import torch
+
+    from privdl.algorithms import make_algorithm
+    from privdl.mechanisms import make_mechanism
+    from privdl.network import Network
+    from privdl.schedules import make_schedule
+    from privdl.simulator import Replica, simulate, simulate_replicas
+    from privdl.tasks import make_task
+
+    torch.set_num_threads(1)
+    task = make_task("cnn", 10, dataset=dataset, train_size=8000, partition="dirichlet", alpha=0.1, batch_size=64,
+                     dtype=torch.float32, min_size=64)
+    net = Network.from_topology("ring", 10)
+    alg = make_algorithm(algorithm)
+
+    def rep(k: int) -> Replica:
+        mech = make_mechanism("dp_sgd", steps=alg.accesses(rounds + 2, net.edges), task=task, clip=1.0, lot_size=64,
+                              noise_multiplier=1.0 + 0.5 * k)
+        return Replica(net, mech, make_schedule("constant", eta=0.05, iterations=rounds), 0)
+
+    simulate_replicas(task=task, algorithm=alg, replicas=[rep(k) for k in range(replicas)], iterations=2,
+                      metrics=False)
+    t0 = time.perf_counter()
+    for k in range(replicas):
+        r = rep(k)
+        simulate(task=task, network=net, algorithm=alg, mechanism=r.mechanism, schedule=r.schedule,
+                 iterations=rounds, seed=0, metrics=False)
+    alone = (time.perf_counter() - t0) / rounds
+    t0 = time.perf_counter()
+    simulate_replicas(task=task, algorithm=alg, replicas=[rep(k) for k in range(replicas)], iterations=rounds,
+                      metrics=False)
+    return alone, (time.perf_counter() - t0) / rounds
+
+
+def per_round_linear(algorithm: str, replicas: int, rounds: int) -> tuple[float, float]:
+    """:func:`per_round` for logistic regression on a9a (20 agents, ER(0.3), lots of 64, the closed-form clipped
+    sum): a model small enough that one access is mostly per-call work."""
+    import torch
+
+    from privdl.algorithms import make_algorithm
+    from privdl.mechanisms import make_mechanism
+    from privdl.network import Network
+    from privdl.schedules import make_schedule
+    from privdl.simulator import Replica, simulate, simulate_replicas
+    from privdl.tasks import make_task
+
+    torch.set_num_threads(1)
+    task = make_task("logistic", 20, dataset="a9a", batch_size=64)
+    net = Network.from_topology("erdos_renyi", 20, p=0.3, seed=0)
+    alg = make_algorithm(algorithm)
+
+    def rep(k: int) -> Replica:
+        mech = make_mechanism("dp_sgd", steps=alg.accesses(rounds + 2, net.edges), task=task, clip=1.0, lot_size=64,
+                              noise_multiplier=1.0 + 0.1 * k)
+        return Replica(net, mech, make_schedule("constant", eta=0.05, iterations=rounds), 0)
+
+    simulate_replicas(task=task, algorithm=alg, replicas=[rep(k) for k in range(replicas)], iterations=2,
+                      metrics=False)
+    t0 = time.perf_counter()
+    for k in range(replicas):
+        r = rep(k)
+        simulate(task=task, network=net, algorithm=alg, mechanism=r.mechanism, schedule=r.schedule,
+                 iterations=rounds, seed=0, metrics=False)
+    alone = (time.perf_counter() - t0) / rounds
+    t0 = time.perf_counter()
+    simulate_replicas(task=task, algorithm=alg, replicas=[rep(k) for k in range(replicas)], iterations=rounds,
+                      metrics=False)
+    return alone, (time.perf_counter() - t0) / rounds
+
+
 def matmul_gflops(threads: int = 2, size: int = 2048) -> float:
     """The cores' reachable FLOP/s: a large float32 matrix product on ``threads`` threads (best of 5)."""
     import torch
@@ -123,7 +206,19 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--dataset", default="mnist_t10k")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--per-round", action="store_true", help="only the engine's loop: R runs one at a time against "
+                    "the same R stacked (DP-DSGD R = 6, DPDL R = 3), in this process")
     args = ap.parse_args()
+    if args.per_round:
+        for algorithm, reps in (("dsgt", 12), ("dpdl", 12)):
+            alone, stacked = per_round_linear(algorithm, reps, 200)
+            print(f"a9a logistic, 20 agents ER(0.3), {algorithm}: {reps} runs one at a time {1e3 * alone:.1f} ms per "
+                  f"round of all, stacked {1e3 * stacked:.1f} ms: {alone / stacked:.2f}x")
+        for algorithm, reps in (("dsgd", 6), ("dpdl", 3)):
+            alone, stacked = per_round(algorithm, reps, args.rounds, args.dataset)
+            print(f"{algorithm}: {reps} runs one at a time {1e3 * alone:.0f} ms per round of all, stacked "
+                  f"{1e3 * stacked:.0f} ms: {alone / stacked:.2f}x")
+        return
     variants = {"stacked (this checkout)": str(ROOT / "src"), "old (one DP-SGD run at a time)": args.old_src}
     best: dict[str, tuple[float, int, list[dict]]] = {}
     for _ in range(args.repeats):
@@ -135,12 +230,16 @@ def main() -> None:
     old = best["old (one DP-SGD run at a time)"][0]
     print(f"{args.cell} cell, {args.rounds} rounds, --jobs 2, best of {args.repeats}, {os.cpu_count()} cores")
     report = {"cell": args.cell, "rounds": args.rounds, "variants": {}}
+    loops = {name: loop_seconds(mans) for name, (_, _, mans) in best.items()}
+    old_loop = loops["old (one DP-SGD run at a time)"]
     for name, (wall, rss, mans) in best.items():
         stacks = sorted({m["batch"]["replicas"] for m in mans})
         print(f"  {name:32s} {wall:8.1f} s  ({old / wall:4.2f}x)  runs {len(mans)}, batch sizes {stacks}, "
-              f"peak RSS {rss / 1024:.0f} MB")
+              f"peak RSS {rss / 1024:.0f} MB; rounds + evaluations {loops[name]:.1f} process-s "
+              f"({old_loop / loops[name]:4.2f}x)")
         report["variants"][name] = {"seconds": wall, "speedup": old / wall, "runs": len(mans),
-                                    "batch_sizes": stacks, "peak_rss_mb": rss / 1024}
+                                    "batch_sizes": stacks, "peak_rss_mb": rss / 1024, "loop_seconds": loops[name],
+                                    "loop_speedup": old_loop / loops[name]}
     if flops == flops:
         wall = best["stacked (this checkout)"][0]
         print(f"  one round of the cell: {flops / 1e9:.2f} GFLOP (batches of {sizes}); stacked: "

@@ -135,10 +135,11 @@ def _rows(folder):
 
 
 def test_a_grid_stacks_dp_sgd_runs_and_each_ledger_reaccounts_to_its_target(tmp_path):
-    """Through the runner: the DP-SGD runs of one algorithm and seed share a batch; each run's manifest states its
+    """Through the runner: the DP-SGD runs of one algorithm and seed share a batch (DPDL's too, as asked with
+    batch_replicas; on the CPU it runs alone by default, tests/test_results_store.py); each run's manifest states its
     own σ, its own ε (re-accounted from the σ and accesses it used: at most its target and within 2 % of it) and the
     batch it ran in; results equal the unstacked grid's (batch_replicas = 1) to rounding."""
-    stacked = run_experiment(_grid(tmp_path, seeds=1), tmp_path / "stacked", progress=False)
+    stacked = run_experiment(_grid(tmp_path, seeds=1, batch_replicas=4), tmp_path / "stacked", progress=False)
     alone = run_experiment(_grid(tmp_path, seeds=1, batch_replicas=1), tmp_path / "alone", progress=False)
     assert stacked.executed == alone.executed == 8
     sizes = set()

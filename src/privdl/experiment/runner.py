@@ -387,10 +387,13 @@ def intra_op_threads(cfg: dict, task, rows: int, need=None):
             torch.set_num_threads(before)
 
 
-def _alone(cfg: dict, algorithms: dict[str, bool]) -> bool:
+def _alone(cfg: dict, algorithms: dict[str, tuple[bool, bool]]) -> bool:
     """A run that never shares a replica axis, known from its config: not trained, ``batch_replicas = 1``, a mechanism
-    that never stacks (``clip``, message mechanisms) or an algorithm that does not (CGA). ``algorithms`` caches the
-    last by config."""
+    that never stacks (``clip``, message mechanisms) or an algorithm that does not (CGA) — and, on the CPU with the
+    automatic ``batch_replicas``, an algorithm with cross-gradients (DPDL): measured, its stacked rounds are no faster
+    there (0.88–0.92×: the R·E-row lot draws and sorts leave the caches; BENCHMARKS.md, "Example-level grids
+    stacked"), while one run per process keeps ``--jobs`` balanced; ``batch_replicas`` > 1 or a GPU stacks it.
+    ``algorithms`` caches (stackable, cross) by config."""
     if (not cfg.get("train", True) or cfg.get("batch_replicas") == 1 or not may_stack(cfg["mechanism"].get("name"))
             or cfg.get("runtime", {}).get("backend", "simulator") != "simulator"
             or cfg.get("runtime", {}).get("keys", "root") != "root"):
@@ -398,25 +401,33 @@ def _alone(cfg: dict, algorithms: dict[str, bool]) -> bool:
     key = json.dumps(cfg["algorithm"], sort_keys=True, default=str)
     if key not in algorithms:
         try:
-            algorithms[key] = build_algorithm(cfg).stackable
+            alg = build_algorithm(cfg)
+            algorithms[key] = (alg.stackable, alg.cross)
         except PrivdlError:  # a bad algorithm is reported where the run is built
-            algorithms[key] = True
-    return not algorithms[key]
+            algorithms[key] = (True, False)
+    stackable, cross = algorithms[key]
+    device = str(cfg.get("device", "cpu"))
+    on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+    return not stackable or (cross and on_cpu and not cfg.get("batch_replicas"))
 
 
 def plan(todo: Sequence[RunSpec]) -> list[list[RunSpec]]:
     """Groups of runs that may be stacked (same task, algorithm, length; training runs only). A run that cannot be
-    stacked is a group of its own, so processes sharing a folder (``--jobs``) take such runs one by one."""
+    stacked is a group of its own, so processes sharing a folder (``--jobs``) take such runs one by one. The costliest
+    groups come first (:func:`run_cost` summed: a stacked DPDL batch before a lone non-private run), so processes
+    taking them in turn end together instead of one waiting on a large batch started last."""
     groups: dict[str, list[RunSpec]] = {}
     singles: list[list[RunSpec]] = []
-    algorithms: dict[str, bool] = {}
+    algorithms: dict[str, tuple[bool, bool]] = {}
     for spec in todo:
         cfg = spec.config
         if _alone(cfg, algorithms):
             singles.append([spec])
         else:
             groups.setdefault(_batch_key(spec), []).append(spec)
-    return [g for g in groups.values()] + singles
+    out = [g for g in groups.values()] + singles
+    cost = {id(g): sum(run_cost(s.config) for s in g) for g in out}
+    return sorted(out, key=lambda g: -cost[id(g)])  # stable: equal costs keep the grid's order
 
 
 def check_inputs_unchanged(store: ResultStore, finished: Iterable[RunSpec]) -> None:
