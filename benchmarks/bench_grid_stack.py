@@ -110,7 +110,8 @@ def loop_seconds(mans: list[dict]) -> float:
     return sum(m["seconds"] for m in mans if m["batch"]["replicas"] == 1) + sum(b[1] for b in batches)
 
 
-def per_round(algorithm: str, replicas: int, rounds: int, dataset: str) -> tuple[float, float]:
+def per_round(algorithm: str, replicas: int, rounds: int, dataset: str, lot: int = 64,
+              split: dict | None = None) -> tuple[float, float]:
     """Seconds per round of ``replicas`` DP-SGD runs of the cell's configuration (ring of 10, the small CNN, lots of
     64, float32, one thread): one at a time, and stacked; in this process, the engine's loop only (no calibration,
     no evaluation), after a warm-up."""
@@ -124,13 +125,14 @@ def per_round(algorithm: str, replicas: int, rounds: int, dataset: str) -> tuple
     from privdl.tasks import make_task
 
     torch.set_num_threads(1)
-    task = make_task("cnn", 10, dataset=dataset, train_size=8000, partition="dirichlet", alpha=0.1, batch_size=64,
-                     dtype=torch.float32, min_size=64)
+    split = split or {"partition": "dirichlet", "alpha": 0.1, "min_size": lot,
+                      **({"train_size": 8000} if dataset == "mnist_t10k" else {})}
+    task = make_task("cnn", 10, dataset=dataset, batch_size=lot, dtype=torch.float32, **split)
     net = Network.from_topology("ring", 10)
     alg = make_algorithm(algorithm)
 
     def rep(k: int) -> Replica:
-        mech = make_mechanism("dp_sgd", steps=alg.accesses(rounds + 2, net.edges), task=task, clip=1.0, lot_size=64,
+        mech = make_mechanism("dp_sgd", steps=alg.accesses(rounds + 2, net.edges), task=task, clip=1.0, lot_size=lot,
                               noise_multiplier=1.0 + 0.5 * k)
         return Replica(net, mech, make_schedule("constant", eta=0.05, iterations=rounds), 0)
 
@@ -218,6 +220,11 @@ def main() -> None:
             alone, stacked = per_round(algorithm, reps, args.rounds, args.dataset)
             print(f"{algorithm}: {reps} runs one at a time {1e3 * alone:.0f} ms per round of all, stacked "
                   f"{1e3 * stacked:.0f} ms: {alone / stacked:.2f}x")
+        # seed 004's Table 1 configuration: Fashion-MNIST, one class per agent, lots of 256; the 4 graphs of a cell
+        alone, stacked = per_round("dsgd", 4, max(5, args.rounds // 3), "fashion_mnist", lot=256,
+                                   split={"partition": "a_t", "t": 1.0})
+        print(f"table1 (Fashion-MNIST, lots of 256), dsgd: 4 runs one at a time {1e3 * alone:.0f} ms per round of "
+              f"all, stacked {1e3 * stacked:.0f} ms: {alone / stacked:.2f}x")
         return
     variants = {"stacked (this checkout)": str(ROOT / "src"), "old (one DP-SGD run at a time)": args.old_src}
     best: dict[str, tuple[float, int, list[dict]]] = {}

@@ -172,7 +172,7 @@ def test_mixed_dtypes_never_share_a_batch_and_the_cap_bounds_memory(tmp_path):
     large for the budget runs alone (the cap is at least 1, never a crash); batch_replicas < 0 is refused."""
     from privdl.experiment.build import build
     from privdl.experiment.config import expand
-    from privdl.experiment.runner import BATCH_BUDGET, _capacity, replica_numbers
+    from privdl.experiment.runner import BATCH_BUDGET, CPU_ACCESS_BUDGET, _batch_inputs, _capacity, replica_numbers
 
     cfg = _grid(tmp_path)
     cfg["sweep"] = {"dtype": ["float32", "float64"], "mechanism.epsilon": [1.0, 4.0],
@@ -189,7 +189,8 @@ def test_mixed_dtypes_never_share_a_batch_and_the_cap_bounds_memory(tmp_path):
     parts = build(spec.config)
     per = replica_numbers(parts)
     assert per > 5 * parts.task.dim  # the model state and the lot's examples
-    assert _capacity(spec.config, parts) == max(1, BATCH_BUDGET // per)
+    access = parts.network.n * _batch_inputs(parts.task, parts.mechanism.need)  # one access's inputs
+    assert _capacity(spec.config, parts) == max(1, min(BATCH_BUDGET // per, CPU_ACCESS_BUDGET // access))
     import privdl.experiment.runner as runner
 
     old = runner.BATCH_BUDGET

@@ -350,11 +350,24 @@ def replica_numbers(parts: Components) -> int:
     return n * 4 * parts.task.dim + accessed * _batch_inputs(parts.task, need)
 
 
+#: on the CPU, the inputs (examples × features) one per-example access of a stacked batch may read: measured, a
+#: stacked DP-SGD access gains only while its working set stays near the caches (a9a logistic regression, 12
+#: replicas of 20 agents × lots of 64: 1.7×; seed 004's CNN, 6 replicas of 10 × 64 MNIST digits: 1.04×; lots of
+#: 256: 0.87×; BENCHMARKS.md, "Example-level grids stacked")
+CPU_ACCESS_BUDGET = 2**21
+
+
 def _capacity(cfg: dict, parts: Components) -> int:
-    """Replicas per stacked batch: the config's ``batch_replicas``, else as many as fit in :func:`batch_budget`."""
+    """Replicas per stacked batch: the config's ``batch_replicas``, else as many as fit in :func:`batch_budget` —
+    and on the CPU, for a per-example (DP-SGD) access, as many whose inputs stay within :data:`CPU_ACCESS_BUDGET`."""
     if cfg.get("batch_replicas"):
         return int(cfg["batch_replicas"])
-    return max(1, batch_budget(cfg.get("device", "cpu")) // max(replica_numbers(parts), 1))
+    device = str(cfg.get("device", "cpu"))
+    cap = batch_budget(device) // max(replica_numbers(parts), 1)
+    need = parts.mechanism.need
+    if isinstance(need, ClippedSum) and (device == "cpu" or (device == "auto" and not torch.cuda.is_available())):
+        cap = min(cap, CPU_ACCESS_BUDGET // max(1, parts.network.n * _batch_inputs(parts.task, need)))
+    return max(1, cap)
 
 
 def auto_threads(task, rows: int, need=None) -> int | None:
