@@ -1,18 +1,27 @@
-"""Covariance design speed: our dual fixed point against the official n-LMI formulation (cvxpy + Clarabel) and the
-2n-LMI precision formulation, and the cost of generating correlated noise per step.
+"""Covariance design speed: our dual solver against the official n-LMI formulation (cvxpy + Clarabel) and the
+2n-LMI precision formulation, the cost of generating correlated noise per step, and (issue 32) the dual solver's
+Newton method against the original fixed point at large n.
 
     python benchmarks/bench_covariance.py [--sizes 20 30 100 300 1000 2000] [--reference-max 30] [--json FILE]
                                           [--no-noise] [--hbc-sizes 10 20 30 50]
+    python benchmarks/bench_covariance.py --methods newton fixed_point --sizes 1000 2000 5000 [--json FILE]
+                                          [--fixed-point-max-n 5000] [--device cuda]
 
-ER(0.5) graphs, Metropolis–Hastings weights, b from ε = 10, δ = 1e-5, C = 0.1, T = 5000 (paper accountant).
+ER(0.5) graphs (seed 0), Metropolis–Hastings weights, b from ε = 10, δ = 1e-5, C = 0.1, T = 5000 (paper accountant).
 Reported: seconds per solve (uncached), objective Tr(W R Wᵀ), relative difference to each reference that ran,
-relative duality gap and the speed-up.
+relative duality gap and the speed-up. With ``--methods`` each (n, method) runs in a fresh subprocess, so that its
+peak resident memory (ru_maxrss, graph construction included) is its own: seconds of the whole
+``design_covariance("whisper", W, b)`` (solve, verification, noise split) and of the solve alone, eigendecompositions,
+relative gap, max [R⁻¹]_ii / b, and the objective's relative difference between the methods.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -29,10 +38,10 @@ from privdl.keys import Keys
 def bench_solver(sizes: list[int], reference_max: int) -> list[dict]:
     from privdl.covariance.reference import solve_official, solve_precision
 
-    b = get_accountant("paper").bound(epsilon=10.0, delta=1e-5, clip=0.1, steps=5000)
+    b = _paper_bound()
     rows = []
     for n in sizes:
-        w = Network.from_topology("erdos_renyi", n, p=0.5, seed=0).W
+        w = Network.from_topology("erdos_renyi", n, p=0.5, seed=0).dense("the covariance benchmark")
         _CACHE.clear()
         t0 = time.perf_counter()
         ours = design_covariance("whisper", w, bound=b)  # solve (uncached) + verification + noise factor facts
@@ -51,6 +60,51 @@ def bench_solver(sizes: list[int], reference_max: int) -> list[dict]:
                 row[f"speedup_vs_{name}"] = row[f"{name}_seconds"] / seconds
         rows.append(row)
         print(json.dumps(row), flush=True)
+    return rows
+
+
+def _paper_bound() -> float:
+    return get_accountant("paper").bound(epsilon=10.0, delta=1e-5, clip=0.1, steps=5000)
+
+
+def solve_once(n: int, method: str, device: str | None) -> dict:
+    """One cold ``design_covariance("whisper", W, b, method=...)`` on ER(n, 0.5), seed 0 (run in a subprocess)."""
+    torch.set_num_threads(2)
+    w = Network.from_topology("erdos_renyi", n, p=0.5, seed=0).dense("the covariance benchmark")
+    _CACHE.clear()
+    t0 = time.perf_counter()
+    d = design_covariance("whisper", w, bound=_paper_bound(), method=method, device=device)
+    seconds = time.perf_counter() - t0
+    return {"n": n, "method": method, "device": device or "lapack (cpu)", "seconds": seconds,
+            "solve_seconds": d.extra["solve_seconds_uncached"], "iterations": d.iterations,
+            "relative_gap": d.extra["relative_duality_gap"], "max_precision_ratio": d.max_precision_ratio,
+            "trace": d.trace, "singular_W": d.singular,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def bench_methods(sizes: list[int], methods: list[str], fixed_point_max_n: int, device: str | None) -> list[dict]:
+    """Newton against the original fixed point, each (n, method) in its own process (clean peak memory)."""
+    rows = []
+    for n in sizes:
+        by_method = {}
+        for method in methods:
+            if method == "fixed_point" and n > fixed_point_max_n:
+                continue
+            cmd = [sys.executable, __file__, "--solve-once", str(n), method]
+            if device is not None:
+                cmd += ["--device", device]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            row = json.loads(out.strip().splitlines()[-1])
+            by_method[method] = row
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        if len(by_method) == 2:
+            new, old = by_method["newton"], by_method["fixed_point"]
+            summary = {"n": n, "speedup_total": old["seconds"] / new["seconds"],
+                       "speedup_solve": old["solve_seconds"] / new["solve_seconds"],
+                       "trace_rel_diff": (new["trace"] - old["trace"]) / old["trace"]}
+            rows.append(summary)
+            print(json.dumps(summary), flush=True)
     return rows
 
 
@@ -110,11 +164,22 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-noise", action="store_true", help="skip the noise-generation benchmark")
     ap.add_argument("--hbc-sizes", type=int, nargs="*", default=[], help="also time problem (10) at these n (q = 1)")
+    ap.add_argument("--methods", nargs="+", choices=["newton", "fixed_point"], default=None,
+                    help="compare the dual solver's methods at --sizes (each in a fresh process) instead")
+    ap.add_argument("--fixed-point-max-n", type=int, default=10**9, help="skip the fixed point above this n")
+    ap.add_argument("--device", default=None, help="torch device for the eigendecompositions (default: LAPACK)")
+    ap.add_argument("--solve-once", nargs=2, metavar=("N", "METHOD"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(2)
-    result = {"solver": bench_solver(args.sizes, args.reference_max),
-              "noise": None if args.no_noise else bench_noise(),
-              "hbc": bench_hbc(args.hbc_sizes, ["edges", "neighbourhoods"]) if args.hbc_sizes else None}
+    if args.solve_once:
+        print(json.dumps(solve_once(int(args.solve_once[0]), args.solve_once[1], args.device)), flush=True)
+        return
+    if args.methods:
+        result = {"methods": bench_methods(args.sizes, args.methods, args.fixed_point_max_n, args.device)}
+    else:
+        result = {"solver": bench_solver(args.sizes, args.reference_max),
+                  "noise": None if args.no_noise else bench_noise(),
+                  "hbc": bench_hbc(args.hbc_sizes, ["edges", "neighbourhoods"]) if args.hbc_sizes else None}
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=2)

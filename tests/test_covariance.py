@@ -3,6 +3,9 @@ singular W, bad input, and the honest-but-curious problem (10) with its special 
 
 from __future__ import annotations
 
+import functools
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -162,3 +165,197 @@ def test_hbc_q2_small_network():
     d = solve_hbc(w, bound=b, groups=seed_groups("neighbourhoods", w), coalition_size=2)
     assert d.extra["worst_coalition_ratio"] <= 1 + 1e-9
     assert d.trace <= design_covariance("ldp", w, bound=b).trace * (1 + 1e-6)
+
+
+# ---- the dual solver: Newton (the default from 1000 agents on) against the original fixed point (issue 32) ------------------------------
+def _solver_graphs() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(5)
+    a = rng.random((30, 30))
+    return {
+        "ring": Network.from_topology("ring", 11).W,  # vertex-transitive: optimal at λ = 1 (one eigendecomposition)
+        "path": Network.from_topology("path", 20).W,
+        "star": Network.from_topology("star", 15).W,  # singular
+        "er": er(40, 0.3, 2),
+        "er_float32": er(300, 0.5, 0),  # n ≥ FLOAT32_MIN_N: the Newton step's products run in float32
+        "complete_singular": Network.from_topology("complete", 12, mixing="uniform").W,  # rank one: ridge
+        "nonsymmetric": a / a.sum(axis=1, keepdims=True),  # row-stochastic, not symmetric
+        "gaussian": rng.standard_normal((20, 20)),
+    }
+
+
+@functools.lru_cache(maxsize=None)
+def _solved(name: str, method: str):
+    return solve_dual(_solver_graphs()[name], method=method)
+
+
+@pytest.mark.parametrize("name", list(_solver_graphs()))
+def test_newton_solver_agrees_with_the_fixed_point(name):
+    """Same R and objective as the original iteration, the same certificate, never more eigendecompositions."""
+    w = _solver_graphs()[name]
+    old, new = _solved(name, "fixed_point"), _solved(name, "newton")
+    assert (old.method, new.method) == ("fixed_point", "newton")
+    assert (new.singular, new.ridge) == (old.singular, old.ridge)
+    assert new.dual <= new.primal * (1 + 1e-12) or new.singular  # (singular: dual noise at rounding level)
+    if not new.singular:  # unique optimum: both within tol = 1e-10 of it
+        assert new.gap <= 1e-10 * new.primal
+        assert new.primal == pytest.approx(old.primal, rel=1e-9)
+        assert new.dual == pytest.approx(old.dual, rel=1e-9)
+        assert np.linalg.norm(new.R - old.R) <= 1e-6 * np.linalg.norm(old.R)
+        assert np.max(precision_diagonal(new.R)) <= 1 + 1e-12  # feasible at b = 1, up to rounding
+        assert new.iterations <= old.iterations
+    else:  # no minimiser: both stop at the precision floor τ, within ~τ of the infimum; R is not unique
+        assert new.primal == pytest.approx(old.primal, rel=1e-6)
+        assert new.primal <= old.primal * (1 + 1e-9)  # (the recovery fills slack precision: never worse)
+        assert new.gap <= 3e-6 * new.primal
+        assert np.max(precision_diagonal(new.R)) <= 1 + 1e-9  # rounding ~ cond(R)·eps, cond(R) ≈ 1/τ
+    # primal = Tr(W R Wᵀ), recomputed (singular W: R carries ~1/τ variance on null(W), so rounding ~ 1/τ·eps)
+    assert np.einsum("ij,jk,ik->", w, new.R, w) == pytest.approx(new.primal, rel=1e-7 if new.singular else 1e-9)
+    assert np.linalg.eigvalsh(new.R)[0] > 0
+
+
+def test_newton_needs_few_eigendecompositions_and_counts_them_all(monkeypatch):
+    """ER(300, 0.5): Newton certifies a 1e-10 gap in ≤ 5 eigendecompositions where the fixed point needs ≥ 15; the
+    reported iteration count is the number of eigendecompositions actually made."""
+    import privdl.covariance.dual as dual
+
+    w = _solver_graphs()["er_float32"]
+    calls = []
+    real = dual._eigh
+    monkeypatch.setattr(dual, "_eigh", lambda b, device: calls.append(1) or real(b, device))
+    new = solve_dual(w, method="newton")
+    assert new.gap <= 1e-10 * new.primal
+    assert len(calls) == new.iterations <= 5
+    assert _solved("er_float32", "fixed_point").iterations >= 15
+    assert new.seconds > 0
+
+
+def test_torch_eigh_route_gives_the_same_solution():
+    """device="cpu" sends the eigendecompositions through torch.linalg.eigh (the code path of device="cuda")."""
+    pytest.importorskip("torch")
+    for w in (er(40, 0.3, 2), _solver_graphs()["nonsymmetric"]):
+        ref = solve_dual(w, method="newton")
+        via = solve_dual(w, method="newton", device="cpu")
+        assert via.gap <= 1e-10 * via.primal
+        assert via.primal == pytest.approx(ref.primal, rel=1e-9)
+        assert np.linalg.norm(via.R - ref.R) <= 1e-6 * np.linalg.norm(ref.R)
+        fixed = solve_dual(w, method="fixed_point", device="cpu")
+        assert fixed.method == "fixed_point" and fixed.primal == pytest.approx(ref.primal, rel=1e-9)
+    w = er(12, 0.5, 1)
+    d = design_covariance("whisper", w, bound=2.0, device="cpu", method="newton")
+    assert d.trace == pytest.approx(design_covariance("whisper", w, bound=2.0).trace, rel=1e-9)
+    assert d.extra["dual_method"] == "newton" and d.extra["solver"] == "dual newton"
+
+
+def test_solver_refuses_a_missing_gpu_and_unknown_methods():
+    torch = pytest.importorskip("torch")
+    w = er(8, 0.5, 0)
+    with pytest.raises(ValidationError, match="unknown dual method 'eig'"):
+        solve_dual(w, method="eig")
+    with pytest.raises(ValidationError, match="not a torch device"):
+        solve_dual(w, device="gpu0")
+    if torch.cuda.is_available():
+        return
+    with pytest.raises(ValidationError, match="sees no CUDA device"):
+        solve_dual(w, device="cuda")
+    with pytest.raises(ValidationError, match="sees no CUDA device"):
+        design_covariance("whisper", er(9, 0.5, 0), bound=1.0, device="cuda")
+
+
+def test_covariance_cli_device_option():
+    torch = pytest.importorskip("torch")
+    from typer.testing import CliRunner
+
+    from privdl.cli import app
+
+    args = ["covariance", "--n", "10", "--precision-bound", "1", "--format", "json"]
+    run = CliRunner().invoke
+    plain, via = run(app, args), run(app, [*args, "--device", "cpu"])
+    assert plain.exit_code == 0 and via.exit_code == 0, via.output
+    assert json.loads(via.output)["trace"] == pytest.approx(json.loads(plain.output)["trace"], rel=1e-9)
+    res = run(app, [*args, "--design", "decor", "--device", "cpu"])
+    assert res.exit_code == 2 and "--device applies to the whisper design" in res.output
+    if not torch.cuda.is_available():
+        res = run(app, [*args, "--device", "cuda"])
+        assert res.exit_code == 2 and "sees no CUDA device" in res.output
+
+
+def test_float32_first_eigendecomposition_changes_nothing_but_time(monkeypatch):
+    """From FLOAT32_EIGH_MIN_N on, Newton's first eigendecomposition (λ = 1) is float32 and W's singularity is
+    decided by a Cholesky factorisation: same solution, same singular flag and ridge, same certificate."""
+    import privdl.covariance.dual as dual
+
+    monkeypatch.setattr(dual, "FLOAT32_EIGH_MIN_N", 2)
+    for name in ("er_float32", "nonsymmetric", "complete_singular", "star", "ring"):
+        ref = _solved(name, "newton")  # (cached before the patch: float64 throughout)
+        rough = solve_dual(_solver_graphs()[name], method="newton")
+        assert (rough.singular, rough.ridge) == (ref.singular, ref.ridge)
+        assert rough.primal == pytest.approx(ref.primal, rel=1e-9 if not ref.singular else 1e-6)
+        assert rough.gap <= (1e-10 if not ref.singular else 3e-6) * rough.primal
+        if not ref.singular:  # (+1: λ = 1 optimal, e.g. the ring, is redone in float64)
+            assert rough.iterations <= ref.iterations + 1
+
+
+def test_large_whisper_design_skips_r_eigenvectors_with_the_same_result(monkeypatch):
+    import privdl.covariance.designs as designs
+
+    w = er(60, 0.5, 3)
+    full = design_covariance("whisper", w, bound=2.0, method="newton")
+    monkeypatch.setattr(designs, "LARGE_N", 10)
+    lean = design_covariance("whisper", w, bound=2.0, method="newton")
+    np.testing.assert_allclose(lean.R, full.R, rtol=1e-12)
+    assert lean.sigma_mix2 == pytest.approx(full.sigma_mix2, rel=1e-9)
+    np.testing.assert_allclose(lean.components[0].cov, full.components[0].cov, rtol=0,
+                               atol=1e-12 * np.abs(full.R).max())
+    assert lean.max_precision_ratio == pytest.approx(full.max_precision_ratio, rel=1e-12)
+    assert lean.trace == pytest.approx(full.trace, rel=1e-12)
+
+
+def test_singular_recovery_gives_slack_agents_precision_not_null_w_a_huge_variance():
+    """ER(6, 0.6): W is singular and agent 4, whose constraint is slack at the optimum (λ_4 → 0), carries most of
+    null(W). The recovery raises slack agents' precision to the bound (R only shrinks, stays feasible), so null(W)
+    gets a moderate variance rather than the floor's ~1/τ = 1e6, at an objective no worse than the original's."""
+    w = Network.from_topology("erdos_renyi", 6, p=0.6, seed=3).W
+    old, new = solve_dual(w, method="fixed_point"), solve_dual(w, method="newton")
+    assert new.singular and new.lam[4] < 1e-12 * new.lam.max()
+    assert np.linalg.eigvalsh(new.R)[-1] < 100
+    assert np.max(precision_diagonal(new.R)) <= 1 + 1e-12
+    assert new.primal <= old.primal * (1 + 1e-12)
+    assert new.primal <= new.dual * (1 + 1e-9)  # within rounding of the dual bound
+
+
+def test_auto_method_is_the_fixed_point_below_a_thousand_agents_and_newton_from_there(monkeypatch):
+    """The default keeps small networks (every committed reproduction) on the original iteration, bit for bit, and
+    switches to Newton at NEWTON_MIN_N."""
+    import privdl.covariance.dual as dual
+
+    assert dual.resolve_method("auto", dual.NEWTON_MIN_N - 1) == "fixed_point"
+    assert dual.resolve_method("auto", dual.NEWTON_MIN_N) == "newton"
+    w = er(40, 0.3, 2)
+    auto, fixed = solve_dual(w), _solved("er", "fixed_point")
+    assert auto.method == "fixed_point" and np.array_equal(auto.R, fixed.R)
+    assert design_covariance("whisper", w, bound=1.0).extra["solver"] == "dual fixed point"
+    monkeypatch.setattr(dual, "NEWTON_MIN_N", 40)
+    assert solve_dual(w).method == "newton"
+
+
+def test_a_runs_gpu_device_reaches_the_design_solver(monkeypatch):
+    """A run with device = "cuda" builds its mechanism inside eigh_device: the dual solver's eigendecompositions then
+    go to that device (recorded here; the CPU route stands in for a GPU), a CPU run keeps LAPACK."""
+    import privdl.covariance.dual as dual
+    from privdl.covariance.dual import _CACHE, eigh_device, gpu_of
+
+    assert gpu_of("cuda:1") == "cuda:1" and gpu_of("cpu") is None and gpu_of(None) is None
+    seen = []
+    real = dual._eigh
+    monkeypatch.setattr(dual, "_eigh", lambda b, device: seen.append(device) or real(b, device))
+    monkeypatch.setattr(dual, "gpu_of", lambda d: d)  # treat "cpu" as the run's accelerator for this test
+    w = er(14, 0.5, 7)
+    _CACHE.clear()
+    with eigh_device("cpu"):
+        routed = design_covariance("whisper", w, bound=1.0)
+    assert seen and set(seen) == {"cpu"}
+    seen.clear()
+    _CACHE.clear()
+    plain = design_covariance("whisper", w, bound=1.0)
+    assert not seen  # (LAPACK's fixed point below 1000 agents: the original path, no _eigh)
+    assert routed.trace == pytest.approx(plain.trace, rel=1e-9)

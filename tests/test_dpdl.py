@@ -58,6 +58,50 @@ def test_without_noise_clipping_calibration_and_momentum_one_round_is_the_closed
     assert np.allclose(res.final.numpy(), expected, atol=1e-12)
 
 
+@pytest.mark.parametrize("calibration", ["formula", "prose", "prose_half", False])
+def test_one_round_with_calibration_is_the_closed_form_of_each_reading(calibration):
+    """σ = 0, C = ∞, α = 0.7, β = 0 on 3 agents (a path: agent 1 has two neighbours), c^{ij} computed here in NumPy:
+    formula g̃^{ij} = g̈^{ij}/(√w_ij N) + α w_ij c^{ij} ĝ^{ii}; prose g̃^{ij} = c^{ij} g̈^{ij}/(√w_ij N) + α w_ij ĝ^{ii};
+    false: the formula with c^{ij} = ½."""
+    net = _path(3)
+    task = make_task("quadratic", 3, init_scale=1.0)
+    x0 = torch.tensor([[1.0, -2.0], [0.5, 0.25], [-1.0, 3.0]], dtype=torch.float64)
+    eta, alpha, W = 0.05, 0.7, net.W
+    res = simulate(task=task, network=net,
+                   algorithm=make_algorithm("dpdl", alpha=alpha, beta=0.0, calibration=calibration),
+                   mechanism=make_mechanism("none", steps=4), schedule=make_schedule("constant", iterations=1, eta=eta),
+                   iterations=1, seed=0, x0=x0, metrics=False)
+    A, c = task.A.numpy(), task.c.numpy()
+    x = x0.numpy()
+
+    def grad(k, at):
+        return 2 * A[k] @ (at - c[k])
+
+    step = np.zeros_like(x)
+    for i in range(3):
+        own = grad(i, x[i])
+        for j in range(3):
+            if j == i or W[i, j] <= 0:
+                continue
+            got = grad(j, x[i])  # j's data at x_i
+            cos = got @ own / (np.linalg.norm(got) * np.linalg.norm(own))
+            weight = 1 / (1 + math.exp(cos)) if calibration in ("formula", "prose") else 0.5
+            if calibration in ("prose", "prose_half"):
+                step[i] += weight * got / (math.sqrt(W[i, j]) * 3) + alpha * W[i, j] * own
+            else:
+                step[i] += got / (math.sqrt(W[i, j]) * 3) + alpha * W[i, j] * weight * own
+    expected = W @ (x - eta * step)
+    assert np.allclose(res.final.numpy(), expected, rtol=0, atol=1e-12)
+
+
+def test_unknown_calibration_is_refused():
+    with pytest.raises(ValidationError, match="calibration must be"):
+        make_algorithm("dpdl", calibration="text")
+    with pytest.raises(ValidationError, match="calibration must be"):
+        make_algorithm("dpdl", calibration=1)
+    assert make_algorithm("dpdl", calibration=True).facts["calibration"] == "formula"
+
+
 def _run(network, *, self_noise, mechanism=None, iterations=3, observers=()):
     task = make_task("softmax", network.n, dataset="digits", partition="dirichlet", alpha=0.5, batch_size=16,
                      dtype=torch.float64)

@@ -187,6 +187,11 @@ PROVENANCE = {
     "seed002/rms_filtering_summary.csv": ("rms_filtering", "rms_filtering_summary.csv"),
     "seed002/rms_dlg_summary.csv": ("rms_dlg", "rms_dlg_summary.csv"),
     "seed002/rms_dlg_curves.csv": ("rms_dlg", "rms_dlg_curves.csv"),
+    "seed002/rms_localization_a.csv": ("rms_localization", "rms_localization_a.csv"),
+    "seed002/rms_remark3.csv": ("rms_remarks", "rms_remark3.csv"),
+    "seed002/rms_remark4.csv": ("rms_remarks", "rms_remark4.csv"),
+    "seed003/dpdl_full_horizon_mnist_ring_dirichlet01_3seeds_gpu.csv": ("dpdl", "dpdl_summary.csv"),
+    "seed003/dpdl_full_horizon_mnist_er03_missing_seed0_gpu.csv": ("dpdl", "dpdl_summary.csv"),
     "attacks/attack_table.csv": ("attack_table", "attack_table.csv"),
     "seed003/dpdl_summary.csv": ("dpdl", "dpdl_summary.csv"),
     "seed003/dpdl_fair_step.csv": ("dpdl", "dpdl_summary.csv"),
@@ -194,6 +199,8 @@ PROVENANCE = {
     "seed003/dpdl_same_effective_step_3seeds.csv": ("dpdl", "dpdl_summary.csv"),
     "seed003/dpdl_same_effective_step_more_cells.csv": ("dpdl", "dpdl_summary.csv"),
     "seed004/table1.csv": ("table1", "table1.csv"),
+    "seed004/theorem51.csv": ("theorem51", "theorem51.csv"),
+    "seed004/theorem51_fit.csv": ("theorem51", "theorem51_fit.csv"),
     "seed004/table1_summary.csv": ("table1", "table1_summary.csv"),
     "seed004/table1_authors_settings_seed0.csv": ("table1", "table1.csv"),
     "seed004/table1_mnist_digits_seed0.csv": ("table1", "table1.csv"),
@@ -257,6 +264,7 @@ def written(tmp_path_factory):
 
     mp.setattr(attacks, "packaged_config", small)
     tiny = {"rms_localization": dict(seeds=1, iterations=10), "rms_filtering": dict(seeds=1, iterations=10),
+            "rms_remarks": dict(seeds=1, iterations=20), "theorem51": dict(seeds=1, iterations=5, sigmas=(0.01, 0.1)),
             "rms_dlg": dict(iterations=1, images=1, round=1, attack_iterations=1),
             "attack_table": dict(iterations=1, images=1, round=1, attack_iterations=1),
             "dpdl": dict(seeds=1, iterations=1, dataset="mnist_t10k", methods=("CGA",), graphs=("ring",),

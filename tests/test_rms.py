@@ -430,3 +430,16 @@ def test_rms_reproductions_run_end_to_end_on_a_small_budget(tmp_path):
     loc = REPRODUCTIONS.get("rms_localization")(tmp_path / "l", seeds=2, iterations=50)
     assert len(loc) == 6
     assert (tmp_path / "l" / "rms_localization_exact_gradient=False.png").is_file()
+    # Fig. 3(a): 4 anchors, the target, and per method 4 final estimates and 4 eavesdropper averages
+    field = list(csv.DictReader(open(tmp_path / "l" / "rms_localization_a.csv")))
+    kinds = [r["kind"] for r in field]
+    assert kinds.count("anchor") == 4 and kinds.count("target") == 1
+    for m in ("DSG-RMS", "EDSG-RMS", "PD-LMS"):
+        assert kinds.count(f"{m} final estimates") == 4 and kinds.count(f"{m} eavesdropper's averages") == 4
+    # Fig. 3(c): both coordinates at agent 1 every round; ψᶜ − ψ is the norm protection on each coordinate
+    c3 = list(csv.DictReader(open(tmp_path / "l" / "rms_localization_c.csv")))
+    assert [int(r["iteration"]) for r in c3] == list(range(1, 51))
+    assert all(float(c3[-1][f"dsg_rms_psi_c_{k}"]) - float(c3[-1][f"dsg_rms_psi_{k}"]) > 0 for k in (1, 2))
+    assert float(c3[-1]["dsg_rms_w_star_1"]) == pytest.approx(float(field[4]["x"]), abs=0.05)  # w* ≈ the target
+    for name in ("rms_localization_a.png", "rms_localization_c_x1.png", "rms_localization_c_x2.png"):
+        assert (tmp_path / "l" / name).stat().st_size > 10_000

@@ -15,7 +15,12 @@ Per round t, for every agent i and every neighbour j ∈ N(i) (j ≠ i):
   ``self_noise = true`` noises it like a cross-gradient (one more noisy access per round, accounted).
 * calibration c^{ij} = 1/(1 + exp(S(g̈^{ij}, ĝ^{ii}))), S the cosine similarity — in (1/(1+e), 1/(1+e⁻¹)), smaller
   for aligned contributions; ``calibration = false`` fixes c^{ij} = ½ (the ablation);
-* g̃^{ij} = g̈^{ij}/(√w_ij · N) + α w_ij c^{ij} ĝ^{ii}, g̃^i = Σ_{j ∈ N(i)} g̃^{ij};
+* g̃^{ij} = g̈^{ij}/(√w_ij · N) + α w_ij c^{ij} ĝ^{ii} (``calibration = "formula"``, the default, = true: the seed's
+  equation, where c^{ij} weights only the α-term), g̃^i = Σ_{j ∈ N(i)} g̃^{ij};
+* ``calibration = "prose"``: the seed's prose instead ("each received cross-gradient is weighted by a sigmoid of its
+  cosine similarity to the agent's own self-gradient"), g̃^{ij} = c^{ij} g̈^{ij}/(√w_ij · N) + α w_ij ĝ^{ii} — the
+  weight moves to the received cross-gradient and the α-term is left unweighted; ``"prose_half"`` is that form with
+  c^{ij} = ½ (the prose reading's ablation);
 * ṽ^i = β v^i + g̃^i, x̃^i = x^i − η ṽ^i; then v^i = Σ_j w_ij ṽ^j (tag ``v``) and x^i = Σ_j w_ij x̃^j (tag ``x``).
 
 Choices where seed 003 is silent (named here and parameters where they can vary): N(i) excludes i in the sums of
@@ -37,6 +42,10 @@ from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext, cross_gra
 from privdl.errors import ValidationError
 from privdl.network.edges import Edges
 
+#: The readings of the calibration: the seed's equation (c^{ij} on the α-term), its prose (c^{ij} on the received
+#: cross-gradient), and the ablations (c^{ij} = ½, in the equation's form and in the prose's: the latter separates
+#: what the cosine weighting does from the halving of the received terms that comes with it).
+CALIBRATIONS = {True: "formula", "formula": "formula", "prose": "prose", "prose_half": "prose_half", False: "off"}
 UNPROTECTED_REASON = ("seed 003's published form: the clipped self-gradient ĝ^{ii} (one per round) enters x^i without "
                       "noise, and x^i is sent every round")
 
@@ -53,14 +62,21 @@ def calibration_weights(received: torch.Tensor, own: torch.Tensor) -> torch.Tens
 
 
 @ALGORITHMS.register("dpdl")
-def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False, calibration: bool = True) -> Algorithm:
-    """DPDL (seed 003). ``self_noise``: also noise the self-gradient (fully accounted); ``calibration = false``:
-    c^{ij} = ½ (the ablation "DPDL without calibration")."""
+def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False,
+         calibration: bool | str = "formula") -> Algorithm:
+    """DPDL (seed 003). ``self_noise``: also noise the self-gradient (fully accounted); ``calibration``: "formula"
+    (= true, the default: c^{ij} weights the α-term, as the seed's equation), "prose" (c^{ij} weights the received
+    cross-gradient, as the seed's text), or false (c^{ij} = ½ in the formula: the ablation "DPDL without
+    calibration"), or "prose_half" (the prose's form with c^{ij} = ½: its ablation)."""
     if not (isinstance(alpha, (int, float)) and alpha >= 0):
         raise ValidationError(f"dpdl alpha must be >= 0, got {alpha!r}")
     if not (isinstance(beta, (int, float)) and 0 <= beta < 1):
         raise ValidationError(f"dpdl beta (momentum) must be in [0, 1), got {beta!r}")
     alpha, beta = float(alpha), float(beta)
+    mode = CALIBRATIONS.get(calibration) if isinstance(calibration, (bool, str)) else None
+    if mode is None:
+        raise ValidationError(f"dpdl calibration must be \"formula\" (or true), \"prose\", \"prose_half\" or false, "
+                              f"got {calibration!r}")
 
     def init(x0: torch.Tensor, ctx: StepContext) -> DPDLState:
         e = ctx.comm.edges
@@ -82,11 +98,14 @@ def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False, cal
         own = ctx.gradient(s.x, tag="self_gradient", protect=self_noise)  # ĝ^{ii}
         flat = back.reshape(back.shape[0], -1)
         own_e = own.reshape(own.shape[0], -1).index_select(0, dst)
-        c = (calibration_weights(flat, own_e) if calibration
+        c = (calibration_weights(flat, own_e) if mode in ("formula", "prose")
              else torch.full((flat.shape[0],), 0.5, dtype=flat.dtype, device=flat.device))
         w = e.weight.to(dtype=flat.dtype, device=flat.device)
         agents = comm.n  # N: the network's agents
-        terms = flat / (w.sqrt()[:, None] * agents) + (alpha * w * c)[:, None] * own_e
+        if mode in ("prose", "prose_half"):  # c^{ij} weights the received cross-gradient, not the α-term
+            terms = (c / (w.sqrt() * agents))[:, None] * flat + (alpha * w)[:, None] * own_e
+        else:
+            terms = flat / (w.sqrt()[:, None] * agents) + (alpha * w * c)[:, None] * own_e
         g = torch.zeros_like(own.reshape(own.shape[0], -1)).index_add_(0, dst, terms).reshape(s.x.shape)
         v_new = beta * s.v + g
         x_new = s.x - ctx.eta * v_new
@@ -98,9 +117,9 @@ def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False, cal
     def unprotected(iterations: int, edges: Edges) -> torch.Tensor:
         return torch.full((edges.rows,), iterations, dtype=torch.int64)
 
-    facts = {"alpha": alpha, "beta": beta, "self_noise": bool(self_noise), "calibration": bool(calibration)}
+    facts = {"alpha": alpha, "beta": beta, "self_noise": bool(self_noise), "calibration": mode}
     return Algorithm("dpdl", init, step, lambda s: s.x, accesses, facts=facts,
                      unprotected=None if self_noise else (unprotected, UNPROTECTED_REASON), cross=True)
 
 
-__all__ = ["DPDLState", "UNPROTECTED_REASON", "calibration_weights", "dpdl"]
+__all__ = ["CALIBRATIONS", "DPDLState", "UNPROTECTED_REASON", "calibration_weights", "dpdl"]

@@ -193,6 +193,9 @@ def covariance(
                                                              "groups:M (whisper solves problem (10))"),
     coalition_size: int = typer.Option(0, "--coalition-size", min=0, help="q: coalitions of up to q curious agents"),
     save_covariance: Optional[Path] = typer.Option(None, "--save-covariance", help="write R to this .npy file"),
+    device: Optional[str] = typer.Option(None, "--device", help="whisper: torch device for the dual solver's "
+                                                                "eigendecompositions, e.g. cuda (default: LAPACK on "
+                                                                "the CPU)"),
     fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
 ) -> None:
     """Design the noise covariance R for a network: Tr(W R Wᵀ) against LDP and the central-DP bound."""
@@ -216,6 +219,12 @@ def covariance(
                                   "exist")
         if seeds is not None and not seeds.strip():
             raise ValidationError("--seeds is empty; give global, edges, neighbourhoods or groups:M")
+        if device is not None:
+            from privdl.covariance.dual import check_device
+
+            if design is not DesignName.whisper or seeds not in (None, "global") or coalition_size > 0:
+                raise ValidationError("--device applies to the whisper design's dual solver (problem (P)) only")
+            check_device(device)
         net = _network(mixing, topology, n, p, graph_seed, rule)
         acc = get_accountant(accountant.value)
         b = acc.bound(epsilon=epsilon, delta=delta, clip=clip, steps=steps) if epsilon is not None \
@@ -226,7 +235,8 @@ def covariance(
             result = solve_hbc(w, bound=b, groups=seed_groups(seeds or "global", w),
                                coalition_size=coalition_size, label=seeds or "global")
         else:
-            result = design_covariance(design.value, net.dense("the covariance design", copies=8), bound=b)
+            result = design_covariance(design.value, net.dense("the covariance design", copies=8), bound=b,
+                                       **({"device": device} if device is not None else {}))
         facts = result.summary()
         if hbc:
             worst, where = coalition_worst_ratio(result.sigma_mix2, list(result.components or []), net.n,
@@ -248,7 +258,7 @@ def covariance(
         else:
             facts["guarantee"] = (f"({facts['epsilon']:.6g}, {delta:g})-DP per agent, agent level ({acc.name} "
                                   "accountant)")
-        if str(facts.get("solver", "")).lower() not in ("dual fixed point", ""):
+        if not str(facts.get("solver", "dual")).lower().startswith("dual"):
             for key in ("duality_gap", "iterations", "relative_duality_gap"):  # the dual solver's, not a conic's
                 facts.pop(key, None)
         if fmt is Format.table:
@@ -276,16 +286,47 @@ def rms_bounds_command(
     sigma_z: float = typer.Option(0.01, "--sigma-z", help="std of the off-diagonal entries"),
     smoothness: float = typer.Option(1.0, "--smoothness", help="δ: every J_k is δ-smooth"),
     strong_convexity: float = typer.Option(0.0, "--strong-convexity", help="ν: every J_k is ν-strongly convex"),
+    gamma: Optional[float] = typer.Option(None, "--gamma", help="γ, the step size: also print the error bounds "
+                                                               "(14), (16), (19), (21) at it"),
+    tau: float = typer.Option(0.0, "--tau", help="τ, the protection parameter (for the bounds' conditions)"),
+    gradient_noise: float = typer.Option(0.0, "--gradient-noise", help="σ_s² of Assumption 2 (0: exact gradients)"),
+    heterogeneity: float = typer.Option(0.0, "--heterogeneity", help="H = ‖∇𝒥(𝒲*)‖² = Σ_k ‖∇J_k(w*)‖²"),
+    init_centroid: float = typer.Option(0.0, "--init-centroid", help="E‖w̄₀ − w*‖²"),
+    init_stacked: float = typer.Option(0.0, "--init-stacked", help="E‖𝒲₀‖² = Σ_k E‖w_k(0)‖²"),
+    init_gradient: float = typer.Option(0.0, "--init-gradient", help="E‖∇𝒥(𝒲̄₀)‖² (EDSG-RMS's (19), (21))"),
+    rounds: Optional[int] = typer.Option(None, "--rounds", help="n (or N) for the bounds (default: their limit, "
+                                                                "n → ∞)"),
     fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
 ) -> None:
-    """Seed 002 Theorems 1–2: admissible γ and τ of DSG-RMS / EDSG-RMS for a network and random matrix."""
-    from privdl.algorithms.rms_bounds import rms_bounds
+    """Seed 002 Theorems 1–2: admissible γ and τ of DSG-RMS / EDSG-RMS for a network and random matrix; with
+    --gamma also the error bounds (14)/(16) (DSG-RMS) and (19)/(21) (EDSG-RMS) — null where a condition fails."""
+    from privdl.algorithms.rms_bounds import ErrorBounds, outside_conditions, rms_bounds
 
     try:
         net = _network(mixing, topology, n, p, graph_seed, rule, lazy)
         facts = rms_bounds(net.dense("seed 002's bounds", copies=3), dim=dim, mu=mu, sigma_mu=sigma_mu,
                            sigma_z=sigma_z, smoothness=smoothness,
                            strong_convexity=strong_convexity)
+        if gamma is not None:
+            named = {"--gamma": gamma, "--tau": tau, "--gradient-noise": gradient_noise,
+                     "--heterogeneity": heterogeneity, "--init-centroid": init_centroid,
+                     "--init-stacked": init_stacked, "--init-gradient": init_gradient}
+            for opt, v in named.items():
+                if not (math.isfinite(v) and (v > 0 if opt == "--gamma" else v >= 0 or opt == "--tau")):
+                    raise ValidationError(f"{opt} must be a finite number{' > 0' if opt == '--gamma' else ' >= 0'}"
+                                          f", got {v}")
+            if rounds is not None and rounds < 1:
+                raise ValidationError(f"--rounds must be >= 1, got {rounds}")
+            at = math.inf if rounds is None else rounds
+            facts.update({"gamma": gamma, "tau": tau, "rounds": "limit" if rounds is None else rounds})
+            for name, (gap_eq, msd_eq) in (("dsg_rms", ("eq14", "eq16")), ("edsg_rms", ("eq19", "eq21"))):
+                why = outside_conditions(name, facts, gamma=gamma, tau=tau)
+                bounds = ErrorBounds(name, gamma, mu, strong_convexity, smoothness, facts["norm_D"],
+                                     facts["sigma_mu_sq"], facts["theta_mu_sq"], gradient_noise, heterogeneity,
+                                     net.n, init_centroid, init_stacked, init_gradient)
+                facts[f"msd_bound_{msd_eq}"] = None if why["msd"] else bounds.msd(at)
+                facts[f"gap_bound_{gap_eq}"] = None if why["gap"] else bounds.gap(at)
+                facts[f"{name}_outside"] = "; ".join(dict.fromkeys(why["gap"] + why["msd"])) or "none"
     except PrivdlError as exc:
         _fail(exc)
     _print_facts(facts, fmt, f"seed 002 bounds, n = {net.n}, L = {dim}")

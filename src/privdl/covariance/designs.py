@@ -3,8 +3,8 @@
 - ``ldp``:     R = I/b (independent noise).
 - ``decor``:   R = σ_pair² I + σ_cor² L (pairwise-canceling noise, L the unweighted graph Laplacian), with the two
                variances chosen to minimise Tr(W R Wᵀ) under [R⁻¹]_ii ≤ b (a one-dimensional search).
-- ``whisper``: the solution of problem (P) (Whisper D-SGD / CorN-DSGD), by the dual fixed point of
-               :mod:`privdl.covariance.dual`.
+- ``whisper``: the solution of problem (P) (Whisper D-SGD / CorN-DSGD), by the dual solver of
+               :mod:`privdl.covariance.dual` (Newton's method on the dual's stationarity condition from 1000 agents on, its fixed point below).
 """
 
 from __future__ import annotations
@@ -29,6 +29,10 @@ DESIGNS: Registry[Callable[..., CovarianceDesign]] = Registry("covariance design
 #: Largest ratio σ_cor²/σ_pair² DECOR's search considers (reached only when WL = 0, e.g. the complete graph,
 #: where it leaves the trace within ~1e-6 of the infimum while keeping R well conditioned).
 DECOR_MAX_RATIO = 1e6
+#: From this n on, the Whisper design's verification skips R's eigenvectors (:func:`finish_design`'s
+#: ``eigenvalues_only``; not with ``method="fixed_point"``, which keeps the original pipeline for comparison): the
+#: global component R − λ_min(R)·I is formed directly.
+LARGE_N = 1000
 
 
 @DESIGNS.register("ldp")
@@ -95,16 +99,19 @@ def _decor_ratio(w: np.ndarray, lap: np.ndarray) -> tuple[float, float]:
 
 
 @DESIGNS.register("whisper")
-def whisper_design(w: np.ndarray, b: float, *, tol: float = 1e-10, ridge: float | None = None) -> CovarianceDesign:
-    """Problem (P) solved by the dual fixed point (cached per W; R*(b) = R*(1)/b)."""
+def whisper_design(w: np.ndarray, b: float, *, tol: float = 1e-10, ridge: float | None = None,
+                   method: str = "auto", device: str | None = None) -> CovarianceDesign:
+    """Problem (P) solved on its dual (cached per W; R*(b) = R*(1)/b): ``method`` "auto" (default: Newton from
+    1000 agents on, the fixed point below), "newton" or "fixed_point"; ``device`` a torch device for the eigendecompositions (None: LAPACK on the CPU)."""
     start = time.perf_counter()
     w, b = check_square(w), check_bound(b)
-    sol = solve_dual_cached(w, tol=tol, ridge=ridge)
+    sol = solve_dual_cached(w, tol=tol, ridge=ridge, method=method, device=device)
     design = finish_design(
-        "whisper", w, sol.R / b, b, duality_gap=sol.gap / b, iterations=sol.iterations,
-        seconds=time.perf_counter() - start, singular=sol.singular, ridge=sol.ridge,
-        extra={"relative_duality_gap": sol.gap / sol.primal, "solver": "dual fixed point",
-               "solve_seconds_uncached": sol.seconds})
+        "whisper", w, sol.R / b, b, eigenvalues_only=sol.method == "newton" and w.shape[0] >= LARGE_N,
+        duality_gap=sol.gap / b, iterations=sol.iterations, seconds=time.perf_counter() - start,
+        singular=sol.singular, ridge=sol.ridge,
+        extra={"relative_duality_gap": sol.gap / sol.primal, "solver": "dual " + sol.method.replace("_", " "),
+               "dual_method": sol.method, "solve_seconds_uncached": sol.seconds})
     return design
 
 

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.linalg
 from scipy.linalg.lapack import dtrtri
 
 from privdl.errors import ValidationError
@@ -145,14 +146,20 @@ class CovarianceDesign:
 
 
 def finish_design(design: str, w: np.ndarray, r: np.ndarray, b: float, *, sigma_mix2: float | None = None,
-                  components: list | None = None, **facts: object) -> CovarianceDesign:
+                  components: list | None = None, eigenvalues_only: bool = False,
+                  **facts: object) -> CovarianceDesign:
     """Verify R against b (rescaling away rounding-level violations, together with its parts) and fill in the
     reported facts. Without ``sigma_mix2``, the independent part is the largest possible, λ_min(R), and the rest
-    R − λ_min(R)·I is one component driven by a global seed."""
+    R − λ_min(R)·I is one component driven by a global seed. ``eigenvalues_only``: compute R's spectrum without
+    eigenvectors (about half the work of a full eigendecomposition, for large n) and form that component as
+    R − λ_min(R)·I directly instead of from the eigenvectors (the same matrix up to rounding)."""
     r = 0.5 * (r + r.T)
     # The computed precision diagonal carries a relative error of about cond(R)·eps; rescale with that margin so
     # that the verification below (an independent recomputation) passes for ill-conditioned R too.
-    mu, q = np.linalg.eigh(r)
+    if eigenvalues_only:
+        mu, q = scipy.linalg.eigh(r, eigvals_only=True, check_finite=False, driver="evd"), None
+    else:
+        mu, q = np.linalg.eigh(r)
     margin = 1e-12 + 50 * np.finfo(float).eps * float(mu[-1] / max(mu[0], np.finfo(float).tiny))
     step = float(np.max(precision_diagonal(r))) / b
     scale = step * (1 + margin) if step > 1.0 else 1.0
@@ -161,7 +168,12 @@ def finish_design(design: str, w: np.ndarray, r: np.ndarray, b: float, *, sigma_
     n = r.shape[0]
     if sigma_mix2 is None:
         sigma_mix2 = float(mu[0])
-        components = [SeedComponent(tuple(range(n)), (q * np.clip(mu - mu[0], 0.0, None)) @ q.T, "global")]
+        if q is None:
+            rest = r.copy()
+            rest[np.diag_indices(n)] -= sigma_mix2
+        else:
+            rest = (q * np.clip(mu - mu[0], 0.0, None)) @ q.T
+        components = [SeedComponent(tuple(range(n)), rest, "global")]
     else:
         sigma_mix2 *= scale
         if components is not None and scale != 1.0:

@@ -85,6 +85,65 @@ def draw(path: Path, series: Sequence[tuple[str, Sequence[float], Sequence[float
     return path
 
 
+def scatter(path: Path, groups: Sequence[tuple[str, Sequence[float], Sequence[float], str]], *, xlabel: str,
+            ylabel: str, title: str, caption: str = "", size: tuple[float, float] = (6.4, 5.0)) -> Path:
+    """Points: each group (label, xs, ys, marker) in its own colour, equal axis scales (a map)."""
+    fig, ax = plt.subplots(figsize=size)
+    for name, xs, ys, marker in groups:
+        ax.scatter(xs, ys, marker=marker, s=40 if marker in "s*" else 22, label=name)
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.set_title(textwrap.fill(title, int(size[0] * TITLE_CHARS)))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    fig.set_size_inches(size[0] + 2.6, size[1])
+    bottom = 0.0
+    if caption:
+        text = textwrap.fill(caption, int(fig.get_size_inches()[0] * 16))
+        fig.text(0.01, 0.01, text, fontsize=7, ha="left", va="bottom")
+        bottom = ((text.count("\n") + 1) * 7 * 1.25 / 72 + 0.1) / size[1]
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def histograms(path: Path, panels: Sequence[tuple[str, Sequence[tuple[str, Sequence[float]]]]], *, xlabel: str,
+               title: str, caption: str = "", bins: int = 40) -> Path:
+    """One panel per (title, [(label, values), ...]): the groups' histograms (densities) overlaid on shared bins."""
+    import numpy as np
+
+    cols = min(len(panels), 4)
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.9 * rows + 0.6), squeeze=False)
+    for ax, (name, groups) in zip(axes.flat, panels):
+        values = np.concatenate([np.asarray(v, dtype=float) for _, v in groups])
+        values = values[np.isfinite(values)]
+        edges = np.histogram_bin_edges(values, bins=bins) if values.size else bins
+        for label, v in groups:
+            v = np.asarray(v, dtype=float)
+            ax.hist(v[np.isfinite(v)], bins=edges, density=True, alpha=0.5, label=label)
+        ax.set_title(textwrap.fill(name, 40), fontsize=9)
+        ax.set_xlabel(xlabel, fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle(textwrap.fill(title, int(3.4 * cols * TITLE_CHARS)), fontsize=10)
+    bottom = 0.0
+    if caption:
+        text = textwrap.fill(caption, int(3.4 * cols * 16))
+        fig.text(0.01, 0.01, text, fontsize=7, ha="left", va="bottom")
+        bottom = ((text.count("\n") + 1) * 7 * 1.25 / 72 + 0.1) / (2.9 * rows + 0.6)
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def figure(series: Sequence[tuple[str, Sequence[float], Sequence[float], Sequence[float] | None]], *,
            xlabel: str, ylabel: str, title: str, logx: bool = False, logy: bool = False,
            references: Sequence[tuple[str, float, float]] = (), band: bool = True, markers: bool = True,

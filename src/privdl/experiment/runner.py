@@ -184,6 +184,31 @@ def observers(cfg: dict, c: Components, rows: int) -> list:
     return [Eavesdropper(rows, window=window, target=c.task.optimum, wire=c.algorithm.wire)]
 
 
+def with_error_bounds(cfg: dict, c: Components, rows: list[tuple[int, str, float]]
+                      ) -> tuple[list[tuple[int, str, float]], dict | None]:
+    """A DSG-RMS / EDSG-RMS run's rows with seed 002's error bounds at its recorded rounds (``msd_bound``,
+    ``gap_bound``: :func:`privdl.algorithms.rms_bounds.run_error_bounds`, only where every condition holds) and the
+    manifest's account of them (constants, or why a bound is absent); other runs unchanged."""
+    from privdl.algorithms.rms_bounds import THEOREMS, bound_rows, run_error_bounds
+
+    if c.algorithm.name not in THEOREMS or c.algorithm.rms is None:
+        return rows, None
+    x0 = None
+    if cfg.get("runtime", {}).get("keys", "root") != "agreed":  # the common start, a public draw of the run's root
+        x0 = c.task.init_params(Keys(int(cfg["seed"]), c.network.n).generator("init"))
+    bounds, reasons = run_error_bounds(c.algorithm, c.network, c.task, c.schedule, x0)
+    if bounds is not None:
+        first = [v for t, m, v in rows if t == 0 and m == "centroid_msd"]
+        if first and not math.isclose(first[0], bounds.init_centroid, rel_tol=1e-9, abs_tol=1e-12):
+            bounds, reasons = None, {k: ["the run did not start from its root's initial model"] for k in THEOREMS}
+    account = {"theorem": "seed 002 Theorem " + ("1" if c.algorithm.name == "dsg_rms" else "2"),
+               "bounds": dict(zip(("gap_bound", "msd_bound"), THEOREMS[c.algorithm.name])),
+               "absent": {f"{k}_bound": v for k, v in reasons.items() if v}}
+    if bounds is not None:
+        account["constants"] = {k: v for k, v in vars(bounds).items() if k != "name"}
+    return rows + bound_rows(bounds, reasons, {t for t, _, _ in rows}), account
+
+
 def checkpoint_identity(spec: RunSpec) -> dict:
     """What a run's checkpoints are compared against on resume: the run, its configuration (what its numbers depend
     on: not where or how it runs — [runtime], threads, device —, so a run checkpointed by 2 slices resumes with 3 or
@@ -263,13 +288,16 @@ def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None
                               device=cfg.get("device", "cpu"), observers=observers(cfg, c, c.network.n),
                               checkpoints=ck, resume=resume)
         placement = None
-    out = manifest(spec, c, seconds=result.seconds, rows=result.records, accesses=result.accesses)
+    records, theory = with_error_bounds(cfg, c, result.records)
+    out = manifest(spec, c, seconds=result.seconds, rows=records, accesses=result.accesses)
     out["bytes_per_tag"] = result.extra.get("bytes", {})
+    if theory is not None:
+        out["error_bounds"] = theory
     if placement is not None:
         out["placement"] = placement
     if ck is not None:
         out["checkpoints"] = {"every": ck.every, "resumed_from_round": resumed}
-    return result.records, out
+    return records, out
 
 
 def run_batch(specs: Sequence[RunSpec], parts: Sequence[Components],
@@ -298,11 +326,14 @@ def _run_batch(specs: Sequence[RunSpec], parts: Sequence[Components], on_step: C
     out = []
     for r, (spec, c) in enumerate(zip(specs, parts)):
         batch = {"replicas": len(specs), "position": r, "seconds": res.seconds}
-        man = manifest(spec, c, seconds=res.seconds, rows=res.records[r], accesses=res.accesses[r], batch=batch)
+        records, theory = with_error_bounds(spec.config, c, res.records[r])
+        man = manifest(spec, c, seconds=res.seconds, rows=records, accesses=res.accesses[r], batch=batch)
         man["bytes_per_tag"] = res.bytes[r]
+        if theory is not None:
+            man["error_bounds"] = theory
         if ck is not None:
             man["checkpoints"] = {"every": ck.every, "resumed_from_round": resumed}
-        out.append((res.records[r], man))
+        out.append((records, man))
     return out
 
 

@@ -161,9 +161,41 @@ def _table(out: Path, name: str, cfg: dict, axis: str, values: Sequence[float], 
     summary = [dict(s, accuracy_std=s.pop("accuracy_mean_std")) for s in summary]
     write_csv(out / f"{name}_summary.csv", summary)
     (out / f"{name}_vs_paper.md").write_text(compare_markdown(name, summary))
+    if name == "table1":
+        fiedler_figures(summary, out)
     if callable(progress):
         progress(f"{name}: {len(rows)} runs finished; summary in {out / f'{name}_summary.csv'}")
     return summary
+
+
+def fiedler_figures(summary: list[dict], out: Path) -> list[Path]:
+    """Seed 004's Fig. 1 from Table 1's summary: one figure per decentralized method, test accuracy (mean ± sd over
+    seeds) against the normalized Fiedler value, one line per ε (``table1_fiedler_<method>.png``); central DP-SGD,
+    which has no graph, as a dashed reference per ε where it ran."""
+    from privdl.experiment.plot import draw
+
+    paths = []
+    central = {float(r["epsilon"]): (float(r["accuracy_mean"]), float(r["accuracy_std"]))
+               for r in summary if r["method"] == "central"}
+    for m in ("dsgd", "dsgt", "dinno"):
+        rows = [r for r in summary if r["method"] == m]
+        if not rows:
+            continue
+        series = []
+        for e in sorted({float(r["epsilon"]) for r in rows}):
+            pts = sorted((r for r in rows if float(r["epsilon"]) == e), key=lambda r: float(r["fiedler_target"]))
+            series.append((_fmt_eps(e), [float(r["fiedler_target"]) for r in pts],
+                           [float(r["accuracy_mean"]) for r in pts], [float(r["accuracy_std"]) for r in pts]))
+        shown = [e for e in (0.5, 10.0, math.inf) if e in central]  # (three reference styles: the extremes and ε = 10)
+        refs = [(f"central DP-SGD, {_fmt_eps(e)}", *central[e]) for e in shown]
+        seeds = sorted({int(r["seeds"]) for r in rows})
+        path = out / f"table1_fiedler_{m}.png"
+        draw(path, series, xlabel="normalized Fiedler value", ylabel="test accuracy (%)",
+             title=f"seed 004 Fig. 1: {METHOD_LABEL[m]} against graph connectivity", references=refs, band=False,
+             caption=f"one class per agent (A(1)), mean ± sd over {'/'.join(map(str, seeds))} seeds; example-level "
+                     "(ε, 1e-5)-DP for each agent's data, RDP accountant; central DP-SGD (no graph): grey lines")
+        paths.append(path)
+    return paths
 
 
 def _fmt_eps(e: float) -> str:

@@ -1,6 +1,6 @@
 """Our DPDL benchmark (seed 003's own experiments are not available), through the ordinary runner: ``dpdl.toml``
-(DPDL as published, with self-noise, without calibration, DP-DSGD, DP-DSGT; ε ∈ {1, 3, 10} and non-private), CGA
-(non-private), and DPDL's α / β sensitivity on one cell.
+(DPDL as published, with self-noise, without calibration, with the prose reading of the calibration, DP-DSGD,
+DP-DSGT; ε ∈ {1, 3, 10} and non-private), CGA (non-private), and DPDL's α / β sensitivity on one cell.
 
 Outputs: ``dpdl_summary.csv`` (final test accuracy mean ± std per dataset, graph, split, ε and method, with each
 run's privacy statement), ``dpdl_vs_baselines.md`` (DPDL minus the better of DP-DSGD and DP-DSGT per cell, in

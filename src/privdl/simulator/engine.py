@@ -65,12 +65,14 @@ def resolve_device(device: str | torch.device) -> torch.device:
 class Recorder:
     """Metrics of recorded rounds, per system (a run, or each replica of a stacked batch): the task's metrics, the
     metrics of observers that have some (an eavesdropper's error) and running averages of the task's ``running``
-    metrics (``<name>_avg`` at round t: the mean of the values recorded at rounds before t)."""
+    metrics (``<name>_avg``, or the name the task's ``running_names`` gives, at round t: the mean of the values
+    recorded at rounds before t)."""
 
     def __init__(self, task: Task, observers: Sequence[Observer], systems: int, n: int) -> None:
         self.task, self.n = task, n
         self.observers = [o for o in observers if callable(getattr(o, "metrics", None))]
         self.running = tuple(task.running)
+        self.averages = {name: getattr(task, "running_names", {}).get(name, f"{name}_avg") for name in self.running}
         self.sums = [dict.fromkeys(self.running, 0.0) for _ in range(systems)]
         self.counts = [0] * systems
         self.records: list[list[tuple[int, str, float]]] = [[] for _ in range(systems)]
@@ -96,7 +98,7 @@ class Recorder:
             for name in self.running:
                 if name in values:
                     if self.counts[r]:
-                        values[f"{name}_avg"] = self.sums[r][name] / self.counts[r]
+                        values[self.averages[name]] = self.sums[r][name] / self.counts[r]
                     self.sums[r][name] += values[name]
             self.counts[r] += 1
             out.extend((t, k, v) for k, v in values.items())

@@ -37,6 +37,8 @@ class Task(ABC):
     examples: bool = True
     #: metrics whose running average the engine adds as ``<name>_avg`` (mean over the recorded rounds before t)
     running: tuple[str, ...] = ()
+    #: the running averages' names where they are not ``<name>_avg`` (e.g. {"gap": "avg_gap"})
+    running_names: dict[str, str] = {}
 
     def at_round(self, t: int) -> None:
         """Called by the engine before round t (and with 0 before ``init``): tasks whose data change with time

@@ -11,7 +11,10 @@ every w°_k change sign for rounds n > s (tracking; w* changes with it), 0 = nev
 
 Metrics per recorded round: ``msd`` = (1/K) Σ_k ‖w_k − w*(n)‖² and ``msd_db`` (10 log₁₀), ``grad_norm_sq`` =
 ‖∇J(w̄)‖² at the network average w̄ (J = (1/K) Σ J_k), and its running average ``grad_norm_sq_avg`` =
-(1/n) Σ_{ℓ=1}^{n} ‖∇J(w̄(ℓ−1))‖² (seed 002 §5; exact when ``eval_every = 1``, over the recorded rounds otherwise).
+(1/n) Σ_{ℓ=1}^{n} ‖∇J(w̄(ℓ−1))‖² (seed 002 §5; exact when ``eval_every = 1``, over the recorded rounds otherwise);
+the left sides of seed 002's error bounds: ``centroid_msd`` = ‖w̄ − w*‖² (eqs. 16, 21), ``gap`` = J(w̄) − J(w*) =
+½(w̄ − w*)ᵀR̄(w̄ − w*) (R̄ = (1/K) Σ_k R_k: J is quadratic) and its running average ``avg_gap`` = (1/N) Σ_{n=1}^{N}
+(J(w̄_{n−1}) − J(w*)) (eqs. 14, 19; exact when ``eval_every = 1``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ class StreamingRegression(Task):
     """J_k(w) = ½E(d_k − x_kᵀw)² with R_k (K, L, L) and w°_k (K, L); subclasses say how a sample is drawn."""
 
     examples = False  # a stream: no finite data set to sample lots from
-    running = ("grad_norm_sq",)
+    running = ("grad_norm_sq", "gap")
+    running_names = {"gap": "avg_gap"}
 
     def __init__(self, n: int, R: np.ndarray, w_o: np.ndarray, *, switch_at: int, exact_gradient: bool,
                  init_range: float, dtype: torch.dtype) -> None:
@@ -112,6 +116,23 @@ class StreamingRegression(Task):
         """ν of seed 002 Assumption 5: min_k λ_min(R_k)."""
         return float(np.linalg.eigvalsh(self.R.numpy()).min())
 
+    @property
+    def gradient_noise_bound(self) -> float | None:
+        """σ_s² of seed 002 Assumption 2 (E‖s_k(w)‖² ≤ σ_s² for every w): 0 with exact gradients; None for one-sample
+        gradients, whose noise grows without bound with ‖w − w°_k‖ (for adaptive filtering E‖s_k(w)‖² =
+        σ_x⁴(L + 1)‖w − w°_k‖² + Lσ_x²σ_v²), so that no finite constant satisfies the assumption."""
+        return 0.0 if self.exact_gradient else None
+
+    def stacked_gradient_sq(self, w: torch.Tensor) -> float:
+        """‖∇𝒥(𝟙 ⊗ w)‖² = Σ_k ‖∇J_k(w)‖² = Σ_k ‖R_k(w − w°_k(n))‖² at a common model w (L,)."""
+        diff = w.to(torch.float64)[None, :] - self.sign() * self.w_o
+        return float((torch.einsum("kij,kj->ki", self.R, diff) ** 2).sum())
+
+    @property
+    def heterogeneity(self) -> float:
+        """H = ‖∇𝒥(𝒲*)‖² = Σ_k ‖∇J_k(w*)‖² (seed 002's heterogeneity; the same before and after a switch)."""
+        return self.stacked_gradient_sq(self.optimum(0))
+
     # ---- metrics ---------------------------------------------------------------------------------------------------
     def full_gradient(self, w: torch.Tensor) -> torch.Tensor:
         """∇J(w) = (1/K) Σ_k R_k (w − w°_k(n)) for models w (R, L) → (R, L)."""
@@ -128,9 +149,12 @@ class StreamingRegression(Task):
         mean = x.mean(dim=1)
         g = self.full_gradient(mean)
         spread = ((x - mean[:, None]) ** 2).sum(dim=2).mean(dim=1)
-        rows = zip(msd.tolist(), (g * g).sum(dim=1).tolist(), spread.tolist())
-        return [{"msd": m, "msd_db": decibels(m), "grad_norm_sq": gn,
-                 "consensus_distance": c} for m, gn, c in rows]
+        err = mean - self.optimum()[None]
+        centroid = (err * err).sum(dim=1)
+        gap = 0.5 * torch.einsum("ri,ij,rj->r", err, self.R.mean(dim=0), err)
+        rows = zip(msd.tolist(), (g * g).sum(dim=1).tolist(), spread.tolist(), centroid.tolist(), gap.tolist())
+        return [{"msd": m, "msd_db": decibels(m), "grad_norm_sq": gn, "consensus_distance": c, "centroid_msd": cm,
+                 "gap": gp} for m, gn, c, cm, gp in rows]
 
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "w_star": self.w_star.tolist(), "switch_at": self.switch_at,
@@ -141,17 +165,25 @@ class AdaptiveFiltering(StreamingRegression):
     """Seed 002 §5.1: d_k(n) = x_k(n)ᵀw°_k + v_k(n), x_k ~ N(0, σ²_{x,k} I_L), v_k ~ N(0, σ²_{v,k}),
     σ²_{x,k}, σ²_{v,k} ~ U(0, 1), w°_k ~ N(0, I_L) — one w° for every agent (homogeneous) or one per agent
     (heterogeneous). R_k = σ²_{x,k} I, so w* = Σ_k σ²_{x,k} w°_k / Σ_k σ²_{x,k}. The problem (σ's, w°) is drawn
-    from the task's ``seed``; the streams from the agents' keys."""
+    from the task's ``seed``; the streams from the agents' keys. ``regressor_power`` = p (ours, not seed 002's)
+    sets every σ²_{x,k} = p instead (the other draws unchanged): then δ = ν = p, a well-conditioned problem on which
+    the step sizes Theorems 1–2 admit converge in thousands of rounds, not millions."""
 
     name = "adaptive_filtering"
 
     def __init__(self, n: int, *, dim: int = 5, heterogeneous: bool = True, exact_gradient: bool = False,
-                 switch_at: int = 0, seed: int = 0, init_range: float = 1.0,
+                 switch_at: int = 0, seed: int = 0, init_range: float = 1.0, regressor_power: float | None = None,
                  dtype: torch.dtype = torch.float64) -> None:
         if n < 1 or dim < 1:
             raise ValidationError(f"adaptive_filtering needs n >= 1 agents and dim >= 1, got n = {n}, dim = {dim}")
+        if regressor_power is not None and not (isinstance(regressor_power, (int, float))
+                                                and 0 < regressor_power < math.inf):
+            raise ValidationError(f"adaptive_filtering regressor_power must be a finite number > 0, got "
+                                  f"{regressor_power!r}")
         rng = np.random.default_rng([2002, int(seed)])
         self.sigma_x2 = rng.uniform(0.0, 1.0, n)
+        if regressor_power is not None:
+            self.sigma_x2 = np.full(n, float(regressor_power))
         self.sigma_v2 = rng.uniform(0.0, 1.0, n)
         w_o = rng.standard_normal((n, dim)) if heterogeneous else np.tile(rng.standard_normal(dim), (n, 1))
         self.heterogeneous = bool(heterogeneous)
@@ -229,9 +261,11 @@ class Localization(StreamingRegression):
 @TASKS.register("adaptive_filtering")
 def make_adaptive_filtering(n: int, *, dim: int = 5, heterogeneous: bool = True, exact_gradient: bool = False,
                             switch_at: int = 0, seed: int = 0, init_range: float = 1.0,
+                            regressor_power: float | None = None,
                             dtype: torch.dtype = torch.float64) -> AdaptiveFiltering:
     return AdaptiveFiltering(n, dim=dim, heterogeneous=heterogeneous, exact_gradient=exact_gradient,
-                             switch_at=switch_at, seed=seed, init_range=init_range, dtype=dtype)
+                             switch_at=switch_at, seed=seed, init_range=init_range,
+                             regressor_power=regressor_power, dtype=dtype)
 
 
 @TASKS.register("localization")
