@@ -339,8 +339,9 @@ def test_auto_method_is_the_fixed_point_below_a_thousand_agents_and_newton_from_
 
 
 def test_a_runs_gpu_device_reaches_the_design_solver(monkeypatch):
-    """A run with device = "cuda" builds its mechanism inside eigh_device: the dual solver's eigendecompositions then
-    go to that device (recorded here; the CPU route stands in for a GPU), a CPU run keeps LAPACK."""
+    """A run with device = "cuda" builds its mechanism inside eigh_device: Newton's eigendecompositions (from
+    NEWTON_MIN_N agents, lowered here) then go to that device (recorded; the CPU route stands in for a GPU), a CPU
+    run keeps LAPACK."""
     import privdl.covariance.dual as dual
     from privdl.covariance.dual import _CACHE, eigh_device, gpu_of
 
@@ -349,6 +350,7 @@ def test_a_runs_gpu_device_reaches_the_design_solver(monkeypatch):
     real = dual._eigh
     monkeypatch.setattr(dual, "_eigh", lambda b, device: seen.append(device) or real(b, device))
     monkeypatch.setattr(dual, "gpu_of", lambda d: d)  # treat "cpu" as the run's accelerator for this test
+    monkeypatch.setattr(dual, "NEWTON_MIN_N", 10)
     w = er(14, 0.5, 7)
     _CACHE.clear()
     with eigh_device("cpu"):
@@ -357,5 +359,21 @@ def test_a_runs_gpu_device_reaches_the_design_solver(monkeypatch):
     seen.clear()
     _CACHE.clear()
     plain = design_covariance("whisper", w, bound=1.0)
-    assert not seen  # (LAPACK's fixed point below 1000 agents: the original path, no _eigh)
+    assert seen and set(seen) == {None}  # (Newton on LAPACK)
     assert routed.trace == pytest.approx(plain.trace, rel=1e-9)
+
+
+def test_a_runs_device_leaves_the_fixed_point_and_its_singular_recovery_alone(monkeypatch):
+    """Below NEWTON_MIN_N the fixed point keeps LAPACK on every machine: a run on a GPU gets the CPU's R bit for bit,
+    singular W (complete graph, ring) included, whose recovery differs between the solver paths."""
+    import privdl.covariance.dual as dual
+    from privdl.covariance.dual import _CACHE, eigh_device
+
+    monkeypatch.setattr(dual, "gpu_of", lambda d: d)  # treat "cpu" as the run's accelerator for this test
+    for w in (Network.from_topology("complete", 12, mixing="uniform").W, Network.from_topology("ring", 12).W):
+        _CACHE.clear()
+        plain = design_covariance("whisper", w, bound=1.0)
+        _CACHE.clear()
+        with eigh_device("cpu"):
+            on_device = design_covariance("whisper", w, bound=1.0)
+        assert plain.singular and np.array_equal(on_device.R, plain.R)

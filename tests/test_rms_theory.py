@@ -155,6 +155,46 @@ def test_bounds_at_their_limits_and_a_hand_computed_case():
     assert h.msd(10) == pytest.approx(by_hand, rel=1e-12)
     with pytest.raises(Exception, match="N >= 1"):
         h.gap(0)
+    with pytest.raises(Exception, match="n >= 0"):
+        h.msd(-1)
+    # (14), (19), (21) at one point, each term written out from seed 002 (γ = 0.01, μ = 1, ν = 0.5, δ = 2, ‖D‖ = 0.5,
+    # σ_μ² = 0.1, θ_μ² = 1.1, σ_s² = 0.2, H = 3, K = 4, e₀ = 1, W₀ = 8, G₀ = 3, N = n = 10)
+    g, D, K, H, s2, th2, ss2, d, nu, N = 0.01, 0.5, 4, 3.0, 0.1, 1.1, 0.2, 2.0, 0.5, 10
+    eq14 = (2 * 1.0 / (g * N) + 12 * d * 8.0 / (N * (1 - D) * K)
+            + 12 * g**2 * th2 * d * D**2 / (1 - D) * (8 * H / ((1 - D) * K) + ss2)
+            + g / K * (8 * s2 * H / K + th2 * ss2 / 2))
+    assert h.gap(N) == pytest.approx(eq14, rel=1e-12)
+    e = ErrorBounds("edsg_rms", **{k: v for k, v in vars(h).items() if k != "name"})
+    eq19 = (2 * 1.0 / (g * N) + 48 * d * (3 - D) * 8.0 / (N * K * (1 - D) ** 2)
+            + 96 * g**2 * d / (N * K) * 3.0 / (1 - D) ** 2
+            + 144 * g**2 * d * D**2 / (1 - D) * (3 * s2 * H / ((1 - D) * K) + th2 * ss2)
+            + 2 * g / K * (4 * s2 / K * H + th2 * ss2))
+    assert e.gap(N) == pytest.approx(eq19, rel=1e-12)
+    eq21 = ((1 - g * nu / 8) ** N * (1.0 + (3 - D) * 8.0 / (K * (1 - D)) + 2 * g**2 * 3.0 / (K * (1 - D)))
+            + 8 * g / (nu * K) * (4 * s2 * H / K + th2 * ss2)
+            + 576 * g**2 * d * D**2 / (nu * (1 - D)) * (3 * s2 * H / ((1 - D) * K) + th2 * ss2))
+    assert e.msd(N) == pytest.approx(eq21, rel=1e-12)
+
+
+def test_a_dp_mechanism_or_sparse_recording_removes_the_bounds_they_do_not_cover(tmp_path):
+    """A gradient mechanism (here LDP noise with clipping) is not the theorems' setting: no bound, a warning; with
+    eval_every > 1 the running avg_gap is not the theorem's average: no gap bound, the mean-square bound stays."""
+    b = _admissible("dsg_rms", False)
+    gamma = b["dsg_rms_gamma_strongly_convex_eq15"]
+    cfg = {"name": "bounds_mech", "iterations": 20, "eval_every": 1, "seeds": 1, "eavesdropper_window": 0,
+           "network": NET, "task": TASK, "algorithm": {"name": "dsg_rms", "tau": 0.01, **RMS},
+           "schedule": {"name": "constant", "eta": gamma},
+           "mechanism": {"name": "ldp", "sigma": 1.0, "clip": 1.0}}
+    with pytest.warns(UserWarning, match="no error-bound metrics.*'ldp' clips or noises"):
+        run_experiment(cfg, tmp_path / "m", progress=False)
+    rows = list(csv.DictReader(open(tmp_path / "m" / "results.csv")))
+    assert not {"msd_bound", "gap_bound"} & {r["metric"] for r in rows}
+    cfg = {**cfg, "name": "bounds_every", "eval_every": 5, "mechanism": {"name": "none"}}
+    run_experiment(cfg, tmp_path / "e", progress=False)
+    rows = list(csv.DictReader(open(tmp_path / "e" / "results.csv")))
+    assert "msd_bound" in {r["metric"] for r in rows} and "gap_bound" not in {r["metric"] for r in rows}
+    manifest = json.loads(next((tmp_path / "e" / "runs").glob("*/manifest.json")).read_text())
+    assert "eval_every > 1" in manifest["error_bounds"]["absent"]["gap_bound"][0]
 
 
 def test_remarks_reproduction_writes_both_sweeps_and_figures(tmp_path):

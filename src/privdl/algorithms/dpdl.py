@@ -45,7 +45,8 @@ from privdl.network.edges import Edges
 #: The readings of the calibration: the seed's equation (c^{ij} on the α-term), its prose (c^{ij} on the received
 #: cross-gradient), and the ablations (c^{ij} = ½, in the equation's form and in the prose's: the latter separates
 #: what the cosine weighting does from the halving of the received terms that comes with it).
-CALIBRATIONS = {True: "formula", "formula": "formula", "prose": "prose", "prose_half": "prose_half", False: "off"}
+CALIBRATIONS = {True: "formula", "formula": "formula", "prose": "prose", "prose_half": "prose_half", False: "off",
+                "off": "off"}
 UNPROTECTED_REASON = ("seed 003's published form: the clipped self-gradient ĝ^{ii} (one per round) enters x^i without "
                       "noise, and x^i is sent every round")
 
@@ -75,7 +76,8 @@ def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False,
     alpha, beta = float(alpha), float(beta)
     mode = CALIBRATIONS.get(calibration) if isinstance(calibration, (bool, str)) else None
     if mode is None:
-        raise ValidationError(f"dpdl calibration must be \"formula\" (or true), \"prose\", \"prose_half\" or false, "
+        raise ValidationError(f"dpdl calibration must be \"formula\" (or true), \"prose\", \"prose_half\" or false "
+                              f"(\"off\"), "
                               f"got {calibration!r}")
 
     def init(x0: torch.Tensor, ctx: StepContext) -> DPDLState:

@@ -104,7 +104,7 @@ def warn_outside(name: str, bounds: dict[str, float | None], *, gamma: float, ta
         if bound is not None and gamma > bound:
             msgs.append(f"γ = {gamma:g} > {key.rsplit('_', 1)[-1]}'s {bound:.3g}")
     bound = bounds.get(tau_key)
-    if bound is not None and abs(tau) > bound:
+    if bound is not None and (abs(tau) >= bound if tau_key.endswith("eq13") else abs(tau) > bound):  # (13) is strict
         msgs.append(f"|τ| = {abs(tau):g} > {tau_key.rsplit('_', 1)[-1]}'s {bound:.3g}")
     if msgs:
         warnings.warn(f"{name} runs outside seed 002's sufficient conditions ({'; '.join(msgs)}): convergence is "
@@ -140,7 +140,8 @@ class ErrorBounds:
             raise ValidationError(f"seed 002's error bounds cover {', '.join(THEOREMS)}, not {self.name!r}")
 
     def gap(self, rounds: float) -> float:
-        """(14) or (19): a bound on the average optimality gap over ``rounds`` = N ≥ 1 rounds (inf: its limit)."""
+        """(14) or (19): a bound on the expected average optimality gap over ``rounds`` = N ≥ 1 rounds (inf: its
+        limit). Both bounds bound expectations: one run's values may exceed them, a mean over seeds should not."""
         if not rounds >= 1:
             raise ValidationError(f"the average gap needs N >= 1 rounds, got {rounds}")
         g, mu, d, D, K = self.gamma, self.mu, self.delta, self.norm_D, self.agents
@@ -157,7 +158,9 @@ class ErrorBounds:
                 + 2 * g / (mu * K) * (4 * s2 * H / K + th2 * ss2))
 
     def msd(self, rounds: float) -> float | None:
-        """(16) or (21): a bound on ‖w̄_n − w*‖² at round n = ``rounds`` ≥ 0 (inf: its limit); None when ν = 0."""
+        """(16) or (21): a bound on E‖w̄_n − w*‖² at round n = ``rounds`` ≥ 0 (inf: its limit); None when ν = 0."""
+        if not rounds >= 0:
+            raise ValidationError(f"the mean-square bound needs n >= 0, got {rounds}")
         if self.nu <= 0:
             return None
         g, mu, nu, d, D, K = self.gamma, self.mu, self.nu, self.delta, self.norm_D, self.agents
@@ -201,17 +204,23 @@ def outside_conditions(name: str, bounds: dict[str, float | None], *, gamma: flo
     return out
 
 
-def run_error_bounds(algorithm, network, task, schedule, x0: torch.Tensor | None
-                     ) -> tuple[ErrorBounds | None, dict[str, list[str]]]:
+def run_error_bounds(algorithm, network, task, schedule, x0: torch.Tensor | None, *, mechanism: str = "none",
+                     every_round: bool = True) -> tuple[ErrorBounds | None, dict[str, list[str]]]:
     """The error bounds of one run (``x0``: its common initial model; None if unknown) and, per bound ("gap",
     "msd"), the conditions it violates — a bound applies only where its list is empty. Beyond γ and τ: a task that
     knows δ, ν, H and σ_s² (Assumption 2: exact gradients), a fixed optimum (no ``switch_at``), a constant step
-    size and a dense W (the spectrum)."""
+    size, a dense W (the spectrum), no gradient mechanism (``mechanism`` "none": a DP mechanism clips or noises the
+    gradient, which the theorems do not cover), and for the gap bound every round recorded (``every_round``: the
+    running ``avg_gap`` is the theorem's average only then)."""
     name = algorithm.name
     if name not in THEOREMS or algorithm.rms is None:
         return None, {}
     general = []
-    if not all(hasattr(task, a) for a in ("smoothness", "heterogeneity", "gradient_noise_bound")):
+    if mechanism != "none":
+        general.append(f"the gradient mechanism {mechanism!r} clips or noises the gradient: not the theorems' setting")
+    needed = ("smoothness", "strong_convexity", "heterogeneity", "gradient_noise_bound", "stacked_gradient_sq",
+              "optimum")
+    if not all(hasattr(task, a) for a in needed):
         general.append(f"task {task.name!r} does not know its constants (δ, ν, H, σ_s²)")
     elif task.gradient_noise_bound is None:
         general.append("Assumption 2 fails: one-sample gradients have a noise that grows with ‖w − w°_k‖, no finite "
@@ -226,12 +235,18 @@ def run_error_bounds(algorithm, network, task, schedule, x0: torch.Tensor | None
         general.append("the initial model is not known")
     if general:
         return None, {"gap": list(general), "msd": list(general)}
+    if not every_round:  # (the mean-square bound is pointwise in n: any recorded round will do)
+        reasons_gap = ["avg_gap averages only the recorded rounds (eval_every > 1): not the theorem's (1/N)Σ over "
+                       "every round"]
+    else:
+        reasons_gap = []
     rms = algorithm.rms
     dim = task.dim
     gamma, tau = float(schedule(1)), float(getattr(algorithm.wire, "tau", 0.0))
     table = rms_bounds(network.W, dim=dim, mu=rms.mu, sigma_mu=rms.sigma_mu, sigma_z=rms.sigma_z,
                        smoothness=task.smoothness, strong_convexity=task.strong_convexity)
     reasons = outside_conditions(name, table, gamma=gamma, tau=tau)
+    reasons["gap"] += reasons_gap
     start = x0.to(torch.float64).reshape(-1)
     w_star = task.optimum(0).to(torch.float64)
     bounds = ErrorBounds(

@@ -46,7 +46,8 @@ covers gets a moderate variance instead of ~1/τ.
 ``device`` (None: LAPACK through SciPy on the CPU) names a torch device ("cuda", "cuda:1", "cpu") on which the
 eigendecompositions run (torch.linalg.eigh, float64, every one of them); everything else stays on the CPU. A CUDA device
 that torch does not see is refused. A run with ``device = "cuda"`` builds its Whisper design inside
-:func:`eigh_device`, so its eigendecompositions go to that GPU without the mechanism naming one.
+:func:`eigh_device`, so its Newton eigendecompositions (from 1000 agents) go to that GPU without the mechanism naming
+one; below 1000 agents the fixed point keeps LAPACK everywhere (the same R on every machine).
 """
 
 from __future__ import annotations
@@ -132,6 +133,15 @@ def eigh_device(run_device: str | None) -> Iterator[None]:
         _RUN_DEVICE.reset(token)
 
 
+def _device_for(method: str, device: str | None) -> str | None:
+    """The device the eigendecompositions use: the one named, else — for Newton only — the run's GPU. The fixed
+    point (below NEWTON_MIN_N agents) keeps its original LAPACK path on every machine, so a run's design, and with
+    it its noise, is the same on a GPU as on the CPU (a singular W's recovery differs between the two paths)."""
+    if device is not None:
+        return device
+    return _RUN_DEVICE.get() if method == "newton" else None
+
+
 def gpu_of(run_device: str | None) -> str | None:
     """The CUDA device a run's ``device`` names (``"auto"``: cuda where torch sees one), or None."""
     if run_device is None:
@@ -211,7 +221,7 @@ def solve_dual(w: np.ndarray, *, tol: float = 1e-10, max_iter: int = 2000, ridge
     iteration); ``device``: see the module docstring.
     """
     method = resolve_method(method, np.shape(w)[0] if np.ndim(w) == 2 else 0)
-    device = check_device(device if device is not None else _RUN_DEVICE.get())
+    device = check_device(_device_for(method, device))
     if method == "fixed_point" and device is None:
         return _solve_fixed_point(w, tol=tol, max_iter=max_iter, ridge=ridge)
     return _solve(w, tol=tol, max_iter=max_iter, ridge=ridge, method=method, device=device)
@@ -547,13 +557,15 @@ def _spd_inverse(a: np.ndarray) -> np.ndarray:
     chol, info = dpotrf(a.T, lower=0, clean=1, overwrite_a=1)  # (a.T: Fortran order, in place)
     if info == 0:
         inv, info = dpotri(chol, lower=0, overwrite_c=1)
-    if info != 0:
-        return _symmetrised(np.linalg.inv(a))
+    if info != 0:  # (``a`` is overwritten by now: no fallback on it. A precision that is not positive definite
+        # would give an R that is not a covariance: say so rather than invert what is left)
+        raise ValidationError(f"the recovered precision matrix (n = {a.shape[0]}) is not positive definite to "
+                              f"working precision (LAPACK info {info}); try a larger ridge")
     inv = _mirror_upper(inv, 256)  # dpotri fills one triangle: mirror it
     return inv.T if not inv.flags.c_contiguous else inv  # (symmetric: the transpose is the same matrix)
 
 
-_CACHE: dict[tuple[str, float, float | None, str], DualSolution] = {}
+_CACHE: dict[tuple[str, float, float | None, str, str | None], DualSolution] = {}
 _CACHE_LIMIT = 64
 
 
@@ -562,8 +574,8 @@ def solve_dual_cached(w: np.ndarray, *, tol: float = 1e-10, ridge: float | None 
     """:func:`solve_dual`, solved once per (W, tol, ridge, method) in this process (homogeneity makes b irrelevant;
     the device changes where the work runs, not the solution)."""
     method = resolve_method(method, np.shape(w)[0] if np.ndim(w) == 2 else 0)
-    device = check_device(device if device is not None else _RUN_DEVICE.get())
-    key = (fingerprint(w), float(tol), ridge, method)
+    device = check_device(_device_for(method, device))
+    key = (fingerprint(w), float(tol), ridge, method, device)  # (another eigensolver: other rounding)
     hit = _CACHE.get(key)
     if hit is None:
         if len(_CACHE) >= _CACHE_LIMIT:

@@ -169,7 +169,8 @@ def _check_positive_definite_sparse(algorithm: Algorithm, network: Network) -> N
         f"this one has smallest eigenvalue {low:.4g}: use the lazy rule (I + A)/2, [network] lazy = true")
 
 
-def _check_theory(algorithm: Algorithm, network: Network, task: Task, schedule: Schedule) -> None:
+def _check_theory(algorithm: Algorithm, network: Network, task: Task, schedule: Schedule,
+                  mechanism_name: str = "none") -> None:
     """Warn (never refuse) when an RMS run's γ or τ lies outside seed 002's Theorems 1–2, for tasks that know their
     smoothness and strong convexity."""
     rms = algorithm.rms
@@ -185,7 +186,8 @@ def _check_theory(algorithm: Algorithm, network: Network, task: Task, schedule: 
         return
     from privdl.algorithms.rms_bounds import run_error_bounds
 
-    _, reasons = run_error_bounds(algorithm, network, task, schedule, torch.zeros(task.dim, dtype=torch.float64))
+    _, reasons = run_error_bounds(algorithm, network, task, schedule, torch.zeros(task.dim, dtype=torch.float64),
+                                  mechanism=mechanism_name)
     if reasons.get("gap"):  # (the γ/τ conditions hold, another does not)
         warnings.warn(f"{algorithm.name}: no error-bound metrics (seed 002 Theorems 1–2): {'; '.join(reasons['gap'])}",
                       stacklevel=3)
@@ -243,6 +245,6 @@ def build(cfg: dict, *, task: Task | None = None) -> Components:
                              lambda: make_mechanism(cfg["mechanism"]["name"], steps=accesses, network=network,
                                                     task=task, **mech))
     schedule = make_schedule(cfg["schedule"]["name"], iterations=cfg["iterations"], **_rest(cfg["schedule"], "name"))
-    _check_theory(algorithm, network, task, schedule)
+    _check_theory(algorithm, network, task, schedule, cfg["mechanism"]["name"])
     sparse = cfg["network"].get("sparse", "auto")
     return Components(network, task, algorithm, mechanism, schedule, None if sparse == "auto" else bool(sparse))

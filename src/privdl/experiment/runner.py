@@ -196,11 +196,13 @@ def with_error_bounds(cfg: dict, c: Components, rows: list[tuple[int, str, float
     x0 = None
     if cfg.get("runtime", {}).get("keys", "root") != "agreed":  # the common start, a public draw of the run's root
         x0 = c.task.init_params(Keys(int(cfg["seed"]), c.network.n).generator("init"))
-    bounds, reasons = run_error_bounds(c.algorithm, c.network, c.task, c.schedule, x0)
+    bounds, reasons = run_error_bounds(c.algorithm, c.network, c.task, c.schedule, x0,
+                                       mechanism=cfg.get("mechanism", {}).get("name", "none"),
+                                       every_round=int(cfg.get("eval_every") or 0) == 1)
     if bounds is not None:
         first = [v for t, m, v in rows if t == 0 and m == "centroid_msd"]
         if first and not math.isclose(first[0], bounds.init_centroid, rel_tol=1e-9, abs_tol=1e-12):
-            bounds, reasons = None, {k: ["the run did not start from its root's initial model"] for k in THEOREMS}
+            bounds, reasons = None, {k: ["the run did not start from its root's initial model"] for k in ("gap", "msd")}
     account = {"theorem": "seed 002 Theorem " + ("1" if c.algorithm.name == "dsg_rms" else "2"),
                "bounds": dict(zip(("gap_bound", "msd_bound"), THEOREMS[c.algorithm.name])),
                "absent": {f"{k}_bound": v for k, v in reasons.items() if v}}

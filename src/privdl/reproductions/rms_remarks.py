@@ -86,7 +86,8 @@ def _steady(out: Path, keys: tuple[str, ...]) -> list[dict]:
                      "steady_centroid_msd_std": float(np.std(centroid)),
                      "steady_network_msd": float(np.mean(network)),
                      "msd_bound_limit": float(np.mean(limits)) if len(limits) == len(runs) else math.nan})
-        rows[-1]["bound_over_measured"] = rows[-1]["msd_bound_limit"] / rows[-1]["steady_centroid_msd"]
+        measured = rows[-1]["steady_centroid_msd"]
+        rows[-1]["bound_over_measured"] = rows[-1]["msd_bound_limit"] / measured if measured > 0 else math.nan
     return rows
 
 
