@@ -68,7 +68,8 @@ def flops_of_one_round(cell: str, dataset: str) -> tuple[float, list[int]]:
 
     from privdl.experiment.build import build, build_network, build_task
     from privdl.experiment.config import expand
-    from privdl.experiment.runner import _capacity, plan
+    from privdl.experiment.capacity import capacity
+    from privdl.experiment.runner import plan
     from privdl.reproductions.common import packaged_config, with_overrides
     from privdl.simulator import Replica, simulate_replicas
     from privdl.mechanisms.stack import need_signature
@@ -89,7 +90,7 @@ def flops_of_one_round(cell: str, dataset: str) -> tuple[float, list[int]]:
         for k, c in enumerate(parts):
             by.setdefault(need_signature(c.mechanism.need), []).append(k)
         for members in by.values():
-            cap = _capacity(first, parts[members[0]])
+            cap = capacity(first, parts[members[0]])
             for lo in range(0, len(members), cap):
                 chunk = [parts[k] for k in members[lo:lo + cap]]
                 sizes.append(len(chunk))
@@ -110,30 +111,23 @@ def loop_seconds(mans: list[dict]) -> float:
     return sum(m["seconds"] for m in mans if m["batch"]["replicas"] == 1) + sum(b[1] for b in batches)
 
 
-def per_round(algorithm: str, replicas: int, rounds: int, dataset: str, lot: int = 64,
-              split: dict | None = None) -> tuple[float, float]:
-    """Seconds per round of ``replicas`` DP-SGD runs of the cell's configuration (ring of 10, the small CNN, lots of
-    64, float32, one thread): one at a time, and stacked; in this process, the engine's loop only (no calibration,
-    no evaluation), after a warm-up."""
+def _alone_and_stacked(task, net, algorithm: str, replicas: int, rounds: int, lot: int,
+                       sigma_step: float) -> tuple[float, float]:
+    """Seconds per round of ``replicas`` DP-SGD runs (noise multipliers 1, 1 + step, …) on ``task`` over ``net``: one
+    at a time, and stacked; the engine's loop only (no calibration, no evaluation), one thread, after a warm-up."""
     import torch
 
     from privdl.algorithms import make_algorithm
     from privdl.mechanisms import make_mechanism
-    from privdl.network import Network
     from privdl.schedules import make_schedule
     from privdl.simulator import Replica, simulate, simulate_replicas
-    from privdl.tasks import make_task
 
     torch.set_num_threads(1)
-    split = split or {"partition": "dirichlet", "alpha": 0.1, "min_size": lot,
-                      **({"train_size": 8000} if dataset == "mnist_t10k" else {})}
-    task = make_task("cnn", 10, dataset=dataset, batch_size=lot, dtype=torch.float32, **split)
-    net = Network.from_topology("ring", 10)
     alg = make_algorithm(algorithm)
 
     def rep(k: int) -> Replica:
         mech = make_mechanism("dp_sgd", steps=alg.accesses(rounds + 2, net.edges), task=task, clip=1.0, lot_size=lot,
-                              noise_multiplier=1.0 + 0.5 * k)
+                              noise_multiplier=1.0 + sigma_step * k)
         return Replica(net, mech, make_schedule("constant", eta=0.05, iterations=rounds), 0)
 
     simulate_replicas(task=task, algorithm=alg, replicas=[rep(k) for k in range(replicas)], iterations=2,
@@ -148,42 +142,31 @@ def per_round(algorithm: str, replicas: int, rounds: int, dataset: str, lot: int
     simulate_replicas(task=task, algorithm=alg, replicas=[rep(k) for k in range(replicas)], iterations=rounds,
                       metrics=False)
     return alone, (time.perf_counter() - t0) / rounds
+
+
+def per_round(algorithm: str, replicas: int, rounds: int, dataset: str, lot: int = 64,
+              split: dict | None = None) -> tuple[float, float]:
+    """:func:`_alone_and_stacked` for the cell's configuration (ring of 10, the small CNN, lots of 64, float32)."""
+    import torch
+
+    from privdl.network import Network
+    from privdl.tasks import make_task
+
+    split = split or {"partition": "dirichlet", "alpha": 0.1, "min_size": lot,
+                      **({"train_size": 8000} if dataset == "mnist_t10k" else {})}
+    task = make_task("cnn", 10, dataset=dataset, batch_size=lot, dtype=torch.float32, **split)
+    return _alone_and_stacked(task, Network.from_topology("ring", 10), algorithm, replicas, rounds, lot, 0.5)
 
 
 def per_round_linear(algorithm: str, replicas: int, rounds: int) -> tuple[float, float]:
-    """:func:`per_round` for logistic regression on a9a (20 agents, ER(0.3), lots of 64, the closed-form clipped
-    sum): a model small enough that one access is mostly per-call work."""
-    import torch
-
-    from privdl.algorithms import make_algorithm
-    from privdl.mechanisms import make_mechanism
+    """:func:`_alone_and_stacked` for logistic regression on a9a (20 agents, ER(0.3), lots of 64, the closed-form
+    clipped sum): a model small enough that one access is mostly per-call work."""
     from privdl.network import Network
-    from privdl.schedules import make_schedule
-    from privdl.simulator import Replica, simulate, simulate_replicas
     from privdl.tasks import make_task
 
-    torch.set_num_threads(1)
     task = make_task("logistic", 20, dataset="a9a", batch_size=64)
-    net = Network.from_topology("erdos_renyi", 20, p=0.3, seed=0)
-    alg = make_algorithm(algorithm)
-
-    def rep(k: int) -> Replica:
-        mech = make_mechanism("dp_sgd", steps=alg.accesses(rounds + 2, net.edges), task=task, clip=1.0, lot_size=64,
-                              noise_multiplier=1.0 + 0.1 * k)
-        return Replica(net, mech, make_schedule("constant", eta=0.05, iterations=rounds), 0)
-
-    simulate_replicas(task=task, algorithm=alg, replicas=[rep(k) for k in range(replicas)], iterations=2,
-                      metrics=False)
-    t0 = time.perf_counter()
-    for k in range(replicas):
-        r = rep(k)
-        simulate(task=task, network=net, algorithm=alg, mechanism=r.mechanism, schedule=r.schedule,
-                 iterations=rounds, seed=0, metrics=False)
-    alone = (time.perf_counter() - t0) / rounds
-    t0 = time.perf_counter()
-    simulate_replicas(task=task, algorithm=alg, replicas=[rep(k) for k in range(replicas)], iterations=rounds,
-                      metrics=False)
-    return alone, (time.perf_counter() - t0) / rounds
+    return _alone_and_stacked(task, Network.from_topology("erdos_renyi", 20, p=0.3, seed=0), algorithm, replicas,
+                              rounds, 64, 0.1)
 
 
 def matmul_gflops(threads: int = 2, size: int = 2048) -> float:

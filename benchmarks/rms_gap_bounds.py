@@ -11,7 +11,7 @@ from privdl.reproductions.common import packaged_config, with_overrides
 from privdl.reproductions.rms_remarks import _admitted
 from privdl.experiment.config import expand
 from privdl.experiment.build import build
-from privdl.experiment.runner import with_error_bounds
+from privdl.algorithms.rms_bounds import with_error_bounds
 from privdl.simulator import simulate
 
 T, SEEDS = 20000, 4

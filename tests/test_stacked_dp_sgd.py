@@ -172,7 +172,7 @@ def test_mixed_dtypes_never_share_a_batch_and_the_cap_bounds_memory(tmp_path):
     large for the budget runs alone (the cap is at least 1, never a crash); batch_replicas < 0 is refused."""
     from privdl.experiment.build import build
     from privdl.experiment.config import expand
-    from privdl.experiment.runner import BATCH_BUDGET, CPU_ACCESS_BUDGET, _batch_inputs, _capacity, replica_numbers
+    from privdl.experiment.capacity import BATCH_BUDGET, CPU_ACCESS_BUDGET, batch_inputs, capacity, replica_numbers
 
     cfg = _grid(tmp_path)
     cfg["sweep"] = {"dtype": ["float32", "float64"], "mechanism.epsilon": [1.0, 4.0],
@@ -189,17 +189,17 @@ def test_mixed_dtypes_never_share_a_batch_and_the_cap_bounds_memory(tmp_path):
     parts = build(spec.config)
     per = replica_numbers(parts)
     assert per > 5 * parts.task.dim  # the model state and the lot's examples
-    access = parts.network.n * _batch_inputs(parts.task, parts.mechanism.need)  # one access's inputs
-    assert _capacity(spec.config, parts) == max(1, min(BATCH_BUDGET // per, CPU_ACCESS_BUDGET // access))
-    import privdl.experiment.runner as runner
+    access = parts.network.n * batch_inputs(parts.task, parts.mechanism.need)  # one access's inputs
+    assert capacity(spec.config, parts) == max(1, min(BATCH_BUDGET // per, CPU_ACCESS_BUDGET // access))
+    import privdl.experiment.capacity as caps
 
-    old = runner.BATCH_BUDGET
-    runner.BATCH_BUDGET = per // 2  # one replica does not fit: it runs alone, the grid still finishes
+    old = caps.BATCH_BUDGET
+    caps.BATCH_BUDGET = per // 2  # one replica does not fit: it runs alone, the grid still finishes
     try:
-        assert _capacity(spec.config, parts) == 1
+        assert capacity(spec.config, parts) == 1
         summary = run_experiment({**cfg, "seeds": [5]}, tmp_path / "capped", progress=False)
     finally:
-        runner.BATCH_BUDGET = old
+        caps.BATCH_BUDGET = old
     assert summary.executed == 4
     assert {json.loads(p.read_text())["batch"]["replicas"]
             for p in (tmp_path / "capped" / "runs").glob("*/manifest.json")} == {1}
@@ -212,11 +212,11 @@ def test_on_a_gpu_the_stack_is_sized_for_its_free_memory(monkeypatch):
     """device = "cuda": the budget is a quarter of the GPU's free memory now (in float64 numbers) — on an 80 GB GPU
     one process holds 80× the CPU's replicas; on a GPU others have filled, fewer (at least one: the cap is ≥ 1). No
     GPU here: the device query is stubbed."""
-    import privdl.simulator.engine as engine
-    from privdl.experiment.runner import BATCH_BUDGET, GPU_SHARE, batch_budget
+    import privdl.experiment.capacity as caps
+    from privdl.experiment.capacity import BATCH_BUDGET, GPU_SHARE, batch_budget
 
     assert batch_budget("cpu") == BATCH_BUDGET
-    monkeypatch.setattr(engine, "resolve_device", lambda d: torch.device("cuda", 0))
+    monkeypatch.setattr(caps, "resolve_device", lambda d: torch.device("cuda", 0))
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (80 * 2**30, 94 * 2**30))
     assert batch_budget("cuda") == int(GPU_SHARE * 80 * 2**30) // 8 == 80 * BATCH_BUDGET
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (2**20, 94 * 2**30))  # a full GPU

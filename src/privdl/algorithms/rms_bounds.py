@@ -272,4 +272,31 @@ def bound_rows(bounds: ErrorBounds | None, reasons: dict[str, list[str]],
     return rows
 
 
-__all__ = ["ErrorBounds", "bound_rows", "run_error_bounds", "THEOREMS", "outside_conditions", "rms_bounds", "spectrum_facts", "warn_outside"]
+def with_error_bounds(cfg: dict, c, rows: list[tuple[int, str, float]]
+                      ) -> tuple[list[tuple[int, str, float]], dict | None]:
+    """A finished run's rows (config ``cfg``, components ``c``) with the error bounds at its recorded rounds
+    (:func:`bound_rows`, where every condition of :func:`run_error_bounds` holds) and the manifest's account of
+    them (the constants, or why a bound is absent); a run of another algorithm unchanged, with None."""
+    from privdl.keys import Keys
+
+    if c.algorithm.name not in THEOREMS or c.algorithm.rms is None:
+        return rows, None
+    x0 = None
+    if cfg.get("runtime", {}).get("keys", "root") != "agreed":  # the common start, a public draw of the run's root
+        x0 = c.task.init_params(Keys(int(cfg["seed"]), c.network.n).generator("init"))
+    bounds, reasons = run_error_bounds(c.algorithm, c.network, c.task, c.schedule, x0,
+                                       mechanism=cfg.get("mechanism", {}).get("name", "none"),
+                                       every_round=int(cfg.get("eval_every") or 0) == 1)
+    if bounds is not None:
+        first = [v for t, m, v in rows if t == 0 and m == "centroid_msd"]
+        if first and not math.isclose(first[0], bounds.init_centroid, rel_tol=1e-9, abs_tol=1e-12):
+            bounds, reasons = None, {k: ["the run did not start from its root's initial model"] for k in ("gap", "msd")}
+    account = {"theorem": "seed 002 Theorem " + ("1" if c.algorithm.name == "dsg_rms" else "2"),
+               "bounds": dict(zip(("gap_bound", "msd_bound"), THEOREMS[c.algorithm.name])),
+               "absent": {f"{k}_bound": v for k, v in reasons.items() if v}}
+    if bounds is not None:
+        account["constants"] = {k: v for k, v in vars(bounds).items() if k != "name"}
+    return rows + bound_rows(bounds, reasons, {t for t, _, _ in rows}), account
+
+
+__all__ = ["ErrorBounds", "with_error_bounds", "bound_rows", "run_error_bounds", "THEOREMS", "outside_conditions", "rms_bounds", "spectrum_facts", "warn_outside"]

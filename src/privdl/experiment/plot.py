@@ -69,6 +69,23 @@ def _coinciding(series: Sequence[tuple[str, Sequence[float], Sequence[float], Se
     return same
 
 
+def _caption(fig, caption: str, height: float) -> None:
+    """``caption`` in 7 pt under the axes (about 16 characters an inch), then the layout above it."""
+    bottom = 0.0
+    if caption:
+        text = textwrap.fill(caption, int(fig.get_size_inches()[0] * 16))
+        fig.text(0.01, 0.01, text, fontsize=7, ha="left", va="bottom")
+        bottom = ((text.count("\n") + 1) * 7 * 1.25 / 72 + 0.1) / height
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def draw(path: Path, series: Sequence[tuple[str, Sequence[float], Sequence[float], Sequence[float] | None]], *,
          xlabel: str, ylabel: str, title: str, logx: bool = False, logy: bool = False,
          references: Sequence[tuple[str, float, float]] = (), band: bool = True, markers: bool = True,
@@ -77,12 +94,8 @@ def draw(path: Path, series: Sequence[tuple[str, Sequence[float], Sequence[float
     ``band`` is false) in its own colour, line style and marker; each reference (label, mean, std) as a grey dashed
     horizontal line with its band (never a series' colour). A series that coincides with an earlier one says so in
     the legend. ``caption`` is written under the axes (δ, unit, accountant)."""
-    fig = figure(series, xlabel=xlabel, ylabel=ylabel, title=title, logx=logx, logy=logy, references=references,
-                 band=band, markers=markers, size=size, caption=caption)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(figure(series, xlabel=xlabel, ylabel=ylabel, title=title, logx=logx, logy=logy,
+                        references=references, band=band, markers=markers, size=size, caption=caption), path)
 
 
 def scatter(path: Path, groups: Sequence[tuple[str, Sequence[float], Sequence[float], str]], *, xlabel: str,
@@ -98,16 +111,8 @@ def scatter(path: Path, groups: Sequence[tuple[str, Sequence[float], Sequence[fl
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     fig.set_size_inches(size[0] + 2.6, size[1])
-    bottom = 0.0
-    if caption:
-        text = textwrap.fill(caption, int(fig.get_size_inches()[0] * 16))
-        fig.text(0.01, 0.01, text, fontsize=7, ha="left", va="bottom")
-        bottom = ((text.count("\n") + 1) * 7 * 1.25 / 72 + 0.1) / size[1]
-    fig.tight_layout(rect=(0, bottom, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    _caption(fig, caption, size[1])
+    return _save(fig, path)
 
 
 def histograms(path: Path, panels: Sequence[tuple[str, Sequence[tuple[str, Sequence[float]]]]], *, xlabel: str,
@@ -132,16 +137,8 @@ def histograms(path: Path, panels: Sequence[tuple[str, Sequence[tuple[str, Seque
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.suptitle(textwrap.fill(title, int(3.4 * cols * TITLE_CHARS)), fontsize=10)
-    bottom = 0.0
-    if caption:
-        text = textwrap.fill(caption, int(3.4 * cols * 16))
-        fig.text(0.01, 0.01, text, fontsize=7, ha="left", va="bottom")
-        bottom = ((text.count("\n") + 1) * 7 * 1.25 / 72 + 0.1) / (2.9 * rows + 0.6)
-    fig.tight_layout(rect=(0, bottom, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    _caption(fig, caption, 2.9 * rows + 0.6)
+    return _save(fig, path)
 
 
 def figure(series: Sequence[tuple[str, Sequence[float], Sequence[float], Sequence[float] | None]], *,
@@ -174,7 +171,6 @@ def figure(series: Sequence[tuple[str, Sequence[float], Sequence[float], Sequenc
     outside = len(names) > LEGEND_INSIDE or any(len(n) > LEGEND_LABEL for n in names)
     if outside:  # room for the legend right of the axes (7 pt: ≈ 0.065 in a character), the axes keep their size
         fig.set_size_inches(size[0] + 0.6 + 0.065 * min(LEGEND_LABEL, max(map(len, names))), size[1])
-    width = fig.get_size_inches()[0]
     ax.set_title(textwrap.fill(title, int(size[0] * TITLE_CHARS)))  # centred over the axes: their width
     ax.set_xlabel(textwrap.fill(xlabel, int(size[0] * LABEL_CHARS)))
     ax.set_ylabel(textwrap.fill(ylabel, int(size[1] * LABEL_CHARS)))
@@ -190,12 +186,7 @@ def figure(series: Sequence[tuple[str, Sequence[float], Sequence[float], Sequenc
                   bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     elif names:
         ax.legend(fontsize=7)
-    bottom = 0.0
-    if caption:  # 7 pt lines, about 16 characters an inch
-        text = textwrap.fill(caption, int(width * 16))
-        fig.text(0.01, 0.01, text, fontsize=7, ha="left", va="bottom")
-        bottom = ((text.count("\n") + 1) * 7 * 1.25 / 72 + 0.1) / size[1]
-    fig.tight_layout(rect=(0, bottom, 1, 1))
+    _caption(fig, caption, size[1])
     return fig
 
 

@@ -23,17 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-import numpy as np
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import privdl
 from privdl.errors import ConfigError, PrivdlError, ValidationError
 from privdl.experiment.build import Components, build, build_algorithm, build_network, build_task, input_files
+from privdl.experiment.capacity import batch_inputs, capacity, runs_on_cpu
 from privdl.experiment.config import RunSpec, expand
 from privdl.experiment.progress import Lines, Tally, format_duration, run_cost  # noqa: F401 (re-exported)
 from privdl.experiment.store import ResultStore
-from privdl.mechanisms.base import ClippedSum
 from privdl.mechanisms.stack import may_stack, need_signature
 from privdl.keys import Keys, RootKeys, secure_draws
 from privdl.placement import partition
@@ -44,12 +43,6 @@ from privdl.simulator.checkpoint import Checkpoints
 from privdl.simulator.sliced import simulate_sliced
 
 
-#: numbers (model state plus one step's batch) a stacked batch may hold on the CPU, for the automatic
-#: ``batch_replicas`` (≈ 256 MB in float64)
-BATCH_BUDGET = 2**25
-#: on a GPU: the share of its free memory a stacked batch's state and batch may take (the per-example work is done
-#: in row groups bounded by ``privdl.gradients.ghost.GROUP_BUDGET`` / ``simulator.access.CHUNK_BUDGET`` on top)
-GPU_SHARE = 0.25
 #: seconds between two looks at the runs other processes hold, while this process waits for them
 WAIT_POLL = 0.5
 #: ATen splits a kernel among its intra-op threads only above this many elements (``at::internal::GRAIN_SIZE``)
@@ -184,31 +177,17 @@ def observers(cfg: dict, c: Components, rows: int) -> list:
     return [Eavesdropper(rows, window=window, target=c.task.optimum, wire=c.algorithm.wire)]
 
 
-def with_error_bounds(cfg: dict, c: Components, rows: list[tuple[int, str, float]]
-                      ) -> tuple[list[tuple[int, str, float]], dict | None]:
-    """A DSG-RMS / EDSG-RMS run's rows with seed 002's error bounds at its recorded rounds (``msd_bound``,
-    ``gap_bound``: :func:`privdl.algorithms.rms_bounds.run_error_bounds`, only where every condition holds) and the
-    manifest's account of them (constants, or why a bound is absent); other runs unchanged."""
-    from privdl.algorithms.rms_bounds import THEOREMS, bound_rows, run_error_bounds
+def finished_run(spec: RunSpec, c: Components, rows: list[tuple[int, str, float]], **facts
+                 ) -> tuple[list[tuple[int, str, float]], dict]:
+    """A finished run's rows and manifest (:func:`manifest` with ``facts``): a DSG-RMS / EDSG-RMS run's rows gain
+    seed 002's error bounds and its manifest their account (:func:`privdl.algorithms.rms_bounds.with_error_bounds`)."""
+    from privdl.algorithms.rms_bounds import with_error_bounds
 
-    if c.algorithm.name not in THEOREMS or c.algorithm.rms is None:
-        return rows, None
-    x0 = None
-    if cfg.get("runtime", {}).get("keys", "root") != "agreed":  # the common start, a public draw of the run's root
-        x0 = c.task.init_params(Keys(int(cfg["seed"]), c.network.n).generator("init"))
-    bounds, reasons = run_error_bounds(c.algorithm, c.network, c.task, c.schedule, x0,
-                                       mechanism=cfg.get("mechanism", {}).get("name", "none"),
-                                       every_round=int(cfg.get("eval_every") or 0) == 1)
-    if bounds is not None:
-        first = [v for t, m, v in rows if t == 0 and m == "centroid_msd"]
-        if first and not math.isclose(first[0], bounds.init_centroid, rel_tol=1e-9, abs_tol=1e-12):
-            bounds, reasons = None, {k: ["the run did not start from its root's initial model"] for k in ("gap", "msd")}
-    account = {"theorem": "seed 002 Theorem " + ("1" if c.algorithm.name == "dsg_rms" else "2"),
-               "bounds": dict(zip(("gap_bound", "msd_bound"), THEOREMS[c.algorithm.name])),
-               "absent": {f"{k}_bound": v for k, v in reasons.items() if v}}
-    if bounds is not None:
-        account["constants"] = {k: v for k, v in vars(bounds).items() if k != "name"}
-    return rows + bound_rows(bounds, reasons, {t for t, _, _ in rows}), account
+    rows, theory = with_error_bounds(spec.config, c, rows)
+    out = manifest(spec, c, rows=rows, **facts)
+    if theory is not None:
+        out["error_bounds"] = theory
+    return rows, out
 
 
 def checkpoint_identity(spec: RunSpec) -> dict:
@@ -290,11 +269,8 @@ def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None
                               device=cfg.get("device", "cpu"), observers=observers(cfg, c, c.network.n),
                               checkpoints=ck, resume=resume)
         placement = None
-    records, theory = with_error_bounds(cfg, c, result.records)
-    out = manifest(spec, c, seconds=result.seconds, rows=records, accesses=result.accesses)
+    records, out = finished_run(spec, c, result.records, seconds=result.seconds, accesses=result.accesses)
     out["bytes_per_tag"] = result.extra.get("bytes", {})
-    if theory is not None:
-        out["error_bounds"] = theory
     if placement is not None:
         out["placement"] = placement
     if ck is not None:
@@ -328,11 +304,9 @@ def _run_batch(specs: Sequence[RunSpec], parts: Sequence[Components], on_step: C
     out = []
     for r, (spec, c) in enumerate(zip(specs, parts)):
         batch = {"replicas": len(specs), "position": r, "seconds": res.seconds}
-        records, theory = with_error_bounds(spec.config, c, res.records[r])
-        man = manifest(spec, c, seconds=res.seconds, rows=records, accesses=res.accesses[r], batch=batch)
+        records, man = finished_run(spec, c, res.records[r], seconds=res.seconds, accesses=res.accesses[r],
+                                    batch=batch)
         man["bytes_per_tag"] = res.bytes[r]
-        if theory is not None:
-            man["error_bounds"] = theory
         if ck is not None:
             man["checkpoints"] = {"every": ck.every, "resumed_from_round": resumed}
         out.append((records, man))
@@ -347,62 +321,6 @@ def _batch_key(spec: RunSpec) -> str:
     return json.dumps(cfg, sort_keys=True, default=str)
 
 
-def _batch_inputs(task, need=None) -> int:
-    """Numbers in one row's inputs of one access: examples × features (a task without examples: its dimension). The
-    examples are the mini-batch, or for a per-example ``need`` its uniform batch or the largest expected Poisson lot."""
-    features = int(np.prod(task.X.shape[2:])) if hasattr(task, "X") else task.dim
-    examples = max(1, task.batch_size)
-    if isinstance(need, ClippedSum):
-        if need.batch is not None:
-            examples = need.batch
-        elif hasattr(task, "counts"):
-            rates, counts = need.rates.reshape(-1).to(torch.float64), task.counts.to(torch.float64)
-            examples = math.ceil(float((rates * counts).max() if rates.numel() in (1, counts.numel())
-                                       else rates.max() * counts.max()))
-    return max(1, examples) * features
-
-
-def batch_budget(device: str = "cpu") -> int:
-    """Numbers a stacked batch may hold on ``device``: :data:`BATCH_BUDGET` on the CPU; on a GPU
-    :data:`GPU_SHARE` of the memory it has free now (in float64 numbers; a GPU that others fill gets fewer)."""
-    from privdl.simulator import engine
-
-    dev = engine.resolve_device(device)
-    if dev.type != "cuda":
-        return BATCH_BUDGET
-    free, _ = torch.cuda.mem_get_info(dev)
-    return int(GPU_SHARE * free) // 8
-
-
-def replica_numbers(parts: Components) -> int:
-    """Numbers one replica of a stacked batch holds: its rows' model state (4 copies: parameters, the algorithm's
-    state, the step's values) and one access's inputs — for an algorithm with cross-gradients (DPDL) also one
-    batch per edge; for a per-example mechanism the lot's examples (the largest expected Poisson lot)."""
-    n, need = parts.network.n, parts.mechanism.need
-    accessed = n + (len(parts.network.edges) if parts.algorithm.cross else 0)
-    return n * 4 * parts.task.dim + accessed * _batch_inputs(parts.task, need)
-
-
-#: on the CPU, the inputs (examples × features) one per-example access of a stacked batch may read: measured, a
-#: stacked DP-SGD access gains only while its working set stays near the caches (a9a logistic regression, 12
-#: replicas of 20 agents × lots of 64: 1.7×; seed 004's CNN, 6 replicas of 10 × 64 MNIST digits: 1.04×; lots of
-#: 256: 0.87×; BENCHMARKS.md, "Example-level grids stacked")
-CPU_ACCESS_BUDGET = 2**21
-
-
-def _capacity(cfg: dict, parts: Components) -> int:
-    """Replicas per stacked batch: the config's ``batch_replicas``, else as many as fit in :func:`batch_budget` —
-    and on the CPU, for a per-example (DP-SGD) access, as many whose inputs stay within :data:`CPU_ACCESS_BUDGET`."""
-    if cfg.get("batch_replicas"):
-        return int(cfg["batch_replicas"])
-    device = str(cfg.get("device", "cpu"))
-    cap = batch_budget(device) // max(replica_numbers(parts), 1)
-    need = parts.mechanism.need
-    if isinstance(need, ClippedSum) and (device == "cpu" or (device == "auto" and not torch.cuda.is_available())):
-        cap = min(cap, CPU_ACCESS_BUDGET // max(1, parts.network.n * _batch_inputs(parts.task, need)))
-    return max(1, cap)
-
-
 def auto_threads(task, rows: int, need=None) -> int | None:
     """The intra-op threads privdl picks for ``rows`` rows of ``task`` when neither the config (``threads``) nor the
     environment (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``) says: one thread when the largest tensor of a round — the
@@ -413,7 +331,7 @@ def auto_threads(task, rows: int, need=None) -> int | None:
     than at torch's default."""
     if any(v in os.environ for v in THREAD_VARIABLES):
         return None
-    return 1 if rows * max(task.dim, _batch_inputs(task, need)) < GRAIN else None
+    return 1 if rows * max(task.dim, batch_inputs(task, need)) < GRAIN else None
 
 
 @contextlib.contextmanager
@@ -452,9 +370,7 @@ def _alone(cfg: dict, algorithms: dict[str, tuple[bool, bool]]) -> bool:
         except PrivdlError:  # a bad algorithm is reported where the run is built
             algorithms[key] = (True, False)
     stackable, cross = algorithms[key]
-    device = str(cfg.get("device", "cpu"))
-    on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
-    return not stackable or (cross and on_cpu and not cfg.get("batch_replicas"))
+    return not stackable or (cross and runs_on_cpu(cfg) and not cfg.get("batch_replicas"))
 
 
 def plan(todo: Sequence[RunSpec]) -> list[list[RunSpec]]:
@@ -585,7 +501,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                 for k, c in enumerate(parts):
                     by_n.setdefault((c.network.n, need_signature(c.mechanism.need)), []).append(k)
                 for members in by_n.values():
-                    cap = _capacity(group[0].config, parts[members[0]])
+                    cap = capacity(group[0].config, parts[members[0]])
                     for lo in range(0, len(members), cap):
                         chunk = members[lo:lo + cap]
                         specs, comps = [group[k] for k in chunk], [parts[k] for k in chunk]

@@ -15,6 +15,7 @@ Outputs: ``rms_remark3.csv`` / ``.png`` and ``rms_remark4.csv`` / ``.png``.
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from pathlib import Path
@@ -35,8 +36,13 @@ TAIL = 0.2
 def _admitted(cfg: dict, names: tuple[str, ...]) -> tuple[float, float]:
     """The largest γ that the strongly convex conditions ((15) for DSG-RMS, (20) for EDSG-RMS) admit, and half the
     largest τ that (13) / (18) admit, over every run of ``cfg`` (its graphs and σ's) and ``names``."""
-    gammas, taus = [], []
+    gammas, taus, seen = [], [], set()
     for spec in expand(cfg)[0]:
+        what = {k: spec.config[k] for k in ("network", "task", "algorithm")}  # (seeds and γ change no bound)
+        key = json.dumps(what, sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
         with warnings.catch_warnings():  # (the config's placeholder γ is not what runs)
             warnings.simplefilter("ignore")
             parts = build(spec.config)

@@ -261,9 +261,7 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
 
     from privdl.experiment.build import build
     from privdl.experiment.config import expand
-    from privdl.experiment.runner import (
-        _distinct_runs, checkpoint_identity, intra_op_threads, manifest, with_error_bounds,
-    )
+    from privdl.experiment.runner import _distinct_runs, checkpoint_identity, finished_run, intra_op_threads
     from privdl.experiment.store import ResultStore
 
     runs, axes = expand(cfg)
@@ -294,10 +292,7 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
                                       resume=resume)
         if rank == 0:
             rows, final, accesses, seconds, extra = got
-            rows, theory = with_error_bounds(spec.config, c, rows)
-            man = manifest(spec, c, seconds=seconds, rows=rows, accesses=accesses)
-            if theory is not None:
-                man["error_bounds"] = theory
+            rows, man = finished_run(spec, c, rows, seconds=seconds, accesses=accesses)
             resumed = extra.pop("resumed_from_round")
             man["bytes_per_tag"] = extra.pop("bytes")
             man["placement"] = extra
