@@ -155,18 +155,16 @@ def gpu_of(run_device: str | None) -> str | None:
 
 
 def check_device(device: str | None) -> str | None:
-    """None (NumPy/SciPy LAPACK) or a torch device string; a CUDA device must be visible to torch."""
+    """None (NumPy/SciPy LAPACK) or a torch device string, resolved as a run's ``device`` is ("auto": cuda where torch
+    sees one; a CUDA device torch does not see is refused)."""
     if device is None:
         return None
-    import torch
+    from privdl.simulator.engine import resolve_device  # (here: the simulator's mechanisms import this module)
 
     try:
-        dev = torch.device(device)
+        dev = resolve_device(device)
     except (RuntimeError, TypeError) as exc:
         raise ValidationError(f"device {device!r} is not a torch device ({exc})") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValidationError(f"device {device!r} asked for, but this torch ({torch.__version__}) sees no CUDA device; "
-                              "leave device out (LAPACK on the CPU) or use 'cpu'")
     if dev.type not in ("cpu", "cuda"):
         raise ValidationError(f"device {device!r}: the eigendecompositions run on 'cpu' or 'cuda' only")
     return str(dev)
