@@ -236,6 +236,11 @@ def test_collect_writes_the_table_from_finished_runs_and_starts_none(tmp_path):
     (("fashion_mnist",), "table1", "table1_authors_settings_seed0.csv", 65, dict(fiedlers=(1.0, 0.7, 0.39, 0.06))),
     # Table 2's own runs, and its t = 1 column from Table 1's λ = 0.06 runs (merge takes only what its grid holds)
     (("fashion_mnist_table2", "fashion_mnist"), "table2", "table2_authors_settings_seed0.csv", 30, {}),
+    # seeds 1-2 of both tables, computed on one H200 GPU, merged with seed 0's CPU runs (one grid, two devices)
+    (("fashion_mnist", "fashion_mnist_seeds12_h200"), "table1", "table1_authors_settings_3seeds.csv", 195,
+     dict(fiedlers=(1.0, 0.7, 0.39, 0.06), seeds=3)),
+    (("fashion_mnist_table2", "fashion_mnist_table2_seeds12_h200", "fashion_mnist", "fashion_mnist_seeds12_h200"),
+     "table2", "table2_authors_settings_3seeds.csv", 90, dict(seeds=3)),
 ])
 def test_the_committed_runs_rebuild_the_committed_tables(tmp_path, folders, name, table, runs, opts):
     """docs/reproduction/seed004/runs holds the runs behind REPRODUCTION.md's CPU tables; merged into a results
@@ -247,11 +252,12 @@ def test_the_committed_runs_rebuild_the_committed_tables(tmp_path, folders, name
     from privdl.privacy.ledger import Ledger
 
     docs = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "seed004"
-    REPRODUCTIONS.get(name)(tmp_path / "t", seeds=1, collect=True, **opts)  # binds the folder to the table's grid
+    opts = {"seeds": 1, **opts}
+    REPRODUCTIONS.get(name)(tmp_path / "t", collect=True, **opts)  # binds the folder to the table's grid
     s = merge([docs / "runs" / f for f in folders], tmp_path / "t" / "runs")
     assert s.copied == runs
-    REPRODUCTIONS.get(name)(tmp_path / "t", seeds=1, collect=True, **opts)
-    key = ("method", "epsilon", "fiedler_target", "t")
+    REPRODUCTIONS.get(name)(tmp_path / "t", collect=True, **opts)
+    key = ("method", "epsilon", "fiedler_target", "t", "seed")
     got = {tuple(str(r[k]) for k in key): r for r in read_csv(tmp_path / "t" / f"{name}.csv")}
     want = {tuple(r[k] for k in key): r for r in read_csv(docs / table)}
     assert len(got) == runs and set(got) == set(want)
