@@ -183,6 +183,13 @@ class ZipDL(GradientMechanism):
             self.sigma = np.full(n, float(sigma))
             self.noise_multiplier = None
             self.target_epsilon = None
+        with np.errstate(all="ignore"):
+            prec = 1.0 / (self.plan["c_edge"] * self.sigma[self.src] ** 2)
+            msg = self.plan["c_edge"] * self.sigma[self.src] ** 2
+        if prec.size and not (np.all(np.isfinite(prec)) and np.all(prec > 0) and np.all(np.isfinite(msg))):
+            raise ValidationError(f"zip_dl: sigma = {float(self.sigma.max()):g} gives a per-message variance "
+                                  f"c·ς² that double precision cannot hold (0 or ∞); use a noise level between "
+                                  f"about 1e-150 and 1e150")
 
     # ---- the gradient side: clip only -----------------------------------------------------------------------------
     def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
