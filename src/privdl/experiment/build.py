@@ -244,6 +244,8 @@ def build(cfg: dict, *, task: Task | None = None) -> Components:
         mechanism = computed("mechanism", cfg["mechanism"],
                              lambda: make_mechanism(cfg["mechanism"]["name"], steps=accesses, network=network,
                                                     task=task, **mech))
+    if mechanism.wraps_comm:  # Zip-DL, Muffliato: valid with some algorithms only; refuse the others now
+        mechanism.check_algorithm(algorithm.name)  # type: ignore[attr-defined]
     schedule = make_schedule(cfg["schedule"]["name"], iterations=cfg["iterations"], **_rest(cfg["schedule"], "name"))
     _check_theory(algorithm, network, task, schedule, cfg["mechanism"]["name"])
     sparse = cfg["network"].get("sparse", "auto")

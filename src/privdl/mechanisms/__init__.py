@@ -5,7 +5,7 @@ import functools
 import inspect
 
 from privdl.errors import ValidationError
-from privdl.mechanisms import correlated, dp_sgd  # noqa: F401  (register)
+from privdl.mechanisms import correlated, dp_sgd, muffliato, zip_dl  # noqa: F401  (register)
 from privdl.mechanisms.base import (
     MECHANISMS, Access, AccessBudgetExceeded, BatchGradient, Chain, Clip, ClippedSum, GradientMechanism, Mechanism,
     MechanismEnv, NoPrivacy, Sensitivity, chain, clip_rows,

@@ -251,6 +251,17 @@ class GradientMechanism(ABC):
     def describe(self) -> dict[str, object]:
         return {"name": self.name}
 
+    # ---- what is sent ---------------------------------------------------------------------------------------------
+    #: True for a mechanism that also acts on what agents send (Zip-DL's per-edge zero-sum noise, Muffliato's
+    #: gossip rounds): the engine then wraps the run's Comm with :meth:`wrap_comm` once, after :meth:`bind`. Such a
+    #: mechanism never stacks (:func:`privdl.mechanisms.stack.stack`) nor chains.
+    wraps_comm: bool = False
+
+    def wrap_comm(self, comm, *, keys: Keys, eta: Callable[[int], object], algorithm: str):
+        """The Comm the algorithm talks through (default: ``comm`` itself). ``eta`` is the run's step-size schedule,
+        ``algorithm`` its name (a mechanism valid with some algorithms only refuses the others here)."""
+        return comm
+
 
 def chain_events(mechs: Sequence[GradientMechanism], counts: torch.Tensor) -> tuple[list[list[PrivacyEvent]], str]:
     """Per owner, the events of ``counts[i]`` accesses through the chain ``mechs`` (the first member reads the data),
@@ -353,6 +364,10 @@ class Chain(GradientMechanism):
         if not members:
             raise ValidationError("chain needs at least one mechanism")
         first = members[0]
+        wrapping = [m.name for m in members if m.wraps_comm]
+        if wrapping:
+            raise ValidationError(f"mechanism {wrapping[0]!r} acts on what is sent (it wraps the Comm) and cannot be "
+                                  "chained; use it alone")
         super().__init__(steps=first.steps)
         self.members = members
         self.name = "chain(" + ", ".join(m.name for m in members) + ")"

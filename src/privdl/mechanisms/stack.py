@@ -226,6 +226,8 @@ def stack(mechs: Sequence[GradientMechanism], n: int, *, cross: bool = False) ->
     """One mechanism for R replicas of ``n`` rows each, or None when these mechanisms cannot be stacked.
     ``cross``: the algorithm also reads data at other agents' models (cross-gradients), which only independent noise
     keyed per (owner, requester) — DP-SGD — or no noise serves."""
+    if any(m.wraps_comm for m in mechs):  # a comm-side part (Zip-DL, Muffliato) runs singly
+        return None
     if len({need_signature(m.need) for m in mechs}) != 1:  # batch and per-example clipping read differently
         return None
     if all(type(m) is NoPrivacy or isinstance(m, CorrelatedGaussian) for m in mechs):
@@ -250,6 +252,8 @@ def may_stack(name: object) -> bool:
     if not isinstance(name, str) or name not in MECHANISMS:
         return True
     cls = MECHANISMS.get(name)
+    if isinstance(cls, type) and getattr(cls, "wraps_comm", False):
+        return False
     return not isinstance(cls, type) or cls is NoPrivacy or cls is DPSGD or issubclass(cls, CorrelatedGaussian)
 
 

@@ -9,6 +9,10 @@ Written into every manifest (``privacy_ledger``), it can be re-accounted from it
 * 0 if its data was never read;
 * otherwise the accountant's ε of the composition of its events.
 
+A ledger may state a ``notion`` other than plain DP of everything the agent sends (Zip-DL's and Muffliato's pairwise
+network DP: against one curious, non-colluding agent); its guarantee then names it, and statements beside it name
+theirs (e.g. "DP against an eavesdropper on every link", which may be "none").
+
 A ledger may carry statements *beside* its own (``beside``): the same noise accounted for another privacy unit —
 e.g. per-example clipping protects one example (the ledger's unit) and, with a much larger sensitivity, the agent's
 whole data; that agent-level ε is stated next to the example-level one so that neither is read for the other.
@@ -77,14 +81,17 @@ class Ledger:
     target_epsilon: float | None = None
     epsilons: list[float | None] = field(default_factory=list)
     beside: list["Ledger"] = field(default_factory=list)
+    #: what the (ε, δ) protects against, when not plain DP of everything sent ("" = plain DP)
+    notion: str = ""
 
     @classmethod
     def build(cls, *, unit: str, mechanism: str, accountant: str, delta: float,
               events: Sequence[Sequence[PrivacyEvent]], noise: dict | None = None, note: str = "",
-              target_epsilon: float | None = None, beside: Sequence["Ledger"] = ()) -> "Ledger":
+              target_epsilon: float | None = None, beside: Sequence["Ledger"] = (),
+              notion: str = "") -> "Ledger":
         merged = [merge(list(e)) for e in events]
         return cls(unit, mechanism, accountant, float(delta), merged, dict(noise or {}), note, target_epsilon,
-                   _epsilons(accountant, delta, merged), list(beside))
+                   _epsilons(accountant, delta, merged), list(beside), notion)
 
     def reaccount(self, accountant: str | None = None) -> "Ledger":
         """The same events accounted afresh (with ``accountant``, default the ledger's own); the statements beside
@@ -92,7 +99,7 @@ class Ledger:
         name = accountant or self.accountant
         return Ledger(self.unit, self.mechanism, name, self.delta, self.events, self.noise, self.note,
                       self.target_epsilon, _epsilons(name, self.delta, self.events),
-                      [b.reaccount() for b in self.beside])
+                      [b.reaccount() for b in self.beside], self.notion)
 
     def with_parts(self, parts: Sequence[PrivacyEvent], name: str) -> "Ledger":
         """This statement for a run whose algorithm adds protections of its own (``parts``: random matrix step sizes,
@@ -109,7 +116,7 @@ class Ledger:
             note = "; ".join(x for x in (self.note, f"{name} adds {names} after the DP mechanism (post-processing: "
                                                      "the guarantee above stands)") if x)
             return Ledger(self.unit, f"{self.mechanism} + {name}", self.accountant, self.delta, self.events,
-                          self.noise, note, self.target_epsilon, self.epsilons, self.beside)
+                          self.noise, note, self.target_epsilon, self.epsilons, self.beside, self.notion)
         events = [[replace(p, count=accesses(evs)) for p in parts] if evs else [] for evs in self.events]
         return Ledger.build(unit="none", mechanism=f"{self.mechanism} + {name}", accountant="none", delta=0.0,
                             events=events, noise=self.noise,
@@ -128,14 +135,16 @@ class Ledger:
                 if alone is not None and math.isfinite(alone) else "")
         note = "; ".join(x for x in (self.note, f"{name}: {reason} — no overall ε", said) if x)
         return Ledger.build(unit=self.unit, mechanism=self.mechanism, accountant=self.accountant, delta=self.delta,
-                            events=events, noise=self.noise, note=note, target_epsilon=self.target_epsilon)
+                            events=events, noise=self.noise, note=note, target_epsilon=self.target_epsilon,
+                            notion=self.notion)
 
     def protected_only(self) -> "Ledger":
         """The same statement without its non-private events: what the noisy accesses alone would give (seed 003's
         published DPDL: the cross-gradients without the un-noised self-gradient), re-accounted."""
         events = [[e for e in evs if not isinstance(e, NonPrivateEvent)] for evs in self.events]
         return Ledger.build(unit=self.unit, mechanism=self.mechanism, accountant=self.accountant, delta=self.delta,
-                            events=events, noise=self.noise, target_epsilon=self.target_epsilon)
+                            events=events, noise=self.noise, target_epsilon=self.target_epsilon,
+                            notion=self.notion)
 
     @property
     def epsilon(self) -> float | None:
@@ -157,10 +166,15 @@ class Ledger:
                 return "none: some accesses to the data are not noised (see note)"
             return "none: non-private"
         text = f"({eps:.6g}, {self.delta:g})-DP per agent, {self.unit} level"
+        if self.notion:
+            text += f", {self.notion}"
         for b in self.beside:
             other = b.epsilon
-            if other is not None:
+            if other is not None and math.isfinite(other):
                 text += f"; the same noise is ({other:.6g}, {b.delta:g})-DP at {b.unit} level"
+                text += f", {b.notion}" if b.notion else ""
+            elif b.notion:
+                text += f"; {b.notion}: none (no DP guarantee, see note)"
         return text
 
     @property
@@ -187,6 +201,7 @@ class Ledger:
                 "epsilon": _num(self.epsilon), "delta": self.delta, "steps": self.steps,
                 "guarantee": self.guarantee, "target_epsilon": self.target_epsilon, "noise": self.noise,
                 "note": self.note, "per_agent": self.per_agent(),
+                **({"notion": self.notion} if self.notion else {}),
                 **({"beside": [b.to_dict() for b in self.beside]} if self.beside else {})}
 
     @classmethod
@@ -200,7 +215,7 @@ class Ledger:
         eps = [_from_num(r["epsilon"]) for r in rows]
         return cls(data["unit"], data["mechanism"], data["accountant"], float(data["delta"]), events,
                    data.get("noise", {}), data.get("note", ""), data.get("target_epsilon"), eps,
-                   [cls.from_dict(b) for b in data.get("beside", [])])
+                   [cls.from_dict(b) for b in data.get("beside", [])], data.get("notion", ""))
 
 
 def _num(v: float | None) -> float | str | None:

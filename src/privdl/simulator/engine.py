@@ -115,6 +115,8 @@ def _loop(*, task: Task, comm: Comm, algorithm: Algorithm, mechanism: GradientMe
     sets the oracle's and mechanism's counters; the loop then continues at t + 1. ``on_round(t, state, oracle)``
     sees the engine's state after every round (checkpoints)."""
     mechanism.bind(MechanismEnv(keys))
+    if mechanism.wraps_comm:  # Zip-DL, Muffliato: the mechanism also encodes what is sent
+        comm = mechanism.wrap_comm(comm, keys=keys, eta=eta, algorithm=algorithm.name)
     if oracle is None:
         oracle = GradientOracle(task, mechanism, keys, gradient=gradient)
     start = time.perf_counter()

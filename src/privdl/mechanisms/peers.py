@@ -1,0 +1,103 @@
+"""What Zip-DL's and Muffliato's mechanisms share: a Comm wrapper refusing every transmission but ``mix``, once per
+round, and the check that the algorithm averages once per step (D-SGD) — the setting both papers prove things for.
+
+Both mechanisms act on what is sent, so they are gradient mechanisms (clip, and for Muffliato noise) **and** a
+wrapper of the run's Comm, which the engine applies once (:meth:`GradientMechanism.wrap_comm`). Their privacy notion
+is pairwise network DP (a curious, non-colluding agent v that sees only what is sent to it), stated in the ledger
+with its own ``notion`` next to what an eavesdropper on every link learns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from privdl.comm.base import Comm
+from privdl.errors import ValidationError
+from privdl.mechanisms.message import IdentityEncoding, MessageMechanism, ProtectedComm
+
+#: the algorithms both designs are valid with: one synchronous averaging (``comm.mix``) of the model per step
+ONE_AVERAGING = ("dsgd",)
+
+
+def check_algorithm(mechanism: str, algorithm: str) -> None:
+    """Refuse an algorithm other than D-SGD (one averaging of the model per step)."""
+    if algorithm not in ONE_AVERAGING:
+        raise ValidationError(
+            f"mechanism {mechanism!r} is defined for D-SGD (one averaging of the model per step: algorithm "
+            f"{' or '.join(repr(a) for a in ONE_AVERAGING)}); algorithm {algorithm!r} sends other values (trackers, "
+            f"duals, cross-gradients) or averages more than once per step, which its privacy accounting does not cover")
+
+
+def check_unit(mechanism: str, clipping: str) -> None:
+    """Zip-DL and Muffliato state pairwise network DP for one agent's clipped update; refuse example level."""
+    if clipping == "batch":
+        return
+    if clipping == "per_example":
+        raise ValidationError(
+            f"mechanism {mechanism!r} cannot state its guarantee at example level (clipping = 'per_example'): its "
+            f"pairwise network DP bound is for replacing one agent's clipped update (sensitivity 2C, agent level); an "
+            f"example-level statement would need the per-example clipping and subsampling inside that bound, which "
+            f"is not proved here. Use clipping = 'batch' (agent level), or dp_sgd / dpdl for example-level DP")
+    raise ValidationError(f"clipping must be 'batch' for {mechanism!r}, got {clipping!r}")
+
+
+def symmetric_w(network, mechanism: str) -> np.ndarray:
+    """The network's W (dense), refused unless symmetric (both papers' assumption)."""
+    w = np.asarray(network.dense(f"the {mechanism} mechanism"), dtype=np.float64)
+    if not np.allclose(w, w.T, rtol=0.0, atol=1e-12):
+        raise ValidationError(f"mechanism {mechanism!r} needs a symmetric W (doubly stochastic, as both papers assume)")
+    return w
+
+
+class OncePerRound(ProtectedComm):
+    """``inner`` with ``mix`` replaced by the mechanism's averaging (:meth:`average`), called at most once per
+    round; every other transmission refused, naming the algorithm's call."""
+
+    def __init__(self, inner: Comm, mechanism: MessageMechanism | None = None, *, owner: str) -> None:
+        super().__init__(inner, mechanism or IdentityEncoding())
+        self.owner = owner
+        self._last_round: int | None = None
+
+    def _refuse(self, what: str, tag: str):
+        raise ValidationError(f"mechanism {self.owner!r} averages with comm.mix once per step (D-SGD); the "
+                              f"algorithm called comm.{what} (tag {tag!r}), which it does not cover")
+
+    def mix(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        t = self.inner.t
+        if self._last_round == t:
+            raise ValidationError(f"mechanism {self.owner!r}: a second averaging in round {t} (tag {tag!r}); it "
+                                  "covers one averaging per step (D-SGD)")
+        self._last_round = t
+        return self.average_step(x, tag=tag)
+
+    def average_step(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:  # pragma: no cover - subclasses
+        raise NotImplementedError
+
+    def average_in_place(self, x: torch.Tensor, *, tag: str, offset: torch.Tensor | None = None) -> torch.Tensor:
+        self._refuse("average_in_place (gossip = 'authors'; use the synchronous gossip)", tag)
+
+    def neighbour_sum(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        self._refuse("neighbour_sum", tag)
+
+    def pull(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        self._refuse("pull", tag)
+
+    def push(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
+        self._refuse("push", tag)
+
+    def send(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
+        self._refuse("send", tag)
+
+    def average(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        self._refuse("average", tag)
+
+
+def refuse_sliced(comm: Comm, mechanism: str) -> None:
+    from privdl.comm.sliced import SliceComm
+
+    if isinstance(comm, SliceComm):
+        raise ValidationError(f"mechanism {mechanism!r} runs in the single-process simulator only (not in slices)")
+
+
+__all__ = ["ONE_AVERAGING", "OncePerRound", "check_algorithm", "check_unit", "refuse_sliced", "symmetric_w"]

@@ -1,0 +1,176 @@
+"""Zip-DL (privdl.mechanisms.zip_dl): the per-sender zero sum, the network average on a real transcript, Lemma 3.3's
+per-message variance, the refusals, calibration and the ledger, and a run through the config path."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from privdl.algorithms import make_algorithm
+from privdl.comm import SparseComm, Transcript
+from privdl.errors import ValidationError
+from privdl.keys import Keys
+from privdl.mechanisms import make_mechanism
+from privdl.mechanisms.zip_dl import ZipDLComm, ZipDLEncoding, zip_dl_plan
+from privdl.network import Network
+from privdl.privacy.events import GaussianEvent
+from privdl.privacy.example_accountant import RdpAccountant
+from privdl.privacy.ledger import Ledger
+from privdl.schedules import make_schedule
+from privdl.simulator import simulate
+from privdl.tasks import make_task
+
+
+def _net(n=7, p=0.5, seed=2):
+    return Network.from_topology("erdos_renyi", n, p=p, seed=seed)
+
+
+def _encoding(net, sigma=1.0, eta=1.0, seed=0):
+    e = net.edges
+    plan = zip_dl_plan(net.W, e.src.numpy(), e.dst.numpy())
+    return plan, ZipDLEncoding(plan, np.full(net.n, sigma), Keys(seed, net.n), lambda t: eta)
+
+
+def test_zero_sum_per_sender_is_exact_in_float64():
+    net = _net()
+    w = net.W
+    plan, enc = _encoding(net, sigma=3.0, eta=0.5)
+    e = net.edges
+    z_edge, z_self = enc.noise(e.src, e.dst, 4, 50)
+    scale = z_edge.abs().max()
+    for a in range(net.n):
+        out = e.src == a
+        total = w[a, a] * z_self[a] + sum(w[a, int(v)] * z_edge[k] for k, v in zip(out.nonzero().flatten().tolist(),
+                                                                                      e.dst[out].tolist()))
+        assert float(total.abs().max()) <= 1e-15 * float(scale) * (out.sum() + 1)
+
+
+def test_lemma_3_3_per_message_variance_against_draws():
+    net = _net(n=6, p=0.6, seed=5)
+    w = net.W
+    plan, enc = _encoding(net, sigma=2.0, eta=1.0)
+    e = net.edges
+    draws = 40_000
+    z_edge, z_self = enc.noise(e.src, e.dst, 1, draws)  # coordinates are i.i.d.: one wide draw
+    emp = z_edge.var(dim=1).numpy()
+    # Lemma 3.3 written out independently for each edge a → v
+    for k, (a, v) in enumerate(zip(e.src.tolist(), e.dst.tolist())):
+        gamma = [a] + [j for j in range(net.n) if j != a and w[a, j] != 0]
+        d = len(gamma)
+        lemma = ((d - 1) ** 2 / d**2 + sum(w[a, j] ** 2 for j in gamma if j != v) / (d * w[a, v]) ** 2) * 4.0
+        assert plan["c_edge"][k] * 4.0 == pytest.approx(lemma, rel=1e-12)
+        # the sample variance of 40 000 normals is within 4 standard errors (√(2/N) relative)
+        assert emp[k] == pytest.approx(lemma, rel=4 * math.sqrt(2 / draws))
+
+
+def test_a_zero_weight_on_the_closed_neighbourhood_is_refused():
+    w = np.array([[0.0, 0.5, 0.5], [0.5, 0.0, 0.5], [0.5, 0.5, 0.0]])  # a triangle with no self-weight
+    net = Network.from_matrix(w)
+    with pytest.raises(ValidationError, match=r"W\[0, 0\] = 0"):
+        make_mechanism("zip_dl", steps=3, network=net, sigma=1.0)
+
+
+def _one_step(mechanism, net, task, observers=()):
+    alg = make_algorithm("dsgd")
+    return simulate(task=task, network=net, algorithm=alg, mechanism=mechanism, seed=11, iterations=1,
+                    schedule=make_schedule("constant", eta=0.3, iterations=1), metrics=False, sparse=True,
+                    observers=observers)
+
+
+def test_the_network_average_is_unchanged_by_the_noise_on_a_real_transcript():
+    net = _net(n=8, p=0.5, seed=4)
+    task = make_task("logistic", 8, dataset="breast_cancer", batch_size=4, dtype=torch.float64)
+    noisy = make_mechanism("zip_dl", steps=1, network=net, sigma=5.0, clip=1.0)
+    transcript = Transcript()
+    with_noise = _one_step(noisy, net, task, [transcript])
+    without = _one_step(make_mechanism("clip", steps=1, clip=1.0), net, task)
+    # the same clipped gradient step, the same combine: the agents' models differ by the noise, their average not
+    assert float((with_noise.final - without.final).abs().max()) > 0.1
+    torch.testing.assert_close(with_noise.final.mean(0), without.final.mean(0), rtol=0, atol=1e-12)
+    # the wire carried one distinct payload per edge (send), every one noised
+    (msg,) = [m for m in transcript.messages if m.tag == "x"]
+    assert msg.payload.shape[0] == len(net.edges)
+    sent_twice = [(msg.payload[k] - msg.payload[j]).abs().max()
+                  for k in range(len(msg.src)) for j in range(k) if msg.src[k] == msg.src[j]]
+    assert min(float(s) for s in sent_twice) > 0.1
+
+
+def test_calibration_never_overshoots_and_reaccounts():
+    net = _net(n=9, p=0.4, seed=7)
+    for eps in (0.5, 2.0, 8.0):
+        mech = make_mechanism("zip_dl", steps=25, network=net, epsilon=eps, clip=0.7, delta=1e-5)
+        led = mech.ledger()
+        assert led.epsilon <= eps and led.epsilon == pytest.approx(eps, rel=1e-3)
+        # re-account every pair's Gaussian mechanism by hand: variance c_{a→v} ς_a², sensitivity 2C, 25 steps
+        prec = 1.0 / (mech.plan["c_edge"] * mech.sigma[mech.src] ** 2)
+        worst = max(RdpAccountant().account([GaussianEvent(precision=float(p), sensitivity=1.4, count=25)],
+                                            delta=1e-5) for p in prec)
+        assert worst <= eps
+        assert Ledger.from_dict(json.loads(json.dumps(led.to_dict()))).reaccount().epsilon == pytest.approx(
+            led.epsilon, rel=1e-12)
+
+
+def test_ledger_states_the_notion_and_none_for_an_eavesdropper():
+    mech = make_mechanism("zip_dl", steps=10, network=_net(), sigma=3.0)
+    led = mech.ledger()
+    d = led.to_dict()
+    assert "pairwise network DP" in d["notion"] and d["accountant"] == "rdp" and d["unit"] == "agent"
+    (eaves,) = d["beside"]
+    assert eaves["epsilon"] is None and "eavesdropper" in eaves["notion"]
+    assert "eavesdropper on every link: none" in led.guarantee
+    assert all(r["epsilon"] is None for r in eaves["per_agent"])
+
+
+def test_example_level_and_other_algorithms_are_refused():
+    net = _net()
+    with pytest.raises(ValidationError, match="example level"):
+        make_mechanism("zip_dl", steps=3, network=net, sigma=1.0, clipping="per_example")
+    mech = make_mechanism("zip_dl", steps=6, network=net, sigma=1.0)
+    task = make_task("logistic", net.n, dataset="breast_cancer", batch_size=4)
+    with pytest.raises(ValidationError, match="D-SGD"):
+        simulate(task=task, network=net, algorithm=make_algorithm("dsgt"), mechanism=mech, seed=0, iterations=2,
+                 schedule=make_schedule("constant", eta=0.1, iterations=2), metrics=False)
+    with pytest.raises(ValidationError, match="exactly one"):
+        make_mechanism("zip_dl", steps=3, network=net)
+
+
+CONFIG = """
+name = "zip"
+seeds = [0]
+iterations = 6
+eval_every = 3
+[network]
+n = 6
+p = 0.6
+[task]
+name = "logistic"
+dataset = "breast_cancer"
+batch_size = 4
+[algorithm]
+name = "dsgd"
+[mechanism]
+name = "zip_dl"
+epsilon = 3.0
+delta = 1e-5
+clip = 1.0
+[schedule]
+name = "constant"
+eta = 0.1
+"""
+
+
+def test_end_to_end_through_the_config_path(tmp_path):
+    from privdl.experiment import load_config, run_experiment
+
+    (tmp_path / "exp.toml").write_text(CONFIG)
+    run_experiment(load_config(tmp_path / "exp.toml"), tmp_path / "out", progress=False)
+    (path,) = list((tmp_path / "out" / "runs").glob("*/manifest.json"))
+    man = json.loads(path.read_text())
+    (led,) = man["privacy_ledger"]
+    assert led["mechanism"] == "zip_dl" and "pairwise network DP" in led["notion"]
+    assert led["epsilon"] <= 3.0 and led["beside"][0]["epsilon"] is None
+    assert math.isfinite(man["final_metrics"]["loss"]) if "loss" in man.get("final_metrics", {}) else True
