@@ -47,7 +47,11 @@ def _check(out, dataset, lines):
         else:
             assert math.isfinite(float(r["psnr_neighbour"])) and math.isfinite(float(r["psnr_eavesdropper"]))
         assert r["unit"] in ("agent", "example") and r["ledger_statement"]
-        assert math.isclose(float(r["achieved_epsilon"]), float(r["epsilon"]), rel_tol=1e-6)
+        achieved = float(r["achieved_epsilon"])
+        if r["mechanism"] in ("ldp", "decor", "whisper", "dp_sgd"):  # calibrated in their own notion, to the target
+            assert math.isclose(achieved, float(r["epsilon"]), rel_tol=1e-6)
+        if math.isfinite(achieved):  # never above it
+            assert achieved <= float(r["epsilon"]) * (1 + 1e-9)
     # the same messages cost the same bytes: LDP, DECOR and Whisper each send one model per edge per round; DSGT two
     by = defaultdict(dict)
     for r in rows:
