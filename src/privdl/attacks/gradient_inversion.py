@@ -160,6 +160,33 @@ def idlg(model: ModuleModel, theta: torch.Tensor, gradients: torch.Tensor, *, cl
     return invert(model, theta, gradients, classes=classes, labels=idlg_labels(model, gradients), **kw)
 
 
+def linear_inversion(model: ModuleModel, gradients: torch.Tensor, *, bounds: tuple[float, float] | None = None
+                     ) -> Reconstruction:
+    """The exact inversion of a linear model with a bias (logistic or softmax regression) from single-example
+    gradients (K, d): ∇_W ℓ = r·xᵀ and ∇_b ℓ = r for the residual r (σ(z) − y, or p − e_y), so x = ∇_W[k]/∇_b[k]
+    for any output k with ∇_b[k] ≠ 0 (the one with the largest |∇_b[k]| is used: the least amplified noise). No
+    optimisation: on a noise-free gradient it is exact. ``bounds`` (the data's public range, e.g. (0, 1) for binary
+    features) clamps what noise pushes outside it, as any attacker who knows the domain would. Labels: the binary
+    residual σ(z) − y is negative only for y = 1; the multiclass ones as iDLG reads them."""
+    names, shapes = model.names, model.shapes
+    if model.name != "linear" or len(shapes) != 2 or not names[-1].endswith("bias"):
+        raise ValidationError(f"the analytic inversion needs a linear model with a bias, not {model.name!r}")
+    if gradients.ndim != 2 or gradients.shape[1] != model.dim:
+        raise ValidationError(f"gradients must be (K, {model.dim}) for this model, got {tuple(gradients.shape)}")
+    outputs, features = shapes[0]
+    g = gradients.detach()
+    w = g[:, : outputs * features].reshape(-1, outputs, features)
+    b = g[:, outputs * features:]
+    k = b.abs().argmax(dim=1)
+    rows = torch.arange(g.shape[0])
+    pivot = b[rows, k]
+    x = w[rows, k] / torch.where(pivot == 0, torch.full_like(pivot, torch.finfo(g.dtype).tiny), pivot)[:, None]
+    if bounds is not None:
+        x = x.clamp(float(bounds[0]), float(bounds[1]))
+    labels = (b[:, 0] < 0).to(torch.int64) if outputs == 1 else b.argmin(dim=1)
+    return Reconstruction(x.reshape(g.shape[0], *model.input_shape), labels, torch.zeros(g.shape[0], dtype=g.dtype), 0)
+
+
 def reconstruction_metrics(original: torch.Tensor, reconstruction: torch.Tensor, *,
                            data_range: float | None = None) -> list[dict[str, float]]:
     """MSE, PSNR and SSIM (scikit-image) of each reconstruction against its original, images (K, C, H, W) or
@@ -182,5 +209,5 @@ def reconstruction_metrics(original: torch.Tensor, reconstruction: torch.Tensor,
     return out
 
 
-__all__ = ["LOSSES", "Reconstruction", "dlg", "example_gradient", "idlg", "idlg_labels", "invert",
+__all__ = ["LOSSES", "Reconstruction", "dlg", "example_gradient", "idlg", "idlg_labels", "invert", "linear_inversion",
            "reconstruction_metrics"]

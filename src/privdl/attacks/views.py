@@ -353,20 +353,26 @@ def observations(cfg: dict, *, attacker: int, victim: int, round: int, images: i
 def attack_run(cfg: dict, *, attacker: int, victim: int, round: int, images: int = 1, kind: str = "curious_neighbour",
                method: str = "idlg", iterations: int = 300, loss: str = "l2", restarts: int = 1,
                progress=None, where: dict | None = None, on_round: Callable[[int, int], None] | None = None) -> dict:
-    """:func:`observations`, then DLG/iDLG on all K of them as one batched optimisation. Returns the per-image and
+    """:func:`observations`, then DLG/iDLG on all K of them as one batched optimisation (``method = "analytic"``:
+    the exact inversion of a linear model with a bias, :func:`privdl.attacks.gradient_inversion.linear_inversion`,
+    clamped to the training data's range). Returns the per-image and
     mean metrics, the originals and the reconstructions. ``on_round(t, rounds)`` follows the run,
     ``progress(done, total)`` the L-BFGS iterations."""
-    from privdl.attacks.gradient_inversion import dlg, idlg, reconstruction_metrics
+    from privdl.attacks.gradient_inversion import dlg, idlg, linear_inversion, reconstruction_metrics
 
-    if method not in ("dlg", "idlg"):
-        raise ValidationError(f"attack method must be 'dlg' or 'idlg', got {method!r}")
+    if method not in ("dlg", "idlg", "analytic"):
+        raise ValidationError(f"attack method must be 'dlg', 'idlg' or 'analytic' (linear models), got {method!r}")
     got = observations(cfg, attacker=attacker, victim=victim, round=round, images=images, kind=kind, where=where,
                        on_round=on_round)
     theta = torch.stack([o.model for o in got.observations])
     grads = torch.stack([o.gradient for o in got.observations])
-    fn = idlg if method == "idlg" else dlg
-    rec = fn(got.task.model, theta, grads, classes=int(got.task.dataset.n_classes), iterations=iterations,
-             loss=loss, restarts=restarts, progress=progress)
+    if method == "analytic":  # x = ∇_W/∇_b, clamped to the training data's (public) range
+        ds = got.task.dataset
+        rec = linear_inversion(got.task.model, grads, bounds=(float(ds.X_train.min()), float(ds.X_train.max())))
+    else:
+        fn = idlg if method == "idlg" else dlg
+        rec = fn(got.task.model, theta, grads, classes=int(got.task.dataset.n_classes), iterations=iterations,
+                 loss=loss, restarts=restarts, progress=progress)
     per = reconstruction_metrics(got.inputs, rec.inputs)
     for m, guess, truth_label in zip(per, rec.labels.tolist(), got.labels.tolist()):
         m["label_correct"] = bool(guess == truth_label)

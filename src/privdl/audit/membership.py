@@ -274,3 +274,79 @@ def one_run_membership_audit(setup: AuditSetup, canaries: int = 200, *, seed: in
     y = torch.as_tensor(ds.y_train[cands])
     result = one_run_audit(log_odds(task, final[:1], X, y)[0].numpy(), included, setup.delta, confidence=confidence)
     return result, ledger
+
+
+def membership_scores(model, theta: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> np.ndarray:
+    """Membership scores of examples (X, y) under one model θ, in float64: the log-odds of each example's label —
+    (2y − 1)·z for a binary model's logit z, logit_y − logsumexp_{j≠y} logit_j otherwise (:func:`log_odds`).
+    Higher = more member-like."""
+    with torch.no_grad():
+        logits = model.predict(theta.to(torch.float64), X.to(torch.float64)).to(torch.float64)
+    y = y.to(torch.int64)
+    if logits.ndim == 1:
+        return ((2.0 * y.to(torch.float64) - 1.0) * logits).numpy()
+    own = logits.gather(-1, y[:, None])[:, 0]
+    others = logits.scatter(-1, y[:, None], float("-inf"))
+    return (own - torch.logsumexp(others, dim=-1)).numpy()
+
+
+@dataclass
+class ConfigAudit:
+    """:func:`config_membership_audit`'s result: the one-run bound, what was audited and how long it took."""
+
+    audit: OneRunAudit
+    victim: int
+    canaries: int
+    included: int
+    seconds: float
+    note: str
+
+
+def config_membership_audit(cfg: dict, *, canaries: int = 200, victim: int = 0, seed: int = 0,
+                            confidence: float = 0.95) -> ConfigAudit:
+    """Steinke et al.'s one-run audit of any ordinary single-run config (``RunSpec.config``): ``canaries`` test
+    examples, each with a wrong label (true label + a uniform non-zero shift, mod the classes), each put in
+    ``victim``'s training data with probability 1/2 (the rest of the data, the network, the algorithm, the
+    mechanism — calibrated on the augmented data — the schedule and the length are the config's); one run; the
+    scores are the log-odds of each canary's label under the victim's final model (:func:`membership_scores`).
+
+    Every design here lets an eavesdropper on all links recompute the victim's model from what it received, so the
+    score is computable from that view; the bound is on example-level ε (adding or removing one canary), which any
+    agent-level (ε, δ) guarantee also bounds. It is a lower bound: weak with few canaries, never a proof of privacy."""
+    from privdl.experiment.build import build, build_network, build_task
+
+    start = time.perf_counter()
+    network = build_network(cfg["network"], int(cfg["seed"]), cfg.get("base_dir"))
+    task = build_task(cfg, network.n)
+    if not isinstance(task, SupervisedTask):
+        raise ValidationError(f"the membership audit needs a supervised task with a dataset, not {task.name!r}")
+    if not 0 <= victim < task.n:
+        raise ValidationError(f"victim must be an agent 0..{task.n - 1}, got {victim}")
+    ds = task.dataset
+    if canaries < 2 or canaries > len(ds.y_test):
+        raise ValidationError(f"canaries must be between 2 and the {len(ds.y_test)} test examples of "
+                              f"{ds.name!r}, got {canaries}")
+    rng = np.random.default_rng(derive_seed(seed, "config-audit", int(cfg["seed"])))
+    picked = rng.choice(len(ds.y_test), size=canaries, replace=False)
+    X_c = ds.X_test[picked]
+    y_c = ((ds.y_test[picked] + rng.integers(1, ds.n_classes, size=canaries)) % ds.n_classes).astype(np.int64)
+    included = rng.random(canaries) < 0.5
+    rest = np.setdiff1d(np.arange(len(ds.y_test)), picked)
+    aug = Dataset(f"{ds.name}-canaries", np.concatenate([ds.X_train, X_c]), np.concatenate([ds.y_train, y_c]),
+                  ds.X_test[rest], ds.y_test[rest], ds.n_classes, source=ds.source)
+    parts = [np.asarray(p) for p in task.parts]
+    parts[victim] = np.concatenate([parts[victim], len(ds.y_train) + np.flatnonzero(included)])
+    audited = SupervisedTask(task.name, aug, task.model, task.n, partition_name="explicit",
+                             partition_params={"parts": parts}, batch_size=task.batch_size, l2=task.l2,
+                             zero_init=task.zero_init, rng=np.random.default_rng(0), dtype=task.dtype,
+                             eval_train_samples=1)
+    c = build(cfg, task=audited)
+    res = simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
+                   schedule=c.schedule, iterations=int(cfg["iterations"]), seed=int(cfg["seed"]), metrics=False,
+                   sparse=c.sparse)
+    scores = membership_scores(task.model, res.final[victim], torch.as_tensor(X_c), torch.as_tensor(y_c))
+    delta = float(cfg.get("mechanism", {}).get("delta", 1e-5))
+    audit = one_run_audit(scores, included, delta, confidence=confidence)
+    return ConfigAudit(audit, victim, canaries, int(included.sum()), time.perf_counter() - start,
+                       f"one-run audit (Steinke et al.): {canaries} mislabelled test examples, each in agent "
+                       f"{victim}'s data with probability 1/2, scored on its final model")

@@ -277,7 +277,8 @@ REPRODUCE_FLAGS = {"seeds": "--seeds", "tune_seeds": "--tune-seeds", "clip": "--
                    "dataset": "--dataset", "tune": "--tune", "methods": "--method", "device": "--device",
                    "shard": "--shard", "gossip": "--gossip", "resize": "--resize", "images": "--images",
                    "round": "--round", "attack_iterations": "--attack-iterations", "graphs": "--graph",
-                   "splits": "--split", "normalize": "--no-normalize", "steps": "--steps", "collect": "--collect"}
+                   "splits": "--split", "normalize": "--no-normalize", "steps": "--steps", "collect": "--collect",
+                   "canaries": "--canaries"}
 
 
 @app.command(cls=_Command)
@@ -287,24 +288,31 @@ def reproduce(
                                          "code runs it: per-example clipping, example-level DP); table1, table2 "
                                          "(seed 004); rms_filtering, rms_localization, rms_dlg (seed 002); "
                                          "attack_table (gradient inversion under every method); dpdl (seed 003, our "
-                                         "benchmark)"),
+                                         "benchmark); designs (every design side by side: LDP, DECOR, Whisper, "
+                                         "Zip-DL, Muffliato, DP-DSGT; accuracy, bytes, ledgers, audit and attacks)"),
     out: Optional[Path] = typer.Option(None, "--out", help="output directory (default results/reproduce/NAME)"),
     seeds: Optional[int] = typer.Option(None, "--seeds", help="seeds per setting (default: the paper's 10)"),
     tune_seeds: Optional[int] = typer.Option(None, "--tune-seeds", help="seeds for the step-size search"),
     clip: Optional[float] = typer.Option(None, "--clip", help="quadratic: clipping norm (SPEC: 0.1)"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="where a9a / Fashion-MNIST files are"),
-    iterations: Optional[int] = typer.Option(None, "--iterations", help="fmnist, *_authors, table1/table2: rounds "
-                                                                "(papers: 5000 / 1000 / 2000)"),
-    epsilon: list[float] = typer.Option([], "--epsilon", help="a9a, fmnist, table1/table2: ε values "
-                                                              "(repeatable; inf = non-private in tables)"),
+    iterations: Optional[int] = typer.Option(None, "--iterations", help="fmnist, *_authors, table1/table2, designs: "
+                                                                "rounds (papers: 5000 / 1000 / 2000; designs: "
+                                                                "1000 a9a, 500 MNIST)"),
+    epsilon: list[float] = typer.Option([], "--epsilon", help="a9a, fmnist, table1/table2, designs: ε values "
+                                                              "(repeatable; inf = non-private in tables; designs: "
+                                                              "1, 3, 10)"),
     fiedler: list[float] = typer.Option([], "--fiedler", help="table1: normalized Fiedler targets (repeatable)"),
     t: list[float] = typer.Option([], "--t", help="table2: A(t) splits (repeatable)"),
     dataset: Optional[str] = typer.Option(None, "--dataset", help="table1/table2/dpdl: image dataset "
-                                                                  "(default fashion_mnist; mnist where present)"),
+                                                                  "(default fashion_mnist; mnist where present); "
+                                                                  "designs: the task, a9a or mnist_t10k (default "
+                                                                  "both)"),
     tune: bool = typer.Option(False, "--tune", help="table1/table2: try lr × {½, 1, 2} per cell first"),
     method: list[str] = typer.Option([], "--method", help="table1/table2: methods to run (repeatable; central, "
                                                           "dsgd, dsgt, dinno); dpdl: method labels (DPDL, "
-                                                          "'DPDL self-noise', …, CGA)"),
+                                                          "'DPDL self-noise', …, CGA); designs: LDP, DECOR, "
+                                                          "Whisper, Zip-DL, 'Muffliato (1 round)', 'Muffliato (10 "
+                                                          "rounds)', 'DP-DSGT (DP-SGD)'"),
     device: Optional[str] = typer.Option(None, "--device", callback=_device, help="table1/table2: cpu, cuda or auto"),
     shard: Optional[str] = typer.Option(None, "--shard", help="table1/table2: I/K runs every K-th cell from I "
                                                               "(K processes share one table)"),
@@ -316,17 +324,21 @@ def reproduce(
     steps: Optional[str] = typer.Option(None, "--steps", help="table1/table2: authors (default: their step sizes "
                                                               "at every ε) or nearest (ε = 100 / 0.5 take the "
                                                               "ε = 10 / 1 values, as our tables before)"),
-    images: Optional[int] = typer.Option(None, "--images", help="rms_dlg, attack_table: victim samples attacked "
-                                                                "(default 8)"),
-    round_: Optional[int] = typer.Option(None, "--round", help="rms_dlg, attack_table: first attacked round "
-                                                                "(default 10)"),
+    images: Optional[int] = typer.Option(None, "--images", help="rms_dlg, attack_table, designs: victim samples "
+                                                                "attacked (default 8; designs 4)"),
+    round_: Optional[int] = typer.Option(None, "--round", help="rms_dlg, attack_table, designs: first attacked "
+                                                                "round (default 10)"),
     attack_iterations: Optional[int] = typer.Option(None, "--attack-iterations",
-                                                    help="rms_dlg, attack_table: L-BFGS iterations (default 300)"),
-    graph: list[str] = typer.Option([], "--graph", help="dpdl: graph labels to run (repeatable: ring, 'ER(0.3)')"),
+                                                    help="rms_dlg, attack_table, designs: L-BFGS iterations "
+                                                         "(default 300; designs 100)"),
+    canaries: Optional[int] = typer.Option(None, "--canaries", help="designs: canaries of the one-run membership "
+                                                                    "audit (default 200)"),
+    graph: list[str] = typer.Option([], "--graph", help="dpdl, designs: graph labels to run (repeatable: ring, "
+                                                        "'ER(0.3)')"),
     split: list[str] = typer.Option([], "--split", help="dpdl: split labels to run (repeatable: 'Dirichlet 0.1', "
                                                         "'Dirichlet 0.5', 'missing classes')"),
     jobs: int = typer.Option(1, "--jobs", min=1, help="processes sharing each sweep's runs on this machine"),
-    collect: bool = typer.Option(False, "--collect", help="table1/table2/dpdl: start no run; write the tables from "
+    collect: bool = typer.Option(False, "--collect", help="table1/table2/dpdl/designs: start no run; write the tables from "
                                                           "the runs already finished in --out (a long grid's "
                                                           "progress, or shard folders gathered from machines)"),
 ) -> None:
@@ -341,7 +353,7 @@ def reproduce(
                                  "round": round_, "attack_iterations": attack_iterations,
                                  "graphs": tuple(graph) or None, "splits": tuple(split) or None,
                                  "normalize": False if no_normalize else None, "steps": steps,
-                                 "collect": collect or None}.items()
+                                 "collect": collect or None, "canaries": canaries}.items()
                if v is not None}
     try:
         fn = REPRODUCTIONS.get(name)

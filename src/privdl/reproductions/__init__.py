@@ -1,7 +1,9 @@
 """Ready-made reproductions of the source papers' results (``privdl reproduce NAME``): packaged configs run through
 the ordinary runner, plus the papers' numbers and a thin comparison."""
 
-from privdl.reproductions import attacks, corn, dp_dec, dpdl, rms, rms_remarks, theorem51  # noqa: F401  (register)
+from privdl.reproductions import (  # noqa: F401  (register)
+    attacks, corn, designs, dp_dec, dpdl, rms, rms_remarks, theorem51,
+)
 from privdl.reproductions.common import REPRODUCTIONS, packaged_config, parallel
 
 __all__ = ["REPRODUCTIONS", "packaged_config", "parallel"]
