@@ -16,7 +16,7 @@ from privdl.reproductions.common import packaged_config
 from privdl.reproductions.designs import COLUMNS, TASKS, registered
 
 TINY = dict(seeds=1, iterations=10, batch_size=4, canaries=20, images=2, round=3, epsilons=(3.0,),
-            attack_iterations=3, overrides={"task.partition": "iid"})
+            attack_iterations=3, overrides={"task.partition": "iid"}, tune=False)
 
 
 def _read(path):
@@ -102,6 +102,29 @@ def test_unregistered_designs_are_skipped_with_a_message(tmp_path, monkeypatch):
     assert {r["method"] for r in rows} == {"Whisper"} | ({"Zip-DL"} if "zip_dl" in names else set())
     assert any("'LDP'" in line and "'ldp' is not registered" in line for line in lines)
     assert "skipped 'LDP'" in (tmp_path / "designs.md").read_text()
+
+
+def test_every_design_runs_at_its_best_step_size_of_the_search(tmp_path):
+    """With ``tune`` each (design, graph, ε) first runs once per η on the tuning seed; the table's seeds then run at the
+    η whose tuning run reached the best test accuracy — read back here from the tuning runs themselves."""
+    from privdl.reproductions.common import finished_runs
+    from privdl.reproductions.designs import TUNE_SEED
+
+    etas = (1e-4, 0.05, 0.5)
+    rows = REPRODUCTIONS.get("designs")(tmp_path, dataset="breast_cancer",
+                                        **{**TINY, "tune": True, "etas": etas, "iterations": 30,
+                                           "methods": ("LDP", "Whisper"), "graphs": ("ring",)})
+    tried = defaultdict(dict)
+    for r in finished_runs(tmp_path / "tuning_breast_cancer"):
+        assert int(r.config["seed"]) == TUNE_SEED
+        tried[r.sweep["method"]][float(r.config["schedule"]["eta"])] = float(r.final["test_accuracy"])
+    assert {m: set(t) for m, t in tried.items()} == {"LDP": set(etas), "Whisper": set(etas)}
+    assert {r["method"] for r in rows} == {"LDP", "Whisper"}
+    for r in rows:
+        best = max(tried[r["method"]].values())
+        assert tried[r["method"]][float(r["eta"])] == best
+        assert float(r["eta"]) == min(e for e, a in tried[r["method"]].items() if a == best)  # ties: the smaller η
+        assert int(r["seed"]) != TUNE_SEED
 
 
 def test_unknown_labels_are_refused():

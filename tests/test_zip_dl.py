@@ -174,3 +174,34 @@ def test_end_to_end_through_the_config_path(tmp_path):
     assert led["mechanism"] == "zip_dl" and "pairwise network DP" in led["notion"]
     assert led["epsilon"] <= 3.0 and led["beside"][0]["epsilon"] is None
     assert math.isfinite(man["final_metrics"]["loss"]) if "loss" in man.get("final_metrics", {}) else True
+
+
+def test_an_eavesdropper_averages_the_victims_per_edge_copies_and_is_left_with_the_own_term_only():
+    """Attack views (privdl.attacks.views): an eavesdropper who taps every link of a Zip-DL sender takes the W-weighted
+    mean of its copies. By the zero sum (Lemma 3.1, built here by hand from the paper's formula) that leaves exactly
+    x_a − w_aa Z_{a→a} / (1 − w_aa): the noise of the one copy that never travels, not a copy's own noise."""
+    from privdl.attacks.views import _View
+    from privdl.comm.observers import Message
+    from privdl.network.edges import Edges
+    from privdl.network.mixing import metropolis_hastings
+    from privdl.network.topology import erdos_renyi
+
+    w = metropolis_hastings(erdos_renyi(7, p=0.6, seed=3)).astype(np.float64)
+    a, dim = 2, 5
+    hood = np.flatnonzero(w[a])  # closed neighbourhood Γ_a, a included
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(dim, generator=g, dtype=torch.float64)
+    y = {v: torch.randn(dim, generator=g, dtype=torch.float64) for v in hood}
+    mean = sum(w[a, j] * y[j] for j in hood)
+    z = {v: y[v] - mean / (len(hood) * w[a, v]) for v in hood}
+    out = [int(v) for v in hood if v != a]
+    msg = Message(t=0, tag="x", src=torch.full((len(out),), a), dst=torch.tensor(out),
+                  payload=torch.stack([x + z[v] for v in out]))
+    view = _View([msg], Edges.from_matrix(w), kind="eavesdropper", victim=a, attacker=None, own=None, protection=None,
+                 lag=0, per_edge=False)
+    got = view.victim_sent("x", 0)
+    want = x - w[a, a] * z[a] / (1 - w[a, a])
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    assert any("weighted mean" in n for n in view.notes)
+    # a single copy carries its own noise, larger than what the weighted mean leaves here
+    assert float((got - x).norm()) < float((msg.payload[0] - x).norm())

@@ -112,7 +112,29 @@ class _View:
                                      else ""))
         if self.per_edge and self.kind == "eavesdropper":
             self.notes.add("the victim's per-edge values differ: the first tapped link's value is used")
+        elif self.kind == "eavesdropper":
+            mixed = self._weighted_copies(tag, t)
+            if mixed is not None:
+                return mixed
         return got
+
+    def _weighted_copies(self, tag: str, t: int) -> torch.Tensor | None:
+        """When a broadcast algorithm's victim sent different values on its links (a per-edge message mechanism:
+        Zip-DL), the eavesdropper's best linear estimate of the value: the W-weighted mean of the tapped copies,
+        Σ_{d≠v} w_dv (x_v + Z_{v→d}) / (1 − w_vv). Under Zip-DL's zero sum (Σ_d w_vd Z_{v→d} = 0, symmetric W) it is
+        x_v − w_vv Z_{v→v} / (1 − w_vv): only the unsent own term's noise is left. None when the copies agree."""
+        copies = {d: p for (src, d), p in self.pairs.get((tag, t), {}).items() if src == self.v}
+        if len(copies) < 2:
+            return None
+        first = next(iter(copies.values()))
+        if all(torch.equal(p, first) for p in copies.values()):
+            return None
+        out = (self.edges.src == self.v).nonzero(as_tuple=True)[0]
+        weights = {int(self.edges.dst[e]): float(self.edges.weight[e]) for e in out}
+        total = sum(weights[d] for d in copies)
+        self.notes.add("the victim's per-edge values differ: the W-weighted mean of its tapped copies is used "
+                       "(it cancels zero-sum per-edge noise up to the unsent own term)")
+        return sum(weights[d] * p.to(torch.float64) for d, p in copies.items()) / total
 
     def combine(self, tag: str, t: int) -> torch.Tensor:
         """Σ_ℓ a_ℓv (value ℓ sent to v in round t) + a_vv (the victim's own transmission)."""

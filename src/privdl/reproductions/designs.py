@@ -27,7 +27,12 @@ per design, the largest ε of the grid whose mean attack outcomes all stay at or
 ``audit_level``; both PSNRs ≤ ``psnr_baseline`` + ``psnr_margin`` dB) and its accuracy — the design that trains best
 under the same measured leakage.
 
-**What is approximate, stated.** One constant step size for every design (no tuning); the audit is a single run with
+**A fair step size.** Every design gets the same search: each (design, graph, ε) runs once per step size of
+``ETAS`` (a constant η) on a tuning seed (:data:`TUNE_SEED`, whose graph, split and noise are not the table's seeds'),
+and the table's seeds run at the η with the best final test accuracy there (chosen on the test set, as seed 004's
+``--tune``; no validation split). ``tune = False`` runs every design at the config's η (0.01) instead.
+
+**What is approximate, stated.** The step-size search is one seed and picks by test accuracy; the audit is a single run with
 a few hundred canaries, so its bound is weak (it can show leakage, never prove privacy); DP-SGD draws Poisson lots,
 which hold no single sample to invert, so DP-DSGT's PSNR columns are empty (NaN, with the reason in ``notes``); a
 design whose mechanism is not registered in this privdl (``MECHANISMS``) is skipped with a message, not run.
@@ -52,11 +57,17 @@ from privdl.reproductions.common import (
     REPRODUCTIONS, collecting, collecting_only, finished_runs, packaged_config, run, with_overrides, write_csv,
 )
 
+#: the step sizes every design is searched over, per task (a9a: seed 001's Fig. 4 grid widened to DP-SGD's larger
+#: steps; the CNN: around seed 004's DP-SGD step sizes)
+ETAS = {"logistic": (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0), "cnn": (0.003, 0.01, 0.03, 0.1, 0.3)}
+#: the seed of the step-size search (none of the table's seeds)
+TUNE_SEED = 10_000
+
 #: the CSV's columns, in order (a contract); extra columns follow them
 COLUMNS = ("task", "graph", "method", "epsilon", "delta", "unit", "notion", "accountant", "achieved_epsilon",
            "accuracy", "bytes_per_round", "audit_epsilon_lb", "psnr_neighbour", "psnr_eavesdropper",
            "ledger_statement", "seed")
-EXTRA = ("psnr_baseline", "victim", "neighbour", "mechanism", "notes")
+EXTRA = ("eta", "psnr_baseline", "victim", "neighbour", "mechanism", "notes")
 NUMERIC = ("achieved_epsilon", "accuracy", "bytes_per_round", "audit_epsilon_lb", "psnr_neighbour",
            "psnr_eavesdropper", "psnr_baseline")
 #: task label → packaged config
@@ -225,7 +236,8 @@ def _row(task: str, spec, r, cell: dict) -> dict:
     mech = spec.config["mechanism"]
     name = mech["name"]
     eps = ledger.get("epsilon")
-    row = {"task": task, "graph": spec.sweep.get("graph"), "method": spec.sweep.get("method"),
+    method, graph = _labels(spec)
+    row = {"task": task, "graph": graph, "method": method, "eta": _num(spec.config["schedule"].get("eta")),
            "epsilon": _num(mech.get("epsilon")), "delta": _num(ledger.get("delta", mech.get("delta"))),
            "unit": ledger.get("unit", ""), "notion": ledger.get("notion") or NOTIONS.get(name, "see the ledger"),
            "accountant": ledger.get("accountant", ""), "achieved_epsilon": _num(eps),
@@ -250,7 +262,7 @@ def summarise(rows: list[dict]) -> list[dict]:
         first = rs[0]
         s = {"task": task, "graph": graph, "method": method, "epsilon": eps, "delta": first["delta"],
              "unit": first["unit"], "notion": first["notion"], "accountant": first["accountant"],
-             "seeds": len(rs)}
+             "seeds": len(rs), "eta": first.get("eta", math.nan)}
         for k in NUMERIC:
             a = np.array([_num(r[k]) for r in rs], dtype=float)
             ok = a[np.isfinite(a)]
@@ -294,7 +306,7 @@ def matched(summary: list[dict], *, audit_level: float, psnr_margin: float) -> l
 
 
 def _markdown(summary: list[dict], skipped: list[str], *, audit_level: float, psnr_margin: float) -> str:
-    head = ["task", "graph", "method", "ε", "unit", "notion", "accountant", "achieved ε", "accuracy",
+    head = ["task", "graph", "method", "ε", "η", "unit", "notion", "accountant", "achieved ε", "accuracy",
             "bytes/round", "audit ε lb", "PSNR neighbour", "PSNR eavesdropper", "PSNR no-info"]
     lines = ["# Every design side by side", "",
              "Each ε is calibrated in the design's own notion (see `notion`): equal numbers are equal guarantees "
@@ -302,7 +314,8 @@ def _markdown(summary: list[dict], skipped: list[str], *, audit_level: float, ps
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in sorted(summary, key=lambda s: (s["task"], s["graph"], s["epsilon"], s["method"])):
         lines.append("| " + " | ".join([
-            s["task"], str(s["graph"]), str(s["method"]), f"{s['epsilon']:g}", s["unit"], s["notion"],
+            s["task"], str(s["graph"]), str(s["method"]), f"{s['epsilon']:g}", f"{_num(s.get('eta')):g}", s["unit"],
+            s["notion"],
             s["accountant"], _pm(s, "achieved_epsilon", 3), _pm(s, "accuracy", 3), _pm(s, "bytes_per_round", 0),
             _pm(s, "audit_epsilon_lb"), _pm(s, "psnr_neighbour", 1), _pm(s, "psnr_eavesdropper", 1),
             _pm(s, "psnr_baseline", 1)]) + " |")
@@ -326,19 +339,68 @@ def designs(out: Path, *, dataset: str | None = None, seeds: int | None = None, 
             methods: tuple[str, ...] | None = None, images: int = 4, round: int = 10,
             attack_iterations: int = 100, canaries: int = 200, batch_size: int | None = None,
             audit_level: float = 1.0, psnr_margin: float = 1.0, collect: bool | None = None,
-            overrides: dict | None = None, progress: object = False, **_: object) -> list[dict]:
+            overrides: dict | None = None, progress: object = False, tune: bool = True,
+            etas: tuple[float, ...] | None = None, **_: object) -> list[dict]:
     """The designs table for ``dataset`` (a9a, mnist_t10k, or both when None; another dataset runs the a9a config
     if binary — breast_cancer — else the CNN one). ``collect``: start nothing, tabulate the finished runs and the
-    cached attacks (``privdl reproduce --collect``). Returns the rows of ``designs.csv``."""
+    cached attacks (``privdl reproduce --collect``). ``tune``: search every design's step size first (:func:`tuned`;
+    ``etas`` overrides the grid). Returns the rows of ``designs.csv``."""
     with collecting(bool(collect)):
         return _designs(Path(out), dataset=dataset, seeds=seeds, iterations=iterations, epsilons=epsilons,
                         graphs=graphs, methods=methods, images=images, round=round,
                         attack_iterations=attack_iterations, canaries=canaries, batch_size=batch_size,
-                        audit_level=audit_level, psnr_margin=psnr_margin, overrides=overrides, progress=progress)
+                        audit_level=audit_level, psnr_margin=psnr_margin, overrides=overrides, progress=progress,
+                        tune=tune, etas=etas)
+
+
+def _merged(*bundles: dict) -> dict:
+    """The bundles' override tables merged section by section (later ones win), without their labels."""
+    out: dict = {}
+    for b in bundles:
+        for k, v in b.items():
+            if k == "label":
+                continue
+            out[k] = {**out.get(k, {}), **v} if isinstance(v, dict) else v
+    return out
+
+
+def tuned(cfg: dict, out: Path, *, etas: tuple[float, ...] | None = None, progress: object = False) -> dict:
+    """``cfg`` with every (design, graph, ε) at its best constant step size: each runs once per η of ``etas``
+    (default :data:`ETAS` of the task's model) on :data:`TUNE_SEED` into ``out``; the best final test accuracy wins
+    (ties: the smaller η). The returned config sweeps one ``cell`` axis labelled "method | graph | eps=ε | eta=η"."""
+    etas = tuple(etas or ETAS["logistic" if cfg["task"]["name"] == "logistic" else "cnn"])
+    trial = with_overrides(cfg, {"seeds": [TUNE_SEED], "sweep.schedule.eta": [float(e) for e in etas]})
+    scores: dict[tuple, list[tuple[float, float]]] = {}
+    for r in finished_runs(run(trial, out, progress=progress)):
+        key = (r.sweep["method"], r.sweep["graph"], float(r.config["mechanism"]["epsilon"]))
+        acc = r.final.get("test_accuracy")
+        acc = float(acc) if acc is not None and math.isfinite(float(acc)) else -math.inf
+        scores.setdefault(key, []).append((acc, -float(r.config["schedule"]["eta"])))
+    cells = []
+    for m in cfg["sweep"]["method"]:
+        for g in cfg["sweep"]["graph"]:
+            for e in cfg["sweep"]["mechanism.epsilon"]:
+                tried = scores.get((m["label"], g["label"], float(e)))
+                if not tried:  # collecting before the search finished: this cell has no step size yet
+                    continue
+                eta = -max(tried)[1]
+                cell = _merged(m, g, {"mechanism": {"epsilon": float(e)}, "schedule": {"eta": eta}})
+                cells.append({"label": f"{m['label']} | {g['label']} | eps={float(e):g} | eta={eta:g}", **cell})
+    final = {k: v for k, v in cfg.items() if k != "sweep"}
+    final["sweep"] = {"cell": cells}
+    return final
+
+
+def _labels(spec) -> tuple[str, str]:
+    """(method, graph) of a run, from a product sweep or a tuned ``cell``."""
+    if "cell" in spec.sweep:
+        method, graph = spec.sweep["cell"].split(" | ")[:2]
+        return method, graph
+    return spec.sweep.get("method"), spec.sweep.get("graph")
 
 
 def _designs(out: Path, *, dataset, seeds, iterations, epsilons, graphs, methods, images, round, attack_iterations,
-             canaries, batch_size, audit_level, psnr_margin, overrides, progress) -> list[dict]:
+             canaries, batch_size, audit_level, psnr_margin, overrides, progress, tune=False, etas=None) -> list[dict]:
     say = progress if callable(progress) else print
     datasets = [dataset] if dataset else list(TASKS)
     rows: list[dict] = []
@@ -354,6 +416,8 @@ def _designs(out: Path, *, dataset, seeds, iterations, epsilons, graphs, methods
         if not kept:
             continue
         cfg["sweep"]["method"] = kept
+        if tune:
+            cfg = tuned(cfg, out / f"tuning_{ds}", etas=etas, progress=progress)
         runs_dir = run(cfg, out / f"runs_{ds}", progress=progress)
         trained = {r.run_id: r for r in finished_runs(runs_dir)}
         for spec in expand(cfg)[0]:
@@ -374,4 +438,4 @@ def _designs(out: Path, *, dataset, seeds, iterations, epsilons, graphs, methods
     return rows
 
 
-__all__ = ["COLUMNS", "NOTIONS", "TASKS", "designs", "matched", "registered", "summarise", "task_config"]
+__all__ = ["COLUMNS", "ETAS", "NOTIONS", "TASKS", "designs", "matched", "registered", "summarise", "task_config", "tuned"]
