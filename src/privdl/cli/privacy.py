@@ -67,7 +67,8 @@ def account(
     steps: Optional[int] = typer.Option(None, "--steps", help="number of noisy steps T (every noisy data access)"),
     pld_interval: Optional[float] = typer.Option(None, "--pld-interval",
                                                  help="example level, pld: the PLD's value discretisation interval "
-                                                      "(default: adaptive, 1e-4 × the events' RDP ε)"),
+                                                      "(default: adaptive, 2e-4 × the events' RDP ε at T = 2000, "
+                                                      "scaled as 1/√T)"),
     fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
 ) -> None:
     """Accounting. Agent level: (ε, δ) → per-agent precision bound b, or b → ε. Example level (DP-SGD, the
@@ -150,7 +151,8 @@ def _account_example(accountant: str, epsilon: float | None, noise_multiplier: f
         eps, interval = pld_epsilon(noise_multiplier=sigma, sample_rate=sample_rate, steps=steps, delta=delta,
                                     value_discretization_interval=pld_interval)
         detail = {"value_discretization_interval": interval,
-                  "interval": "adaptive (1e-4 × the events' RDP ε)" if pld_interval is None else "given"}
+                  "interval": "given" if pld_interval is not None else
+                              "adaptive (2e-4 × the events' RDP ε at T = 2000, scaled as 1/√T)"}
     else:
         eps, order = rdp_epsilon(noise_multiplier=sigma, sample_rate=sample_rate, steps=steps, delta=delta)
         detail = {"order": order}

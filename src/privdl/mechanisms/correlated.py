@@ -356,8 +356,8 @@ class CorrelatedGaussian(GradientMechanism):
             self.batch_sizes = m.clamp(max=self.batch)
 
     def _poisson_bound(self, epsilon: float, delta: float) -> float:
-        """min over owners of 1/(C z_j)², z_j the noise multiplier calibrated with ``example_accountant`` at rate q_j for
-        T_j accesses."""
+        """min over owners of 1/(C z_j)², z_j the noise multiplier calibrated with ``example_accountant`` at rate q_j
+        for T_j accesses."""
         assert self.rates is not None
         bounds: dict[tuple[float, int], float] = {}
         for q, t in zip(self.rates.tolist(), self.steps.expand(self.rates.numel()).tolist()):

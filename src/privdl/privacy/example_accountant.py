@@ -6,9 +6,10 @@ Google's ``dp_accounting``:
   vector q = 0.04, σ = 1.5, T = 2250, δ = 1e-5 → ε ≈ 7.329);
 * ``pld`` — privacy loss distributions (Koskela et al. 2020; Doroshenko et al. 2022: dp_accounting's
   ``PLDAccountant``, add/remove neighbours, pessimistic "connect the dots" discretisation), a numerical upper bound
-  that is tight up to its discretisation: the same σ, q, T give a smaller ε than RDP (8–25 % at the configurations
-  of BENCHMARKS.md, "PLD against RDP"), so the same target needs less noise. Tested against RDP as an upper bound
-  and, at q = 1, against the exact ε of the Gaussian mechanism (Balle & Wang 2018).
+  that is tight up to its discretisation: the same σ, q, T give a smaller ε than RDP (8–23 % at seed 004's and
+  DPDL's configurations, up to 94 % at a few steps with small q), so the same target needs less noise (4–8 % less σ
+  there). Tested against RDP as an upper bound and, at q = 1, against the exact ε of the Gaussian mechanism (Balle &
+  Wang 2018).
 
 Count every noisy access to the data as a step (inner iterations, accumulated sub-batches).
 
@@ -17,24 +18,26 @@ Count every noisy access to the data as a step (inner iterations, accumulated su
 grows as the interval shrinks. No fixed interval suits every ε (1e-4 takes 2.4 s per ε at σ = 0.5, q = 0.043,
 T = 2000; 1e-2 is 70 % loose at ε = 0.5), so it is chosen from the events themselves: their RDP ε at
 :data:`SCALE_ORDERS` (an upper bound of the PLD's, milliseconds to compute) times a relative interval of
-:data:`PLD_RELATIVE_INTERVAL` = 1e-4 at T = :data:`PLD_REFERENCE_STEPS` = 2000 events, scaled as 1/√T (the
+:data:`PLD_RELATIVE_INTERVAL` = 2e-4 at T = :data:`PLD_REFERENCE_STEPS` = 2000 events, scaled as 1/√T (the
 discretisation error grows as T × interval²) and clipped to :data:`PLD_RELATIVE_RANGE`; the interval is then
 clipped to :data:`PLD_INTERVAL_RANGE`. Measured against a 10× finer interval over T ∈ {1 … 10⁴}, q ∈ {0.01 … 1},
-σ ∈ {0.6 … 6}, that keeps the PLD ε within 1e-4 relative of its limit wherever ε < 30 (within 3e-3 at ε in the
-hundreds, where the RDP scale overstates ε) at 0.003–0.2 s per ε. Chosen from the events alone, it is the same when
-a manifest's ledger is re-accounted, so a PLD ledger re-accounts bit for bit. An explicit interval can be given to
-:func:`pld_epsilon` and :func:`calibrate_noise_multiplier` (and ``privdl account --pld-interval``); one too coarse to
-reach a target ε is refused, saying so.
+σ ∈ {0.5 … 15}, that keeps the PLD ε within 8e-4 relative of its limit wherever ε < 30 (1e-4 would keep it within
+1e-4 for 1.6–1.7× the time; the error grows at ε in the hundreds, where the RDP scale overstates ε) at 0.003–0.3 s
+per ε. Chosen from the events alone, it is the same when a manifest's ledger is re-accounted, so a PLD ledger
+re-accounts bit for bit. An explicit interval can be given to :func:`pld_epsilon` and
+:func:`calibrate_noise_multiplier` (and ``privdl account --pld-interval``); one too coarse to reach a target ε is
+refused, saying so.
 
 **Calibration** (:func:`calibrate_noise_multiplier` with ``accountant="pld"``): bracketed at the σ where the RDP
 scale meets the target (PLD's ε is below it there) and 10 % below, searched with dp_accounting's
 ``mechanism_calibration`` on the PLD accountant, then guarded like RDP's: the returned σ re-accounts to ε ≤ target.
-It takes 0.4–1.4 s at seed 004's and DPDL's configurations, as long as RDP's calibration (BENCHMARKS.md, "PLD
+At seed 004's and DPDL's configurations it takes 0.36–1.35× the time of RDP's calibration (BENCHMARKS.md, "PLD
 against RDP").
 
 **The default** (:data:`DEFAULT_EXAMPLE_ACCOUNTANT`): PLD for new configs — tighter than RDP at every (σ, q, T)
-tested (4–9 % less σ at the same ε at seed 004's and DPDL's configurations) and as fast to calibrate; every
-reproduction names ``accountant = "rdp"``, the accountant its seed's committed numbers were made with.
+tested and as fast to calibrate (well below the 2 s per calibration the issue set as the bar); every reproduction
+names ``accountant = "rdp"``, the accountant its seed's committed numbers were made with, and a run's config records
+the accountant it used (:class:`privdl.registry.Recorded`).
 """
 
 from __future__ import annotations
@@ -74,8 +77,9 @@ DEFAULT_EXAMPLE_ACCOUNTANT = "pld"
 PLD_RELATIVE_INTERVAL = 2e-4
 PLD_REFERENCE_STEPS = 2000
 PLD_RELATIVE_RANGE = (2.5e-5, 3e-3)
-#: The RDP orders of that scale: 21 orders up to 256, 4–17 ms per ε where :data:`DEFAULT_ORDERS` takes 15–65 ms; its
-#: ε is within 2 % of theirs where it matters (it only sets a resolution) and an upper bound of the PLD's.
+#: The RDP orders of that scale: 21 orders up to 256, 3–5× cheaper than the 150 of :data:`DEFAULT_ORDERS` (from
+#: under a millisecond to tens of ms per ε); its ε is within 2 % of theirs below ε = 100 (it only sets a resolution)
+#: and above the PLD's at every point tested.
 SCALE_ORDERS = (1.25, 1.5, 1.75, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 256)
 #: The adaptive interval's clip, and the finest explicit interval accepted (finer ones take minutes and gigabytes).
 PLD_INTERVAL_RANGE = (1e-6, 1.0)
