@@ -107,7 +107,8 @@ def _run(network, *, self_noise, mechanism=None, iterations=3, observers=()):
                      dtype=torch.float64)
     alg = make_algorithm("dpdl", self_noise=self_noise)
     calls = alg.accesses(iterations, network.edges)
-    params = mechanism or {"epsilon": 3.0, "delta": 1e-5, "clip": 1.0, "lot_size": 16}
+    # RDP, as the independent calibration below (PLD's DPDL path: tests/test_pld_accounting.py)
+    params = mechanism or {"epsilon": 3.0, "delta": 1e-5, "clip": 1.0, "lot_size": 16, "accountant": "rdp"}
     mech = make_mechanism("dp_sgd", steps=calls, task=task, **params)
     res = simulate(task=task, network=network, algorithm=alg, mechanism=mech,
                    schedule=make_schedule("constant", iterations=iterations, eta=0.1), iterations=iterations, seed=0,
@@ -145,7 +146,8 @@ def test_models_go_out_and_only_noisy_clipped_lot_means_come_back():
     noisy, clean = Transcript(), Transcript()
     task, alg, mech, _ = _run(net, self_noise=False, iterations=2, observers=[noisy])
     _run(net, self_noise=False, iterations=2, observers=[clean],
-         mechanism={"epsilon": 3.0, "delta": 1e-5, "clip": 1.0, "lot_size": 16, "unsafe_noise_scale": 0.0})
+         mechanism={"epsilon": 3.0, "delta": 1e-5, "clip": 1.0, "lot_size": 16, "unsafe_noise_scale": 0.0,
+                    "accountant": "rdp"})
     assert [m.tag for m in noisy.messages] == ["model", "cross_gradient", "x", "v"] * 2
     e = net.edges
     first = noisy.messages[0]

@@ -71,8 +71,8 @@ def test_bad_input():
 
 def test_account_cli_example_unit():
     run = CliRunner().invoke
-    res = run(app, ["account", "--unit", "example", "--noise-multiplier", "1.5", "--sample-rate", "0.04",
-                    "--steps", "2250", "--delta", "1e-5", "--format", "json"])
+    res = run(app, ["account", "--unit", "example", "--accountant", "rdp", "--noise-multiplier", "1.5",
+                    "--sample-rate", "0.04", "--steps", "2250", "--delta", "1e-5", "--format", "json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["epsilon"] == pytest.approx(7.3291, abs=1e-3) and "order" in out

@@ -117,7 +117,8 @@ def test_zero_gradient_noise_level():
 
 def test_calibration_is_per_agent_and_re_accounted():
     task = make_task("softmax", 3, dataset="digits", partition="dirichlet", alpha=0.3, seed=0)
-    mech = make_mechanism("dp_sgd", steps=40, task=task, clip=1.0, lot_size=32, epsilon=2.0, delta=1e-5)
+    mech = make_mechanism("dp_sgd", steps=40, task=task, clip=1.0, lot_size=32, epsilon=2.0, delta=1e-5,
+                          accountant="rdp")
     assert len(set(task.counts.tolist())) == 3 and len(set(mech.sigmas.tolist())) == 3
     ledger = mech.ledger()
     assert ledger.unit == "example" and ledger.accountant == "rdp"

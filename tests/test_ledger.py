@@ -38,7 +38,7 @@ name = "constant"
 eta = 0.05
 [[sweep.privacy]]
 label = "dp_sgd"
-mechanism = { name = "dp_sgd", epsilon = 2.0, delta = 1e-5, clip = 1.0, lot_size = 20 }
+mechanism = { name = "dp_sgd", epsilon = 2.0, delta = 1e-5, clip = 1.0, lot_size = 20, accountant = "rdp" }
 [[sweep.privacy]]
 label = "whisper"
 mechanism = { name = "whisper", epsilon = 3.0, delta = 1e-5, clip = 0.5, accountant = "paper" }

@@ -305,13 +305,30 @@ def _number(pattern: str) -> re.Match:
 
 
 def test_readme_example_level_epsilon_is_what_privdl_account_prints():
-    m = _number(r"q = ([\d.]+), σ = ([\d.]+), T = (\d+), δ = ([\de.-]+) prints ε = ([\d.]+) \(order ([\d.]+)\)")
-    q, sigma, steps, delta, eps, order = m.groups()
-    res = _cli("account", "--unit", "example", "--noise-multiplier", sigma, "--sample-rate", q, "--steps", steps,
-               "--delta", delta, "--format", "json")
+    m = _number(r"q = ([\d.]+), σ = ([\d.]+), T = (\d+), δ = ([\de.-]+) prints ε = ([\d.]+) with PLD.*?the same q, σ, "
+                r"T, δ prints ε = ([\d.]+) \(order ([\d.]+)\)")
+    q, sigma, steps, delta, pld, eps, order = m.groups()
+    args = ("account", "--unit", "example", "--noise-multiplier", sigma, "--sample-rate", q, "--steps", steps,
+            "--delta", delta, "--format", "json")
+    res = _cli(*args)  # the default: PLD
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.stdout)
+    assert got["accountant"] == "pld" and f"{got['epsilon']:.4f}" == pld
+    res = _cli(*args, "--accountant", "rdp")
     assert res.exit_code == 0, res.output
     got = json.loads(res.stdout)
     assert f"{got['epsilon']:.4f}" == eps and f"{got['order']:.1f}" == order
+
+
+def test_readme_pld_against_rdp_noise_is_what_privdl_account_prints():
+    m = _number(r"`privdl account --unit example --accountant pld --epsilon ([\d.]+) --sample-rate ([\d.]+) --steps "
+                r"(\d+)` prints σ = ([\d.]+) where `--accountant rdp` prints (\d+\.\d+)")
+    eps, q, steps, pld, rdp = m.groups()
+    for name, want in (("pld", pld), ("rdp", rdp)):
+        res = _cli("account", "--unit", "example", "--accountant", name, "--epsilon", eps, "--sample-rate", q,
+                   "--steps", steps, "--format", "json")
+        assert res.exit_code == 0, res.output
+        assert f"{json.loads(res.stdout)['noise_multiplier']:.{len(want.split('.')[1])}f}" == want
 
 
 def test_readme_tight_over_paper_noise_ratios_are_what_privdl_account_prints():

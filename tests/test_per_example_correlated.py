@@ -182,7 +182,7 @@ def test_poisson_lots_use_the_subsampled_rdp_accountant_and_never_overshoot(net)
     B, T, C, eps, delta = 16, 60, 0.1, 3.0, 1e-5
     task = _task(B)
     mech = make_mechanism("whisper", steps=T, network=net, task=task, clip=C, epsilon=eps, delta=delta,
-                          clipping="per_example", sampling="poisson")
+                          clipping="per_example", sampling="poisson", example_accountant="rdp")
     led = mech.ledger()
     assert led.unit == "example" and led.accountant == "rdp"
     assert all(e <= eps for e in led.epsilons) and max(led.epsilons) == pytest.approx(eps, rel=0.02)

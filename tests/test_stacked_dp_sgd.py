@@ -118,7 +118,7 @@ def _grid(tmp_path, **top):
            "task": {"name": "softmax", "dataset": "digits", "partition": "dirichlet", "alpha": 1.0, "batch_size": 8},
            "network": {"topology": "ring", "n": 5},
            "mechanism": {"name": "dp_sgd", "clip": 1.0, "lot_size": 20, "sample_rate": 0.08, "delta": 1e-5,
-                         "epsilon": 2.0},
+                         "epsilon": 2.0, "accountant": "rdp"},  # RDP: checked below against dp_accounting's own
            "schedule": {"name": "constant", "eta": 0.1},
            "sweep": {"mechanism.epsilon": [1.0, 4.0], "schedule.eta": [0.1, 0.3],
                      "method": [{"label": "DPDL", "algorithm": {"name": "dpdl", "self_noise": True}},

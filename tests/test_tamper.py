@@ -246,8 +246,16 @@ def test_the_paper_accountant_stays_available_and_is_named(command):
     assert table.exit_code == 0 and "(paper accountant)" in " ".join(table.output.split())
 
 
-def test_example_level_accounting_names_its_accountant():
-    args = ["account", "--unit", "example", "--noise-multiplier", "1.5", "--sample-rate", "0.04", "--steps", "100"]
+@pytest.mark.parametrize("named", [None, "pld", "rdp"])
+def test_example_level_accounting_names_its_accountant(named):
+    """Without --accountant the example level uses the library's default for new configs (PLD), and says so."""
+    from privdl.cli.privacy import DEFAULT_EXAMPLE_ACCOUNTANT
+    from privdl.privacy.example_accountant import DEFAULT_EXAMPLE_ACCOUNTANT as LIBRARY
+
+    assert DEFAULT_EXAMPLE_ACCOUNTANT.value == LIBRARY == "pld"
+    args = ["account", "--unit", "example", "--noise-multiplier", "1.5", "--sample-rate", "0.04", "--steps", "100",
+            *(["--accountant", named] if named else [])]
     res = CliRunner().invoke(app, args)
-    assert res.exit_code == 0 and "(rdp accountant" in " ".join(res.output.split())
-    assert json.loads(CliRunner().invoke(app, [*args, "--format", "json"]).output)["accountant"] == "rdp"
+    want = named or LIBRARY
+    assert res.exit_code == 0 and f"({want} accountant" in " ".join(res.output.split())
+    assert json.loads(CliRunner().invoke(app, [*args, "--format", "json"]).output)["accountant"] == want

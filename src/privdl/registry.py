@@ -134,4 +134,21 @@ def annotated_choices(annotation: object) -> list[OneOf]:
     return [m for m in getattr(annotation, "__metadata__", ()) if isinstance(m, OneOf)]
 
 
-__all__ = ["OneOf", "Registry", "annotated_choices", "one_of"]
+@dataclass(frozen=True)
+class Recorded:
+    """Config metadata for a parameter whose default changed after runs were made without it (``dp_sgd``'s
+    ``accountant``: RDP, then PLD). Config resolution writes its default into every run's effective config where it
+    applies (``applies``: a predicate on the component's other resolved keys; None: always), so a manifest and a run's
+    id say which value the run used; ``legacy``, the value every run made before the key existed used, is left out
+    of run ids, so those runs keep theirs and a config naming ``legacy`` explicitly finds them."""
+
+    legacy: object
+    applies: Callable[[dict], bool] | None = None
+
+
+def annotated_recorded(annotation: object) -> Recorded | None:
+    """The :class:`Recorded` marker of an ``Annotated`` type, if any."""
+    return next((m for m in getattr(annotation, "__metadata__", ()) if isinstance(m, Recorded)), None)
+
+
+__all__ = ["OneOf", "Recorded", "Registry", "annotated_choices", "annotated_recorded", "one_of"]

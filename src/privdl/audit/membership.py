@@ -182,8 +182,10 @@ def _train(setup: AuditSetup, ds: Dataset, agent_parts: list[list[np.ndarray]], 
     if setup.claims_none:
         mechanism = make_mechanism("none", steps=calls)
     else:
+        # the RDP accountant, as seed 004's audit (App. D, Table 5) and the audits REPRODUCTION.md reports
         mechanism = make_mechanism("dp_sgd", steps=calls, task=task, clip=setup.clip, lot_size=lot,
-                                   sample_rate=1.0, epsilon=setup.epsilon, delta=setup.delta, **BROKEN[setup.broken])
+                                   sample_rate=1.0, epsilon=setup.epsilon, delta=setup.delta, accountant="rdp",
+                                   **BROKEN[setup.broken])
     sched_params = {k: (v * setup.eta_scale if k.startswith("eta") else v) for k, v in sched.items() if k != "name"}
     schedule = make_schedule(sched["name"], iterations=setup.iterations, **sched_params)
     x0 = model.init(torch.Generator().manual_seed(init_seed), torch.float32).expand(copies * n0, -1).clone()

@@ -27,12 +27,27 @@ class AccountantName(str, Enum):
     tight = "tight"
 
 
+class AnyAccountant(str, Enum):
+    """``privdl account``'s accountants: agent level (paper, tight) and example level (rdp, pld)."""
+
+    paper = "paper"
+    tight = "tight"
+    rdp = "rdp"
+    pld = "pld"
+
+
 #: one default for every command that calibrates agent-level noise: the library's
 #: (``privdl.privacy.accountants.DEFAULT_AGENT_ACCOUNTANT``, not imported here to keep the CLI's start fast; a test
 #: holds them equal) — the same ε gives the same noise in ``account``, ``covariance`` and a run
 DEFAULT_ACCOUNTANT = AccountantName.tight
+#: the same for example-level noise (``privdl.privacy.example_accountant.DEFAULT_EXAMPLE_ACCOUNTANT``: a new
+#: ``dp_sgd`` config's)
+DEFAULT_EXAMPLE_ACCOUNTANT = AnyAccountant.pld
 ACCOUNTANT_HELP = ("agent-level accountant: tight (exact Gaussian-DP composition, the default) or paper (seed 001, "
                    "Theorem 2: the papers' own)")
+ACCOUNT_ACCOUNTANT_HELP = ("agent level: tight (exact Gaussian-DP composition, the default) or paper (seed 001, "
+                           "Theorem 2); example level: pld (privacy loss distributions, the default) or rdp (Rényi "
+                           "DP, what the reproductions use)")
 
 
 @app.command(cls=_Command)
@@ -40,7 +55,7 @@ def account(
     manifest: Optional[Path] = typer.Option(None, "--manifest", help="re-account a finished run from the events in "
                                                                      "its manifest.json (nothing else is needed)"),
     unit: Unit = typer.Option(Unit.agent, "--unit", help="privacy unit"),
-    accountant: AccountantName = typer.Option(DEFAULT_ACCOUNTANT, "--accountant", help=ACCOUNTANT_HELP),
+    accountant: Optional[AnyAccountant] = typer.Option(None, "--accountant", help=ACCOUNT_ACCOUNTANT_HELP),
     epsilon: Optional[float] = typer.Option(None, "--epsilon", help="target ε (calibrate the noise)"),
     precision_bound: Optional[float] = typer.Option(None, "--precision-bound",
                                                     help="agent level: precision bound b on [R⁻¹]_ii (account ε)"),
@@ -50,17 +65,36 @@ def account(
     delta: float = typer.Option(1e-5, "--delta", help="δ of the (ε, δ) guarantee"),
     clip: Optional[float] = typer.Option(None, "--clip", help="agent level: clipping norm C (sensitivity 2C)"),
     steps: Optional[int] = typer.Option(None, "--steps", help="number of noisy steps T (every noisy data access)"),
+    pld_interval: Optional[float] = typer.Option(None, "--pld-interval",
+                                                 help="example level, pld: the PLD's value discretisation interval "
+                                                      "(default: adaptive, 2e-4 × the events' RDP ε at T = 2000, "
+                                                      "scaled as 1/√T)"),
     fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
 ) -> None:
-    """Accounting. Agent level: (ε, δ) → per-agent precision bound b, or b → ε. Example level (DP-SGD, RDP of the
-    Poisson-subsampled Gaussian): σ → (ε, order), or ε → the smallest σ that meets it. ``--manifest PATH``
-    re-accounts a finished run from its privacy ledger's events alone: ε per agent and the worst."""
+    """Accounting. Agent level: (ε, δ) → per-agent precision bound b, or b → ε. Example level (DP-SGD, the
+    Poisson-subsampled Gaussian; PLD by default, ``--accountant rdp`` for Rényi DP): σ → ε, or ε → the smallest σ
+    that meets it. ``--manifest PATH`` re-accounts a finished run from its privacy ledger's events alone, with the
+    accountant its ledger names: ε per agent and the worst."""
     if manifest is not None:
+        if accountant is not None or pld_interval is not None:
+            _fail(ValidationError("--manifest re-accounts with the accountant the run's ledger names; drop "
+                                  "--accountant / --pld-interval"))
         _account_manifest(manifest, fmt)
         return
     try:
         if steps is None:
             raise PrivdlError("give --steps (or --manifest PATH to re-account a finished run)")
+        example = unit is Unit.example
+        chosen = accountant if accountant is not None else (DEFAULT_EXAMPLE_ACCOUNTANT if example else
+                                                            AnyAccountant(DEFAULT_ACCOUNTANT.value))
+        if example != (chosen in (AnyAccountant.rdp, AnyAccountant.pld)):
+            raise ValidationError(
+                f"--accountant {chosen.value} is an {'agent' if example else 'example'}-level accountant; at the "
+                f"{unit.value} level use " + ("pld (the default) or rdp" if example else "tight (the default) or "
+                                                                                          "paper"))
+        if pld_interval is not None and chosen is not AnyAccountant.pld:
+            raise ValidationError(f"--pld-interval applies to --unit example --accountant pld, not to "
+                                  f"{unit.value} level {chosen.value}")
         wrong = [flag for flag, v, agent_only in (("--clip", clip, True), ("--precision-bound", precision_bound, True),
                                                   ("--noise-multiplier", noise_multiplier, False),
                                                   ("--sample-rate", sample_rate, False))
@@ -72,10 +106,10 @@ def account(
                    "does not change ε)" if unit is Unit.example else " (give --clip and --epsilon or "
                                                                       "--precision-bound)"))
         if unit is Unit.example:
-            result = _account_example(epsilon, noise_multiplier, sample_rate, delta, steps)
+            result = _account_example(chosen.value, epsilon, noise_multiplier, sample_rate, delta, steps, pld_interval)
             title = f"example-level accounting ({result['accountant']} accountant, Poisson-subsampled Gaussian)"
         else:
-            result = _account_agent(accountant, epsilon, precision_bound, delta, clip, steps)
+            result = _account_agent(AccountantName(chosen.value), epsilon, precision_bound, delta, clip, steps)
             title = f"agent-level accounting ({result['accountant']} accountant)"
     except (PrivdlError, ValueError) as exc:
         _fail(exc)
@@ -101,22 +135,30 @@ def _account_agent(accountant: "AccountantName", epsilon: float | None, precisio
     }
 
 
-def _account_example(epsilon: float | None, noise_multiplier: float | None, sample_rate: float | None,
-                     delta: float, steps: int) -> dict:
-    from privdl.privacy.example_accountant import calibrate_noise_multiplier, rdp_epsilon
+def _account_example(accountant: str, epsilon: float | None, noise_multiplier: float | None,
+                     sample_rate: float | None, delta: float, steps: int, pld_interval: float | None) -> dict:
+    from privdl.privacy.accountants import ACCOUNTANTS
+    from privdl.privacy.example_accountant import calibrate_noise_multiplier, pld_epsilon, rdp_epsilon
 
     if (epsilon is None) == (noise_multiplier is None):
         raise PrivdlError("give exactly one of --epsilon or --noise-multiplier")
     if sample_rate is None:
         raise PrivdlError("example-level accounting needs --sample-rate")
     sigma = noise_multiplier if noise_multiplier is not None else \
-        calibrate_noise_multiplier(epsilon=epsilon, sample_rate=sample_rate, steps=steps, delta=delta)
-    eps, order = rdp_epsilon(noise_multiplier=sigma, sample_rate=sample_rate, steps=steps, delta=delta)
-    return {"unit": "example", "accountant": "rdp", "mechanism": "Poisson-subsampled Gaussian (DP-SGD)",
+        calibrate_noise_multiplier(epsilon=epsilon, sample_rate=sample_rate, steps=steps, delta=delta,
+                                   accountant=accountant, value_discretization_interval=pld_interval)
+    if accountant == "pld":
+        eps, interval = pld_epsilon(noise_multiplier=sigma, sample_rate=sample_rate, steps=steps, delta=delta,
+                                    value_discretization_interval=pld_interval)
+        detail = {"value_discretization_interval": interval,
+                  "interval": "given" if pld_interval is not None else
+                              "adaptive (2e-4 × the events' RDP ε at T = 2000, scaled as 1/√T)"}
+    else:
+        eps, order = rdp_epsilon(noise_multiplier=sigma, sample_rate=sample_rate, steps=steps, delta=delta)
+        detail = {"order": order}
+    return {"unit": "example", "accountant": accountant, "mechanism": "Poisson-subsampled Gaussian (DP-SGD)",
             "target_epsilon": epsilon, "noise_multiplier": sigma, "sample_rate": sample_rate, "steps": steps,
-            "delta": delta, "epsilon": eps, "order": order,
-            "reference": "RDP of the subsampled Gaussian (Mironov et al. 2019), conversion of Balle et al. 2020, "
-                         "via dp_accounting"}
+            "delta": delta, "epsilon": eps, **detail, "reference": ACCOUNTANTS.get(accountant).reference}
 
 
 def _account_manifest(path: Path, fmt: "Format") -> None:

@@ -43,7 +43,7 @@ from privdl.errors import ConfigError, PrivdlError
 from privdl.mechanisms import MECHANISMS
 from privdl.network.mixing import MIXING_RULES
 from privdl.network.topology import TOPOLOGIES
-from privdl.registry import OneOf, annotated_choices, one_of
+from privdl.registry import OneOf, annotated_choices, annotated_recorded, one_of
 from privdl.schedules import SCHEDULES
 from privdl.tasks import TASKS
 
@@ -426,6 +426,9 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
         for k, p in params.items():
             if p.default is inspect.Parameter.empty and k not in resolved:
                 raise ConfigError(f"missing key '{section}.{k}' required by {section} {name!r}")
+            mark = annotated_recorded(p.annotation)  # a changed default: the run records the value it uses
+            if mark is not None and k not in resolved and (mark.applies is None or mark.applies(resolved)):
+                resolved[k] = p.default
         out[section] = resolved
     return out
 
@@ -536,10 +539,44 @@ def without_locations(cfg: dict) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def _legacy_values(section: str, name: str | None) -> tuple[tuple[str, object], ...]:
+    """(key, legacy value) of the :class:`~privdl.registry.Recorded` parameters of one component (``name`` None:
+    of every component of the section — an experiment's table whose name is swept)."""
+    if name is None:
+        return tuple(dict.fromkeys(kv for n in SECTIONS[section].names() for kv in _legacy_values(section, n)))
+    try:
+        params = _component_keys(section, name)
+    except (PrivdlError, TypeError, ValueError):  # an unknown name: validation reports it elsewhere
+        return ()
+    marks = ((k, annotated_recorded(p.annotation)) for k, p in params.items())
+    return tuple((k, m.legacy) for k, m in marks if m is not None)
+
+
+def _without_legacy(cfg: dict) -> dict:
+    """``cfg`` less every :class:`~privdl.registry.Recorded` key set to its legacy value (``dp_sgd``'s ``accountant =
+    "rdp"``): the runs made before the key existed used that value, and keep their ids (and an experiment naming it
+    is the experiment that ran them)."""
+    out = dict(cfg)
+    for section in SECTIONS:
+        table = out.get(section)
+        if not isinstance(table, dict):
+            continue
+        name = table.get("name")
+        drop = [k for k, legacy in _legacy_values(section, name if isinstance(name, str) else None)
+                if k in table and table[k] == legacy]
+        if drop:
+            out[section] = {k: v for k, v in table.items() if k not in drop}
+    return out
+
+
 def identity(effective: dict) -> dict:
     """What a run's numbers depend on: the config less :data:`NOT_IDENTITY` and the data's folders — plus the key
-    mode when the keys are agreed (``runtime.keys = "agreed"``: other noise than the root seed's, so another run)."""
-    out = without_locations({k: v for k, v in effective.items() if k not in NOT_IDENTITY})
+    mode when the keys are agreed (``runtime.keys = "agreed"``: other noise than the root seed's, so another run).
+    A key whose default changed (:class:`~privdl.registry.Recorded`) is in it unless it holds the value runs used
+    before it existed: a config naming ``accountant = "rdp"`` for ``dp_sgd`` is the run made before PLD was the
+    default, the same config without it (resolved to "pld") another run."""
+    out = without_locations(_without_legacy({k: v for k, v in effective.items() if k not in NOT_IDENTITY}))
     keys = effective.get("runtime", {}).get("keys", "root")
     if keys != "root":
         out["keys"] = keys

@@ -11,7 +11,8 @@ edge (i, j) has factor σ_cor·(+1, −1): both endpoints draw the same term wit
 v_i to it. ``clipping="per_example"`` is what the seed-001 authors' code runs: clip every example of the batch to C,
 sum, add v_i, divide by the batch size B — B× less noise on the update, and the privacy unit becomes **one example**
 (replace-one sensitivity 2C on the sum; with ``sampling="poisson"`` lots, add/remove sensitivity C and the
-subsampled-Gaussian RDP accountant with effective noise multiplier 1/(C√[R⁻¹]_ii)). The ledger then states, beside
+subsampled-Gaussian accountant ``example_accountant`` — PLD by default, or RDP — with effective noise multiplier
+1/(C√[R⁻¹]_ii)). The ledger then states, beside
 the example-level ε, the agent-level ε of the same noise (sensitivity 2·C·(examples in the batch)), which at the
 authors' settings is four orders of magnitude larger.
 
@@ -45,9 +46,11 @@ from privdl.network.network import Network
 from privdl.privacy.agent_accountant import check_budget, get_accountant
 from privdl.privacy.accountants import AGENT_ACCOUNTANTS
 from privdl.privacy.events import GaussianEvent, PrivacyEvent, SubsampledGaussianEvent
-from privdl.privacy.example_accountant import calibrate_noise_multiplier, check_example_params
+from privdl.privacy.example_accountant import (
+    DEFAULT_EXAMPLE_ACCOUNTANT, EXAMPLE_ACCOUNTANTS, calibrate_noise_multiplier, check_example_params,
+)
 from privdl.privacy.ledger import Ledger
-from privdl.registry import OneOf, one_of
+from privdl.registry import OneOf, Recorded, one_of
 
 GENERATIONS = ("per_agent", "matmul")
 CLIPPINGS = ("batch", "per_example")
@@ -56,6 +59,15 @@ Seeds_ = Annotated[str, OneOf(("global", "edges", "neighbourhoods", "neighborhoo
                               lambda v: v.startswith("groups:") and v[7:].isdigit(), "groups:M")]
 #: Components with at least this many members are added column by column (see CorrelatedNoise.network).
 DENSE_COMPONENT = 8
+
+
+def _poisson_lots(params: dict) -> bool:
+    return params.get("clipping") == "per_example" and params.get("sampling") == "poisson"
+
+
+#: ``example_accountant``: the subsampled-Gaussian accountant of Poisson lots, written into the config of every run
+#: that has them (runs made before the key existed used "rdp": :class:`privdl.registry.Recorded`)
+ExampleAccountant_ = Annotated[str, one_of(*EXAMPLE_ACCOUNTANTS), Recorded(legacy="rdp", applies=_poisson_lots)]
 
 
 def component_factor(c: SeedComponent) -> np.ndarray:
@@ -246,8 +258,10 @@ class CorrelatedGaussian(GradientMechanism):
     ``clipping = "per_example"`` (needs the task; B = its batch size) clips each example, adds v_i to the sum and
     divides by B: example-level DP (module doc). ``sampling`` picks the batch: ``uniform`` (B distinct examples, as
     the authors' shuffled loader; accounted with ``accountant``, no amplification claimed) or ``poisson`` (each
-    example joins with rate B/m_i; b is calibrated with the subsampled-Gaussian RDP accountant). ``per_example``
-    picks the per-example gradient path (closed form for linear models, ghost clipping or torch.func).
+    example joins with rate B/m_i; b is calibrated with the subsampled-Gaussian accountant ``example_accountant``:
+    ``"pld"``, the default of new configs, or ``"rdp"``; ``accountant`` then states the agent-level ε beside it).
+    ``per_example`` picks the per-example gradient path (closed form for linear models, ghost clipping or
+    torch.func).
     """
 
     design_name = "custom"
@@ -261,7 +275,8 @@ class CorrelatedGaussian(GradientMechanism):
                  clipping: Annotated[str, one_of(*CLIPPINGS)] = "batch",
                  sampling: Annotated[str, one_of(*SAMPLINGS)] = "uniform",
                  per_example: Annotated[str, one_of("auto", "closed_form", "ghost", "vmap")] = "auto",
-                 task: object | None = None) -> None:
+                 task: object | None = None,
+                 example_accountant: ExampleAccountant_ = DEFAULT_EXAMPLE_ACCOUNTANT) -> None:
         super().__init__(steps=steps, n=network.n)
         if clip != 0:
             check_budget(clip=clip)
@@ -271,6 +286,10 @@ class CorrelatedGaussian(GradientMechanism):
         self.accountant = get_accountant(accountant)
         self.accountant_name = self.accountant.name
         self.clip, self.delta = float(clip), float(delta)
+        if example_accountant not in EXAMPLE_ACCOUNTANTS:
+            raise ValidationError(f"{self.name}: unknown example_accountant {example_accountant!r}; valid names: "
+                                  f"{', '.join(EXAMPLE_ACCOUNTANTS)}")
+        self.example_accountant = example_accountant
         self._per_example(clipping, sampling, per_example, task, network.n)
         worst_steps = int(self.steps.max()) if self.steps.numel() else 0
         if (epsilon is None) == (precision_bound is None):
@@ -308,6 +327,10 @@ class CorrelatedGaussian(GradientMechanism):
         self.batch: int | None = None
         self.rates: torch.Tensor | None = None
         self.batch_sizes: torch.Tensor | None = None
+        if self.example_accountant != DEFAULT_EXAMPLE_ACCOUNTANT and sampling != "poisson":
+            raise ValidationError(f"{self.name}: example_accountant applies to sampling = 'poisson' (Poisson lots) "
+                                  f"only; sampling = {sampling!r} is accounted with accountant = "
+                                  f"{self.accountant.name!r}")
         if clipping == "batch":
             if sampling != "uniform":
                 raise ValidationError(f"{self.name}: sampling = {sampling!r} applies to clipping = 'per_example' "
@@ -327,19 +350,21 @@ class CorrelatedGaussian(GradientMechanism):
             self.rates = (self.batch / m).clamp(max=1.0)
             self.need = ClippedSum(self.clip, rates=self.rates, method=method)
             self.batch_sizes = m  # a lot may hold the whole data: the agent-level sensitivity's worst case
-            self.accountant_name = "rdp"
+            self.accountant_name = self.example_accountant
         else:
             self.need = ClippedSum(self.clip, method=method, batch=self.batch)
             self.batch_sizes = m.clamp(max=self.batch)
 
     def _poisson_bound(self, epsilon: float, delta: float) -> float:
-        """min over owners of 1/(C z_j)², z_j the RDP-calibrated noise multiplier at rate q_j for T_j accesses."""
+        """min over owners of 1/(C z_j)², z_j the noise multiplier calibrated with ``example_accountant`` at rate q_j
+        for T_j accesses."""
         assert self.rates is not None
         bounds: dict[tuple[float, int], float] = {}
         for q, t in zip(self.rates.tolist(), self.steps.expand(self.rates.numel()).tolist()):
             if t > 0 and (q, t) not in bounds:
                 check_example_params(sample_rate=q, steps=t, delta=delta, epsilon=epsilon)
-                z = calibrate_noise_multiplier(epsilon=epsilon, sample_rate=q, steps=t, delta=delta)
+                z = calibrate_noise_multiplier(epsilon=epsilon, sample_rate=q, steps=t, delta=delta,
+                                               accountant=self.example_accountant)
                 bounds[(q, t)] = 1.0 / (self.clip * z) ** 2
         if not bounds:
             raise ValidationError(f"{self.name}: no agent makes a noisy access; nothing to calibrate")
@@ -467,7 +492,8 @@ class CorrelatedGaussian(GradientMechanism):
             return text + self.accountant.reference
         if self.rates is not None:
             return text + ("per-example clipping to C, Poisson lots of expected size B, noise on the lot sum "
-                           "(example level; RDP of the subsampled Gaussian with multiplier 1/(C√[R⁻¹]_ii))")
+                           f"(example level; {self.example_accountant.upper()} of the subsampled Gaussian with "
+                           "multiplier 1/(C√[R⁻¹]_ii))")
         return text + (f"per-example clipping to C, uniform batches of B = {self.batch} distinct examples, noise on "
                        f"the batch sum (example level, replace-one sensitivity 2C, no subsampling amplification "
                        f"claimed); {self.accountant.reference}")

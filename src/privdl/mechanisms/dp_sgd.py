@@ -9,8 +9,10 @@ size L:
 This mechanism declares that need (:class:`ClippedSum`); the engine draws the lot from the owner's keys and computes
 the clipped sum (ghost clipping per layer, or torch.func per-example gradients), at any model — agent j's data at
 agent i's model is a cross-gradient. σ_j is calibrated per owner to the target (ε, δ) from its own q_j and its
-number of noisy accesses (every call, inner iterations and cross-gradients included), with the RDP accountant;
-the ledger re-accounts the σ_j actually used. The noise ξ is keyed by (access, owner, requester).
+number of noisy accesses (every call, inner iterations and cross-gradients included), with the ``accountant``
+named (``"pld"``, privacy loss distributions, the default of new configs; ``"rdp"``, Rényi DP, which every
+reproduction names: :mod:`privdl.privacy.example_accountant`); the ledger names that accountant and re-accounts the
+σ_j actually used with it. The noise ξ is keyed by (access, owner, requester).
 """
 
 from __future__ import annotations
@@ -23,29 +25,35 @@ import torch
 from privdl.errors import ValidationError
 from privdl.mechanisms.base import MECHANISMS, Access, ClippedSum, GradientMechanism, Sensitivity, obfuscation
 from privdl.privacy.events import PrivacyEvent, SubsampledGaussianEvent
-from privdl.privacy.example_accountant import calibrate_noise_multiplier, check_example_params
-from privdl.registry import one_of
+from privdl.privacy.example_accountant import (
+    DEFAULT_EXAMPLE_ACCOUNTANT, EXAMPLE_ACCOUNTANTS, calibrate_noise_multiplier, check_example_params,
+)
+from privdl.registry import Recorded, one_of
 
 PER_EXAMPLE = ("auto", "closed_form", "ghost", "vmap")
+#: ``accountant``: one of the example-level accountants; written into every run's config (runs made before the key
+#: existed used "rdp", which run ids leave out: :class:`privdl.registry.Recorded`)
+ExampleAccountant = Annotated[str, one_of(*EXAMPLE_ACCOUNTANTS), Recorded(legacy="rdp")]
 
 
 @MECHANISMS.register("dp_sgd")
 class DPSGD(GradientMechanism):
     """Example-level DP-SGD: Poisson lots of expected size ``lot_size`` (q_j = L/m_j, or ``sample_rate`` for all
-    agents), per-example clipping to ``clip``, noise calibrated to (``epsilon``, ``delta``) per owner — or a fixed
-    ``noise_multiplier``.
+    agents), per-example clipping to ``clip``, noise calibrated to (``epsilon``, ``delta``) per owner with
+    ``accountant`` (``"pld"`` by default, or ``"rdp"``) — or a fixed ``noise_multiplier`` (then ``accountant`` only
+    accounts it).
 
     ``unsafe_noise_scale`` (< 1) and ``unsafe_no_clip`` deliberately break the mechanism (for audits): the ledger
     then accounts the noise actually added (or states no guarantee without clipping) and says it is broken."""
 
     name = "dp_sgd"
-    accountant_name = "rdp"
+    accountant_name = DEFAULT_EXAMPLE_ACCOUNTANT
 
     def __init__(self, *, steps: int | Sequence[int] | torch.Tensor, task: object, clip: float = 1.0,
                  lot_size: int = 256, epsilon: float | None = None, delta: float = 1e-5,
                  noise_multiplier: float | None = None, sample_rate: float | None = None,
                  per_example: Annotated[str, one_of(*PER_EXAMPLE)] = "auto", chunk: int | None = None, unsafe_noise_scale: float = 1.0,
-                 unsafe_no_clip: bool = False) -> None:
+                 unsafe_no_clip: bool = False, accountant: ExampleAccountant = DEFAULT_EXAMPLE_ACCOUNTANT) -> None:
         counts = getattr(task, "counts", None)
         if counts is None or not getattr(task, "examples", True):
             raise ValidationError(f"task {getattr(task, 'name', task)!r} cannot draw Poisson lots (example-level DP "
@@ -61,6 +69,10 @@ class DPSGD(GradientMechanism):
             raise ValidationError(f"unsafe_noise_scale must be >= 0, got {unsafe_noise_scale}")
         if per_example not in PER_EXAMPLE:
             raise ValidationError(f"per_example must be one of {PER_EXAMPLE}, got {per_example!r}")
+        if accountant not in EXAMPLE_ACCOUNTANTS:
+            raise ValidationError(f"dp_sgd: unknown accountant {accountant!r}; valid names: "
+                                  f"{', '.join(EXAMPLE_ACCOUNTANTS)}")
+        self.accountant_name = accountant
         m = counts.to(torch.float64)
         small = [i for i, c in enumerate(m.tolist()) if c < lot_size]
         if sample_rate is not None:
@@ -82,7 +94,7 @@ class DPSGD(GradientMechanism):
                                      noise_multiplier=noise_multiplier)
                 sigmas[(q, t)] = (noise_multiplier if noise_multiplier is not None
                                   else calibrate_noise_multiplier(epsilon=epsilon, sample_rate=q, steps=t,
-                                                                  delta=delta))
+                                                                  delta=delta, accountant=accountant))
         self.sigmas = torch.tensor([sigmas.get((q, t), math.inf) for q, t in
                                     zip(self.rates.tolist(), self.steps.tolist())], dtype=torch.float64)
         self.noise_scale, self.no_clip = float(unsafe_noise_scale), bool(unsafe_no_clip)

@@ -1,4 +1,4 @@
-"""Privacy accounting: events, accountants (agent level: paper/tight; example level: RDP), and the ledger.
+"""Privacy accounting: events, accountants (agent level: paper/tight; example level: RDP/PLD), and the ledger.
 
 Every numeric function is keyword-only: ``rdp_epsilon(noise_multiplier=..., sample_rate=..., steps=...,
 delta=...)``, ``get_accountant("tight").bound(epsilon=..., delta=..., clip=..., steps=...)``.
@@ -22,13 +22,16 @@ from privdl.privacy.agent_accountant import (
 from privdl.privacy.events import (
     GaussianEvent, NonPrivateEvent, ObfuscationEvent, PrivacyEvent, SubsampledGaussianEvent,
 )
-from privdl.privacy.example_accountant import RdpAccountant, calibrate_noise_multiplier, rdp_epsilon
+from privdl.privacy.example_accountant import (
+    PldAccountant, RdpAccountant, calibrate_noise_multiplier, example_epsilon, pld_epsilon, rdp_epsilon,
+)
 from privdl.privacy.ledger import Ledger, non_private
 
 __all__ = [
     "ACCOUNTANTS", "AGENT_ACCOUNTANTS", "AgentAccountant", "GaussianEvent", "Ledger", "NonPrivateEvent",
-    "ObfuscationEvent", "PrivacyEvent", "RdpAccountant", "SubsampledGaussianEvent", "UnsupportedEventError",
-    "calibrate_noise_multiplier", "check_budget", "gdp_delta", "gdp_epsilon", "gdp_mu", "get_accountant",
-    "non_private", "paper_bound", "paper_epsilon", "paper_simplified_bound", "rdp_epsilon", "tight_bound",
+    "ObfuscationEvent", "PldAccountant", "PrivacyEvent", "RdpAccountant", "SubsampledGaussianEvent",
+    "UnsupportedEventError", "calibrate_noise_multiplier", "check_budget", "example_epsilon", "gdp_delta",
+    "gdp_epsilon", "gdp_mu", "get_accountant", "non_private", "paper_bound", "paper_epsilon",
+    "paper_simplified_bound", "pld_epsilon", "rdp_epsilon", "tight_bound",
     "tight_epsilon",
 ]

@@ -1,6 +1,7 @@
-"""The accountants, by name: ``tight`` and ``paper`` (agent-level Gaussian events), ``rdp`` (Gaussian and
-Poisson-subsampled Gaussian events). Each says which events it supports (``supports``) and composes a list of them
-(``account(events, delta=...)``)."""
+"""The accountants, by name: ``tight`` and ``paper`` (agent-level Gaussian events), ``rdp`` and ``pld`` (Gaussian and
+Poisson-subsampled Gaussian events: Rényi DP, privacy loss distributions). Each says which events it supports
+(``supports``) and composes a list of them (``account(events, delta=...)``). A ledger names the accountant it was
+accounted with, and ``privdl account --manifest`` re-accounts it with that one."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Protocol, Sequence
 
 from privdl.privacy.agent_accountant import AGENT_ACCOUNTANTS, PAPER, TIGHT
 from privdl.privacy.events import PrivacyEvent
-from privdl.privacy.example_accountant import RdpAccountant
+from privdl.privacy.example_accountant import (
+    DEFAULT_EXAMPLE_ACCOUNTANT, EXAMPLE_ACCOUNTANTS, PldAccountant, RdpAccountant,
+)
 from privdl.registry import Registry
 
 
@@ -30,10 +33,12 @@ ACCOUNTANTS: Registry[Accountant] = Registry("accountant")
 for _acc in (TIGHT, PAPER):
     ACCOUNTANTS.add(_acc.name, _acc)
 ACCOUNTANTS.add("rdp", RdpAccountant())
+ACCOUNTANTS.add("pld", PldAccountant())
 
 
 def get(name: str) -> Accountant:
     return ACCOUNTANTS.get(name)
 
 
-__all__ = ["ACCOUNTANTS", "AGENT_ACCOUNTANTS", "Accountant", "DEFAULT_AGENT_ACCOUNTANT", "get"]
+__all__ = ["ACCOUNTANTS", "AGENT_ACCOUNTANTS", "Accountant", "DEFAULT_AGENT_ACCOUNTANT", "DEFAULT_EXAMPLE_ACCOUNTANT",
+           "EXAMPLE_ACCOUNTANTS", "get"]

@@ -19,8 +19,10 @@ Two checks, in order:
 (JSON keeps a float's every bit), and the summaries (Σ counts, z = 1/(Δ√m)) are correctly rounded operations, equal on
 any IEEE machine. :data:`REL_TOL` = 1e-9 only absorbs another release of scipy / dp_accounting re-accounting a
 manifest written elsewhere: the tight accountant's root finders stop at 1e-13 to 1e-14 relative, the RDP accountant
-is a closed form on a fixed grid of orders. Hand edits move ε far more: one access more in 10⁵ changes ε by ~5e-6
-relative, a noise multiplier edited in its 6th digit by ~1e-6.
+is a closed form on a fixed grid of orders, the PLD accountant's discretisation interval is a function of the events
+alone (:func:`privdl.privacy.example_accountant.pld_interval`), so the same events give the same distribution. Hand
+edits move ε far more: one access more in 10⁵ changes ε by ~5e-6 relative, a noise multiplier edited in its 6th
+digit by ~1e-6.
 """
 
 from __future__ import annotations
