@@ -80,7 +80,7 @@ NOTIONS = {
     "gaussian_ldp": "local DP: agent-level (ε, δ) of every message, against anyone who sees it",
     "decor": "agent-level (ε, δ) against an eavesdropper on every link holding no shared seed (network DP)",
     "whisper": "agent-level (ε, δ) against an eavesdropper on every link holding no shared seed (network DP)",
-    "dp_sgd": "example-level (ε, δ) of every message, against anyone who sees it (RDP, subsampled Gaussian)",
+    "dp_sgd": "example-level (ε, δ) of every message, against anyone who sees it (Poisson-subsampled Gaussian)",
     "zip_dl": "pairwise network DP (Rényi), as its ledger states",
     "muffliato": "pairwise network DP (Rényi), as its ledger states",
 }
