@@ -207,6 +207,10 @@ PROVENANCE = {
     "seed004/table2.csv": ("table2", "table2.csv"),
     "seed004/table2_summary.csv": ("table2", "table2_summary.csv"),
     "seed004/table2_authors_settings_seed0.csv": ("table2", "table2.csv"),
+    "seed004/table1_authors_settings_3seeds.csv": ("table1", "table1.csv"),
+    "seed004/table1_authors_settings_3seeds_summary.csv": ("table1", "table1_summary.csv"),
+    "seed004/table2_authors_settings_3seeds.csv": ("table2", "table2.csv"),
+    "seed004/table2_authors_settings_3seeds_summary.csv": ("table2", "table2_summary.csv"),
 }
 #: committed CSVs no reproduction writes: hand-made tables of REPRODUCTION.md (and the runs' own metrics files)
 NOT_A_REPRODUCTIONS_OUTPUT = {
