@@ -284,3 +284,22 @@ def test_unknown_or_misplaced_accountants_are_refused_with_the_valid_names():
     assert res.exit_code == 2 and "example-level accountant" in res.output
     res = run(app, ["account", "--manifest", "m.json", "--accountant", "rdp"])
     assert res.exit_code == 2 and "the accountant the run's ledger names" in res.output
+
+
+def test_a_grid_stored_before_pld_was_the_default_still_finds_its_rdp_runs(tmp_path):
+    """An experiment.json written before the ``accountant`` key existed names none, and expands today to PLD; its
+    runs were made under RDP (their ids leave "rdp" out). ``finished_runs`` takes them as the grid's runs — unless the
+    folder also holds a run of the point under today's id, which then wins (never both of one point)."""
+    from privdl.experiment import run_experiment
+    from privdl.reproductions.common import finished_runs
+
+    out = tmp_path / "out"
+    run_experiment(_config(accountant="rdp"), out, progress=False)
+    stored = json.loads((out / "experiment.json").read_text())
+    stored["mechanism"].pop("accountant", None)  # as privdl wrote it before the key existed
+    (out / "experiment.json").write_text(json.dumps(stored))
+    (old,) = finished_runs(out)
+    assert old.config["mechanism"].get("accountant", "rdp") == "rdp"
+    run_experiment(_config(), out, progress=False)  # the same point under today's default: PLD, another run id
+    (new,) = finished_runs(out)
+    assert new.run_id != old.run_id and new.config["mechanism"]["accountant"] == "pld"

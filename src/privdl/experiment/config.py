@@ -587,6 +587,20 @@ def run_id(effective: dict) -> str:
     return _digest(identity(effective))
 
 
+def predating_run_id(effective: dict) -> str:
+    """The id the run of ``effective`` has if it was made before its :class:`~privdl.registry.Recorded` keys existed,
+    i.e. with their legacy values (``dp_sgd`` under RDP). An experiment.json written before a default changed names
+    no such key, and expands today to the new default: :func:`privdl.reproductions.common.finished_runs` takes a
+    grid point's predating run when the folder holds no run of the point under today's id."""
+    legacy = {}
+    for section, table in effective.items():
+        if isinstance(table, dict) and isinstance(table.get("name"), str):
+            pairs = dict(_legacy_values(section, table["name"]))
+            if pairs:
+                legacy[section] = {**table, **{k: v for k, v in pairs.items() if k in table}}
+    return run_id({**effective, **legacy})
+
+
 def legacy_run_id(effective: dict) -> str:
     """The id privdl ≤ 2026-11-24 gave a run (its data folder included): :func:`privdl.experiment.store.merge`
     re-keys such runs."""

@@ -115,10 +115,17 @@ def finished_runs(out: Path) -> list[FinishedRun]:
     """The finished runs of the grid ``out`` (an experiment directory) now holds, in run-id order. A folder may have
     held larger or other grids of the same experiment before (it grows in place): their other runs stay on disk but
     are not this grid's, so a table never mixes, e.g., tuned and untuned or two gossip modes' runs as seeds."""
+    from privdl.experiment.config import predating_run_id
+
     out = Path(out)
     grid = None
+    on_disk = {p.parent.name for p in (out / "runs").glob("*/manifest.json")}
     if (out / "experiment.json").is_file():
-        grid = {r.run_id for r in expand(read_experiment(out))[0]}
+        specs = expand(read_experiment(out))[0]
+        grid = {r.run_id for r in specs}
+        # a grid stored before a default changed (no accountant key: RDP then) names today's default: its runs have
+        # their predating ids, taken only where the point has no run under today's id (never both of one point)
+        grid |= {old for old in (predating_run_id(r.config) for r in specs if r.run_id not in on_disk)}
     runs = []
     store = ResultStore(out)
     for path in sorted((out / "runs").glob("*/manifest.json")):
