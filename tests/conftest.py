@@ -94,3 +94,15 @@ def run_printed(code: str) -> str:
     with contextlib.redirect_stdout(out):
         exec(compile(code, "README.md", "exec"), {})
     return out.getvalue()
+
+
+def run_toml(tmp_path, text: str) -> dict:
+    """Run the one-run experiment a TOML config text describes, through load_config and the runner; its manifest."""
+    import json
+
+    from privdl.experiment import load_config, run_experiment
+
+    (tmp_path / "exp.toml").write_text(text)
+    run_experiment(load_config(tmp_path / "exp.toml"), tmp_path / "out", progress=False)
+    (path,) = list((tmp_path / "out" / "runs").glob("*/manifest.json"))
+    return json.loads(path.read_text())

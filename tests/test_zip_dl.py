@@ -164,12 +164,9 @@ eta = 0.1
 
 
 def test_end_to_end_through_the_config_path(tmp_path):
-    from privdl.experiment import load_config, run_experiment
+    from tests.conftest import run_toml
 
-    (tmp_path / "exp.toml").write_text(CONFIG)
-    run_experiment(load_config(tmp_path / "exp.toml"), tmp_path / "out", progress=False)
-    (path,) = list((tmp_path / "out" / "runs").glob("*/manifest.json"))
-    man = json.loads(path.read_text())
+    man = run_toml(tmp_path, CONFIG)
     (led,) = man["privacy_ledger"]
     assert led["mechanism"] == "zip_dl" and "pairwise network DP" in led["notion"]
     assert led["epsilon"] <= 3.0 and led["beside"][0]["epsilon"] is None

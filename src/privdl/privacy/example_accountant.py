@@ -329,7 +329,25 @@ def _calibrate_pld(epsilon: float, sample_rate: float, steps: int, delta: float,
     return sigma
 
 
-class RdpAccountant:
+class _ExampleAccountant:
+    """What both example-level accountants share: the events they take (Gaussian and Poisson-subsampled Gaussian)
+    and the checks on a composition's input."""
+
+    name = ""
+
+    def supports(self, event: PrivacyEvent) -> bool:
+        return isinstance(event, (GaussianEvent, SubsampledGaussianEvent))
+
+    def _check(self, events: list[PrivacyEvent], delta: float) -> None:
+        if not 0 < delta < 1:
+            raise ValidationError(f"delta must be in (0, 1), got {delta}")
+        for e in events:
+            if not self.supports(e):
+                raise UnsupportedEventError(f"the {self.name} accountant supports Gaussian and subsampled Gaussian "
+                                            f"events; got {e.kind}")
+
+
+class RdpAccountant(_ExampleAccountant):
     """Rényi-DP accountant of Gaussian and Poisson-subsampled Gaussian events (dp_accounting), orders
     :data:`DEFAULT_ORDERS`, Balle et al.'s conversion to (ε, δ)."""
 
@@ -337,17 +355,9 @@ class RdpAccountant:
     reference = ("RDP of the Poisson-subsampled Gaussian (Mironov, Talwar, Zhang 2019), conversion of Balle et al. "
                  "2020, via dp_accounting")
 
-    def supports(self, event: PrivacyEvent) -> bool:
-        return isinstance(event, (GaussianEvent, SubsampledGaussianEvent))
-
     def account(self, events: list[PrivacyEvent], *, delta: float) -> float:
         """ε at ``delta`` of the composition of ``events``."""
-        if not 0 < delta < 1:
-            raise ValidationError(f"delta must be in (0, 1), got {delta}")
-        for e in events:
-            if not self.supports(e):
-                raise UnsupportedEventError(f"the rdp accountant supports Gaussian and subsampled Gaussian events; "
-                                            f"got {e.kind}")
+        self._check(events, delta)
         if len(events) == 1 and isinstance(events[0], SubsampledGaussianEvent):
             e = events[0]
             return _rdp(float(e.noise_multiplier), float(e.sample_rate), int(e.count), float(delta),
@@ -358,7 +368,7 @@ class RdpAccountant:
         return float(accountant.get_epsilon(delta))
 
 
-class PldAccountant:
+class PldAccountant(_ExampleAccountant):
     """Privacy-loss-distribution accountant of Gaussian and Poisson-subsampled Gaussian events (dp_accounting's
     ``PLDAccountant``, add/remove neighbours, its discretisation interval chosen from the events: module doc).
     Tighter than :class:`RdpAccountant` at every (σ, q, T) tested; whether new configs use it by default:
@@ -368,15 +378,7 @@ class PldAccountant:
     reference = ("privacy loss distribution of the Poisson-subsampled Gaussian (Koskela et al. 2020; Doroshenko et "
                  "al. 2022), pessimistic discretisation adapted to the events' RDP ε, via dp_accounting")
 
-    def supports(self, event: PrivacyEvent) -> bool:
-        return isinstance(event, (GaussianEvent, SubsampledGaussianEvent))
-
     def account(self, events: list[PrivacyEvent], *, delta: float) -> float:
         """ε at ``delta`` of the composition of ``events``."""
-        if not 0 < delta < 1:
-            raise ValidationError(f"delta must be in (0, 1), got {delta}")
-        for e in events:
-            if not self.supports(e):
-                raise UnsupportedEventError(f"the pld accountant supports Gaussian and subsampled Gaussian events; "
-                                            f"got {e.kind}")
+        self._check(events, delta)
         return _pld_of(tuple(e.to_dp_event() for e in events), float(delta), None)[0]
