@@ -3,7 +3,6 @@ against a direct evaluation of the authors' formula, refusals, calibration, the 
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
