@@ -202,3 +202,52 @@ def test_an_eavesdropper_averages_the_victims_per_edge_copies_and_is_left_with_t
     assert any("weighted mean" in n for n in view.notes)
     # a single copy carries its own noise, larger than what the weighted mean leaves here
     assert float((got - x).norm()) < float((msg.payload[0] - x).norm())
+
+
+def test_the_noise_on_the_wire_is_what_an_independent_calibration_of_epsilon_asks_for():
+    """Calibrated to (ε, δ) over one step, the per-edge noise a real run sends, read off its transcript against a
+    noise-free run, has the std an independent calibration gives: per sender a, its worst neighbour's message must be a
+    Gaussian mechanism of sensitivity η·2C and noise multiplier z (dp_accounting's own RDP accountant, bisected here),
+    so ς_a = z·2C/√c_min(a) and the message a → v carries std η·√c_{a→v}·ς_a (Lemma 3.3, written out here).
+    A halved σ, a skipped clip bound or a wrong η scale moves the measured ratio far outside its tolerance."""
+    import dp_accounting
+
+    eps, delta, clip, eta = 2.0, 1e-5, 1.0, 0.3
+    net = _net(n=8, p=0.5, seed=4)
+    task = make_task("logistic", 8, dataset="breast_cancer", batch_size=4, dtype=torch.float64)
+
+    def epsilon(z: float) -> float:
+        acc = dp_accounting.rdp.RdpAccountant()
+        acc.compose(dp_accounting.GaussianDpEvent(z))
+        return acc.get_epsilon(delta)
+
+    lo, hi = 0.1, 100.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if epsilon(mid) <= eps else (mid, hi)
+    z = hi
+    w = net.W
+    c = {}
+    for a, v in zip(net.edges.src.tolist(), net.edges.dst.tolist()):
+        gamma = [a] + [j for j in range(net.n) if j != a and w[a, j] != 0]
+        d = len(gamma)
+        c[(a, v)] = (d - 1) ** 2 / d**2 + sum(w[a, j] ** 2 for j in gamma if j != v) / (d * w[a, v]) ** 2
+
+    transcript, clean = Transcript(), Transcript()
+    mech = make_mechanism("zip_dl", steps=1, network=net, epsilon=eps, delta=delta, clip=clip)
+    simulate(task=task, network=net, algorithm=make_algorithm("dsgd"), mechanism=mech, seed=11, iterations=1,
+             schedule=make_schedule("constant", eta=eta, iterations=1), metrics=False, sparse=True,
+             observers=[transcript])
+    simulate(task=task, network=net, algorithm=make_algorithm("dsgd"), mechanism=make_mechanism("clip", steps=1,
+             clip=clip), seed=11, iterations=1, schedule=make_schedule("constant", eta=eta, iterations=1),
+             metrics=False, sparse=True, observers=[clean])
+    (noisy,) = [m for m in transcript.messages if m.tag == "x"]
+    (plain,) = [m for m in clean.messages if m.tag == "x"]
+    sent = {int(s): plain.payload[k] for k, s in enumerate(plain.src.tolist())}  # the same value on every link
+    scaled = []  # each message's noise over the std the independent calibration asks of it
+    for k, (a, v) in enumerate(zip(noisy.src.tolist(), noisy.dst.tolist())):
+        worst = min(c[(a, u)] for (b, u) in c if b == a)
+        want = eta * math.sqrt(c[(a, v)]) * z * 2 * clip / math.sqrt(worst)
+        scaled.append((noisy.payload[k] - sent[a]) / want)
+    ratio = float(torch.cat(scaled).std())
+    assert ratio == pytest.approx(1.0, rel=0.15), ratio  # ≈ 1000 normals: 0.15 is > 6 standard errors
