@@ -106,3 +106,18 @@ def run_toml(tmp_path, text: str) -> dict:
     run_experiment(load_config(tmp_path / "exp.toml"), tmp_path / "out", progress=False)
     (path,) = list((tmp_path / "out" / "runs").glob("*/manifest.json"))
     return json.loads(path.read_text())
+
+
+def run_and_reaccount(tmp_path, text: str) -> tuple[dict, "object", dict]:
+    """:func:`run_toml`, then ``privdl account --manifest`` on the run: (manifest, its path, the account's JSON)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from privdl.cli import app
+
+    man = run_toml(tmp_path, text)
+    (path,) = list((tmp_path / "out" / "runs").glob("*/manifest.json"))
+    res = CliRunner().invoke(app, ["account", "--manifest", str(path), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    return man, path, json.loads(res.output)

@@ -280,6 +280,14 @@ def test_a_dp_protected_message_at_small_epsilon_leaks_no_more_than_random_guess
     random = [m["psnr"] for k in range(0, 63, 3) for m in reconstruction_metrics(x, lo + (hi - lo) * guesses[k:k + 3])]
     assert got["psnr"] < float(np.mean(random)) + 3.0, (got["psnr"], float(np.mean(random)))
     assert got["ssim"] < 0.1
+    # scored as read in the data's domain: every reconstruction is clamped into [lo, hi], so its MSE is at most
+    # (hi − lo)² and its PSNR (peak: the originals' range r) at least 20·log10(r / (hi − lo)); unclamped, the noisy
+    # optimisation's pixels leave the range and PSNRs reach −40 dB and below
+    rec = got["reconstructions"]
+    assert lo <= float(rec.min()) and float(rec.max()) <= hi
+    floor = 20 * np.log10(float(x.max() - x.min()) / (hi - lo))
+    assert min(m["psnr"] for m in got["images"]) >= floor - 1e-9
+    assert 0.0 < got["clamped_fraction"] <= 1.0 and all(0.0 <= m["clamped_fraction"] <= 1.0 for m in got["images"])
 
 
 def test_dlg_refuses_a_model_it_cannot_differentiate_through_and_more_images_than_the_victim_holds():

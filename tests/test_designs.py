@@ -126,6 +126,53 @@ def test_every_design_runs_at_its_best_step_size_of_the_search(tmp_path):
         assert tried[r["method"]][float(r["eta"])] == best
         assert float(r["eta"]) == min(e for e, a in tried[r["method"]].items() if a == best)  # ties: the smaller η
         assert int(r["seed"]) != TUNE_SEED
+    search = _read(tmp_path / "designs_search.csv")  # every search run, as the tuning runs themselves say
+    assert {(s["method"], float(s["eta"])): float(s["accuracy"]) for s in search} == {
+        (m, e): a for m, t in tried.items() for e, a in t.items()}
+
+
+def test_shards_sharing_one_folder_fill_the_same_table_as_one_process(tmp_path):
+    """``shard`` I/K (K processes on one GPU): a shard that finds the step-size search unfinished runs only its share
+    of it and stops, saying so; run again once the search is complete, each shard trains its share of the final
+    runs and attacks and audits them; ``--collect`` then writes the table — the same rows as one process's."""
+    args = {**TINY, "tune": True, "etas": (1e-4, 0.5), "iterations": 20, "methods": ("LDP", "Whisper"),
+            "graphs": ("ring",)}
+    fn = REPRODUCTIONS.get("designs")
+    whole = fn(tmp_path / "one", dataset="breast_cancer", **args)
+    shared = tmp_path / "shared"
+    lines = []
+    assert fn(shared, dataset="breast_cancer", shard="0/2", progress=lines.append, **args) == []
+    assert any("2 of 4 search runs are finished" in line and "run every shard again" in line for line in lines)
+    assert not (shared / "runs_breast_cancer").exists() and not (shared / "designs.csv").exists()
+    lines.clear()  # --collect meanwhile (a grid's progress): no design has every step size yet — said, not a crash
+    assert fn(shared, dataset="breast_cancer", collect=True, progress=lines.append, **args) == []
+    assert any("no design has every step size yet" in line for line in lines)
+    assert len(_read(shared / "designs_search.csv")) == 2
+    for table in shared.glob("designs*"):  # what that collect wrote: the shards below must write none
+        table.unlink()
+    fn(shared, dataset="breast_cancer", shard="1/2", **args)  # finds the search complete: its finals and cells
+    fn(shared, dataset="breast_cancer", shard="0/2", **args)
+    assert len(list((shared / "cells").glob("*.json"))) == len(whole) == 2
+    assert not (shared / "designs.csv").exists()  # shards write no tables
+    collected = fn(shared, dataset="breast_cancer", shard="1/2", collect=True, **args)  # collecting reads all
+    assert _read(shared / "designs.csv") and len(collected) == len(whole)
+    # the step sizes chosen, the ledgers and the attacks and audits (separate, unstacked runs) are the same numbers;
+    # the accuracies only to rounding: one process may stack runs a shard runs alone (other BLAS shapes)
+    key = ("method", "eta", "achieved_epsilon", "audit_epsilon_lb", "psnr_neighbour", "psnr_eavesdropper")
+    assert sorted(tuple(r[k] for k in key) for r in collected) == sorted(tuple(r[k] for k in key) for r in whole)
+    acc = {r["method"]: r["accuracy"] for r in whole}
+    assert all(r["accuracy"] == pytest.approx(acc[r["method"]], abs=1e-9) for r in collected)
+    # a shard attacks and audits only its own runs: another shard's missing cell is made by its own shard alone
+    cell = sorted((shared / "cells").glob("*.json"))[0]
+    cell.unlink()
+    fn(shared, dataset="breast_cancer", shard="0/2", **args)
+    mine = "0/2" if cell.is_file() else "1/2"
+    if not cell.is_file():
+        fn(shared, dataset="breast_cancer", shard="1/2", **args)
+    assert cell.is_file()
+    cell.unlink()
+    fn(shared, dataset="breast_cancer", shard="1/2" if mine == "0/2" else "0/2", **args)
+    assert not cell.is_file()
 
 
 def test_unknown_labels_are_refused():

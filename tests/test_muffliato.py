@@ -173,6 +173,30 @@ def test_end_to_end_through_the_config_path(tmp_path):
     assert "eavesdropper" in led["beside"][0]["notion"] and led["beside"][0]["epsilon"] <= 3.0
 
 
+def test_privdl_account_reaccounts_both_statements_of_a_muffliato_manifest(tmp_path):
+    """``privdl account --manifest`` on a Muffliato run re-accounts (and so verifies) both statements: its pairwise ε
+    and, beside it, the local-DP ε of the same noise against an eavesdropper. The latter is checked independently:
+    the tight accountant's T-fold Gaussian composition with μ = √T·Δ/σ has δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2),
+    evaluated here with scipy at each agent's stated ε from its event alone."""
+    import math
+
+    from scipy.stats import norm
+
+    from tests.conftest import run_and_reaccount
+
+    man, path, out = run_and_reaccount(tmp_path, CONFIG)
+    led = man["privacy_ledger"][0]
+    assert out["epsilon"] == led["epsilon"] and out["mechanism"] == "muffliato"
+    beside = led["beside"][0]
+    assert out["agent_level_epsilon"] == beside["epsilon"] and out["agent_level_accountant"] == "tight"
+    for row in beside["per_agent"]:
+        (event,) = row["events"]
+        mu = math.sqrt(event["count"] * event["precision"]) * event["sensitivity"]
+        eps = row["epsilon"]
+        delta = norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+        assert delta == pytest.approx(row["delta"], rel=1e-6)
+
+
 def test_other_algorithms_refused_at_build(tmp_path):
     from privdl.experiment import load_config, run_experiment
 

@@ -193,6 +193,12 @@ PROVENANCE = {
     "seed003/dpdl_full_horizon_mnist_ring_dirichlet01_3seeds_gpu.csv": ("dpdl", "dpdl_summary.csv"),
     "seed003/dpdl_full_horizon_mnist_er03_missing_seed0_gpu.csv": ("dpdl", "dpdl_summary.csv"),
     "attacks/attack_table.csv": ("attack_table", "attack_table.csv"),
+    "designs/a9a_designs.csv": ("designs", "designs.csv"),
+    "designs/a9a_designs_summary.csv": ("designs", "designs_summary.csv"),
+    "designs/a9a_designs_search.csv": ("designs", "designs_search.csv"),
+    "designs/mnist_designs.csv": ("designs", "designs.csv"),
+    "designs/mnist_designs_summary.csv": ("designs", "designs_summary.csv"),
+    "designs/mnist_designs_search.csv": ("designs", "designs_search.csv"),
     "seed003/dpdl_summary.csv": ("dpdl", "dpdl_summary.csv"),
     "seed003/dpdl_fair_step.csv": ("dpdl", "dpdl_summary.csv"),
     "seed003/dpdl_full_horizon_mnist_ring_dirichlet01_seed0.csv": ("dpdl", "dpdl_summary.csv"),
@@ -272,7 +278,10 @@ def written(tmp_path_factory):
             "rms_dlg": dict(iterations=1, images=1, round=1, attack_iterations=1),
             "attack_table": dict(iterations=1, images=1, round=1, attack_iterations=1),
             "dpdl": dict(seeds=1, iterations=1, dataset="mnist_t10k", methods=("CGA",), graphs=("ring",),
-                         splits=("Dirichlet 0.5",))}
+                         splits=("Dirichlet 0.5",)),
+            "designs": dict(dataset="breast_cancer", seeds=1, iterations=2, epsilons=(3.0,), methods=("LDP",),
+                            graphs=("ring",), etas=(0.1,), batch_size=4, canaries=4, images=1, round=1,
+                            attack_iterations=1, overrides={"task.partition": "iid"})}
     try:
         for name, options in tiny.items():
             REPRODUCTIONS.get(name)(out / name, **options)

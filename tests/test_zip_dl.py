@@ -173,6 +173,34 @@ def test_end_to_end_through_the_config_path(tmp_path):
     assert math.isfinite(man["final_metrics"]["loss"]) if "loss" in man.get("final_metrics", {}) else True
 
 
+def test_privdl_account_reaccounts_a_zip_dl_manifest_and_refuses_an_edited_one(tmp_path):
+    """``privdl account --manifest`` on a Zip-DL run: the stated pairwise ε bit for bit from the events alone, each
+    agent's row what dp_accounting's own RDP accountant gives its Gaussian events (its default orders: within 2 %),
+    "none" against an eavesdropper on every link — and an edited event count named as the field that disagrees."""
+    import json
+
+    import dp_accounting
+    from typer.testing import CliRunner
+
+    from privdl.cli import app
+    from tests.conftest import run_and_reaccount
+
+    man, path, out = run_and_reaccount(tmp_path, CONFIG)
+    stated = man["privacy_ledger"][0]
+    assert out["epsilon"] == stated["epsilon"] <= 3.0 and out["mechanism"] == "zip_dl" and out["accountant"] == "rdp"
+    assert out["agent_level_epsilon"] is None and out["agent_level_accountant"] == "none"
+    assert "eavesdropper on every link: none" in out["guarantee"]
+    for row in out["per_agent"]:
+        acc = dp_accounting.rdp.RdpAccountant()
+        acc.compose(dp_accounting.GaussianDpEvent(row["noise_multiplier"]), row["accesses"])
+        assert row["epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=2e-2)
+    edited = json.loads(path.read_text())
+    edited["privacy_ledger"][0]["per_agent"][2]["events"][0]["count"] = 3
+    path.write_text(json.dumps(edited))
+    res = CliRunner().invoke(app, ["account", "--manifest", str(path)])
+    assert res.exit_code != 0 and "per_agent[2]" in res.output
+
+
 def test_an_eavesdropper_averages_the_victims_per_edge_copies_and_is_left_with_the_own_term_only():
     """Attack views (privdl.attacks.views): an eavesdropper who taps every link of a Zip-DL sender takes the W-weighted
     mean of its copies. By the zero sum (Lemma 3.1, built here by hand from the paper's formula) that leaves exactly

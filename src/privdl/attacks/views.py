@@ -377,8 +377,10 @@ def attack_run(cfg: dict, *, attacker: int, victim: int, round: int, images: int
                progress=None, where: dict | None = None, on_round: Callable[[int, int], None] | None = None) -> dict:
     """:func:`observations`, then DLG/iDLG on all K of them as one batched optimisation (``method = "analytic"``:
     the exact inversion of a linear model with a bias, :func:`privdl.attacks.gradient_inversion.linear_inversion`,
-    clamped to the training data's range). Returns the per-image and
-    mean metrics, the originals and the reconstructions. ``on_round(t, rounds)`` follows the run,
+    clamped to the training data's range). Every reconstruction is scored clamped to the training data's (public)
+    range, as an attacker who knows the domain reads it; ``clamped_fraction`` (per image and mean) is the share of
+    its entries the optimisation had left outside — near 1 when the attack diverged. Returns the per-image and
+    mean metrics, the originals and the (clamped) reconstructions. ``on_round(t, rounds)`` follows the run,
     ``progress(done, total)`` the L-BFGS iterations."""
     from privdl.attacks.gradient_inversion import dlg, idlg, linear_inversion, reconstruction_metrics
 
@@ -388,18 +390,26 @@ def attack_run(cfg: dict, *, attacker: int, victim: int, round: int, images: int
                        on_round=on_round)
     theta = torch.stack([o.model for o in got.observations])
     grads = torch.stack([o.gradient for o in got.observations])
-    if method == "analytic":  # x = ∇_W/∇_b, clamped to the training data's (public) range
-        ds = got.task.dataset
-        rec = linear_inversion(got.task.model, grads, bounds=(float(ds.X_train.min()), float(ds.X_train.max())))
+    ds = got.task.dataset
+    bounds = (float(ds.X_train.min()), float(ds.X_train.max()))  # the data's public range
+    if method == "analytic":  # x = ∇_W/∇_b
+        rec = linear_inversion(got.task.model, grads)
     else:
         fn = idlg if method == "idlg" else dlg
         rec = fn(got.task.model, theta, grads, classes=int(got.task.dataset.n_classes), iterations=iterations,
                  loss=loss, restarts=restarts, progress=progress)
+    # scored as an attacker who knows the data's domain reads it: what the inversion put outside the range is clamped
+    # into it; `outside` says how much of each image that was
+    flat = rec.inputs.detach().reshape(rec.inputs.shape[0], -1)
+    outside = ((flat < bounds[0]) | (flat > bounds[1])).to(torch.float64).mean(dim=1)
+    rec = replace(rec, inputs=rec.inputs.clamp(*bounds))
     per = reconstruction_metrics(got.inputs, rec.inputs)
-    for m, guess, truth_label in zip(per, rec.labels.tolist(), got.labels.tolist()):
+    for m, guess, truth_label, out in zip(per, rec.labels.tolist(), got.labels.tolist(), outside.tolist()):
         m["label_correct"] = bool(guess == truth_label)
         m["label"], m["true_label"] = int(guess), int(truth_label)
-    mean = {k: float(np.mean([m[k] for m in per])) for k in ("mse", "psnr", "ssim", "label_correct")}
+        m["clamped_fraction"] = float(out)
+    mean = {k: float(np.mean([m[k] for m in per])) for k in ("mse", "psnr", "ssim", "label_correct",
+                                                             "clamped_fraction")}
     return {"algorithm": got.algorithm, "kind": kind, "attacker": attacker, "victim": victim,
             "rounds": [round, round + images - 1], "method": method, "iterations": iterations,
             "notes": sorted({o.note for o in got.observations}), **mean, "images": per, "originals": got.inputs,

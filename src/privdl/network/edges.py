@@ -179,10 +179,11 @@ class Edges:
         deg = self.degree
         k = int(deg.max()) if self.rows and len(self) else 0
         start = torch.cumsum(deg, 0) - deg
-        slot = torch.full((k, self.rows), -1, dtype=self.src.dtype)
+        dev = self.src.device
+        slot = torch.full((k, self.rows), -1, dtype=self.src.dtype, device=dev)
         if len(self):
-            pos = torch.arange(len(self)) - start[self.dst]
-            slot[pos, self.dst] = torch.arange(len(self), dtype=self.src.dtype)
+            pos = torch.arange(len(self), device=dev) - start[self.dst]
+            slot[pos, self.dst] = torch.arange(len(self), dtype=self.src.dtype, device=dev)
         return slot
 
     def to(self, device: torch.device | str) -> "Edges":

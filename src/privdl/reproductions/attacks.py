@@ -33,8 +33,9 @@ def _attack(out: Path, cfg: dict, method: dict, dataset: str | None, kind: str, 
     images_path = path.with_suffix(".pt")
     if path.is_file() and images_path.is_file():
         result = json.loads(path.read_text())
-        result.update(torch.load(images_path))
-        return result
+        if "clamped_fraction" in result:  # else scored before reconstructions were clamped: attacked again
+            result.update(torch.load(images_path))
+            return result
     where = {"method": method["label"], **({"task.dataset": dataset} if dataset is not None else {})}
     result = attack_run(cfg, attacker=attacker, victim=victim, round=round, images=images, kind=kind,
                         method="idlg", iterations=iterations, loss=loss, where=where)

@@ -20,7 +20,8 @@ every link can recompute); ``psnr_neighbour`` / ``psnr_eavesdropper`` — the gr
 single-sample gradients of rounds ``round`` … ``round + images − 1`` from a curious neighbour's (agent 1's
 lowest-numbered neighbour) and from an eavesdropper's real view (:func:`privdl.attacks.views.attack_run`, on the same
 config at batch size 1 — the inversion needs one sample per gradient — with the same calibration: same T, C, ε; the
-analytic inversion x = ∇_W/∇_b for the linear a9a model, iDLG for the CNN). ``psnr_baseline`` is what an attacker
+analytic inversion x = ∇_W/∇_b for the linear a9a model, iDLG for the CNN; reconstructions scored clamped to the data's
+range). ``psnr_baseline`` is what an attacker
 who learned nothing gets: the PSNR of the training data's mean input against the same samples. We do not invent a
 single "ε-equivalent": the table is the full grid with accuracy beside every attack outcome, and ``designs.md`` adds,
 per design, the largest ε of the grid whose mean attack outcomes all stay at or below fixed levels (audit bound ≤
@@ -38,7 +39,8 @@ which hold no single sample to invert, so DP-DSGT's PSNR columns are empty (NaN,
 design whose mechanism is not registered in this privdl (``MECHANISMS``) is skipped with a message, not run.
 
 Outputs: ``designs.csv`` (one row per run), ``designs_summary.csv`` (mean and sd over seeds), ``designs.md`` (the
-table and the matched-attack view), and the runs (manifests, ledgers) under ``runs_<task>/``; attacks and audits are
+table and the matched-attack view), ``designs_search.csv`` (every run of the step-size search: accuracy and loss
+per η), and the runs (manifests, ledgers) under ``runs_<task>/``; attacks and audits are
 cached per run in ``cells/`` (an interrupted reproduction resumes).
 """
 
@@ -58,8 +60,9 @@ from privdl.reproductions.common import (
 )
 
 #: the step sizes every design is searched over, per task (a9a: seed 001's Fig. 4 grid widened to DP-SGD's larger
-#: steps; the CNN: around seed 004's DP-SGD step sizes)
-ETAS = {"logistic": (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0), "cnn": (0.003, 0.01, 0.03, 0.1, 0.3)}
+#: steps; the CNN: from seed 004's DP-SGD step sizes down to where the agent-level designs, which diverged at
+#: 0.003 … 0.3 in the first MNIST cell, stay finite)
+ETAS = {"logistic": (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0), "cnn": (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1)}
 #: the seed of the step-size search (none of the table's seeds)
 TUNE_SEED = 10_000
 
@@ -85,6 +88,10 @@ NOTIONS = {
     "muffliato": "pairwise network DP (Rényi), as its ledger states",
 }
 DP_SGD_NOTE = "DP-SGD's Poisson lots hold no single sample to invert: no gradient-inversion attack"
+#: how a cached cell's PSNRs were scored: reconstructions clamped to the data's range (:func:`attack_run`); an iDLG
+#: cell without it predates the clamp and is computed again (under ``--collect``: shown with :data:`STALE_NOTE`)
+SCORING = "clamped to the data range"
+STALE_NOTE = "PSNRs scored before reconstructions were clamped to the data range: run again to rescore"
 
 
 def registered(methods: list[dict]) -> tuple[list[dict], list[str]]:
@@ -105,7 +112,7 @@ def registered(methods: list[dict]) -> tuple[list[dict], list[str]]:
 def task_config(dataset: str, *, seeds: int | None = None, iterations: int | None = None,
                 epsilons: tuple[float, ...] | None = None, graphs: tuple[str, ...] | None = None,
                 methods: tuple[str, ...] | None = None, batch_size: int | None = None,
-                overrides: dict | None = None) -> dict:
+                overrides: dict | None = None, device: str | None = None) -> dict:
     """The packaged config of ``dataset``'s task with the reproduction's overrides (every method, registered or
     not: :func:`registered` filters); ``overrides`` are further dotted keys (e.g. ``{"task.partition": "iid"}``)."""
     cfg = packaged_config(TASKS.get(dataset, "designs_a9a" if dataset in LOGISTIC else "designs_mnist"))
@@ -122,6 +129,8 @@ def task_config(dataset: str, *, seeds: int | None = None, iterations: int | Non
         over["sweep.mechanism.epsilon"] = [float(e) for e in epsilons]
     if batch_size:
         over.update({"task.batch_size": int(batch_size), "task.min_size": int(batch_size)})
+    if device:
+        over["device"] = device
     cfg = with_overrides(cfg, {**over, **(overrides or {})})
     if batch_size:
         for m in cfg["sweep"]["method"]:
@@ -184,13 +193,18 @@ def _cell(out: Path, task: str, cfg: dict, spec, *, victim: int, images: int, ro
     from privdl.audit.membership import config_membership_audit
 
     path = out / "cells" / f"{task}_{spec.run_id}.json"
+    linear = spec.config["task"]["name"] in ("logistic",)
     if path.is_file():
-        return json.loads(path.read_text())
+        cached = json.loads(path.read_text())
+        if linear or cached.get("scoring") == SCORING:  # the analytic inversion was always scored clamped
+            return cached
+        if collecting_only():  # an iDLG cell scored before the clamp: shown, and said so
+            return {**cached, "notes": f"{cached.get('notes', '')} || {STALE_NOTE}"}
     if collecting_only():
         return None
     start = time.perf_counter()
     notes: list[str] = []
-    cell: dict[str, object] = {"victim": victim}
+    cell: dict[str, object] = {"victim": victim, "scoring": SCORING}
     try:
         audit = config_membership_audit(spec.config, canaries=canaries, victim=victim, seed=int(spec.config["seed"]))
         cell["audit_epsilon_lb"] = audit.audit.epsilon_lower
@@ -200,7 +214,6 @@ def _cell(out: Path, task: str, cfg: dict, spec, *, victim: int, images: int, ro
         notes.append(f"audit: {exc}")
     attack_cfg = with_overrides(cfg, {"task.batch_size": 1})
     where = {k: v for k, v in spec.sweep.items()}
-    linear = spec.config["task"]["name"] in ("logistic",)
     iterations = int(spec.config["iterations"])
     extra = 1 if spec.config["algorithm"]["name"] == "dsgt" else 0
     first = max(1, min(round, iterations - images - extra + 1))
@@ -340,17 +353,26 @@ def designs(out: Path, *, dataset: str | None = None, seeds: int | None = None, 
             attack_iterations: int = 100, canaries: int = 200, batch_size: int | None = None,
             audit_level: float = 1.0, psnr_margin: float = 1.0, collect: bool | None = None,
             overrides: dict | None = None, progress: object = False, tune: bool = True,
-            etas: tuple[float, ...] | None = None, **_: object) -> list[dict]:
+            etas: tuple[float, ...] | None = None, device: str | None = None, shard: str | None = None,
+            **_: object) -> list[dict]:
     """The designs table for ``dataset`` (a9a, mnist_t10k, or both when None; another dataset runs the a9a config
     if binary — breast_cancer — else the CNN one). ``collect``: start nothing, tabulate the finished runs and the
     cached attacks (``privdl reproduce --collect``). ``tune``: search every design's step size first (:func:`tuned`;
-    ``etas`` overrides the grid). Returns the rows of ``designs.csv``."""
+    ``etas`` overrides the grid). ``device``: where the runs, audits and attacks compute (cpu, cuda, auto).
+    ``shard`` "I/K": K processes share one ``out`` (one GPU, or machines gathering their folders): each runs every
+    K-th run of the search from I; a shard that finds the whole search finished then runs every K-th final run and
+    its attacks and audit, else it stops after its share of the search, saying so — run every shard again once all
+    have finished it. Sharded processes write no tables (``--collect`` on the folder writes them). Returns the rows
+    of ``designs.csv``."""
+    from privdl.reproductions.dp_dec import parse_shard
+
+    shards = None if collect else parse_shard(shard)  # collecting reads the whole folder, whoever filled it
     with collecting(bool(collect)):
         return _designs(Path(out), dataset=dataset, seeds=seeds, iterations=iterations, epsilons=epsilons,
                         graphs=graphs, methods=methods, images=images, round=round,
                         attack_iterations=attack_iterations, canaries=canaries, batch_size=batch_size,
                         audit_level=audit_level, psnr_margin=psnr_margin, overrides=overrides, progress=progress,
-                        tune=tune, etas=etas)
+                        tune=tune, etas=etas, device=device, shard=shards)
 
 
 def _merged(*bundles: dict) -> dict:
@@ -364,31 +386,42 @@ def _merged(*bundles: dict) -> dict:
     return out
 
 
-def tuned(cfg: dict, out: Path, *, etas: tuple[float, ...] | None = None, progress: object = False) -> dict:
+def tuned(cfg: dict, out: Path, *, etas: tuple[float, ...] | None = None, progress: object = False,
+          shard: tuple[int, int] | None = None) -> tuple[dict, list[dict], int]:
     """``cfg`` with every (design, graph, ε) at its best constant step size: each runs once per η of ``etas``
     (default :data:`ETAS` of the task's model) on :data:`TUNE_SEED` into ``out``; the best final test accuracy wins
-    (ties: the smaller η). The returned config sweeps one ``cell`` axis labelled "method | graph | eps=ε | eta=η"."""
-    etas = tuple(etas or ETAS["logistic" if cfg["task"]["name"] == "logistic" else "cnn"])
+    (ties: the smaller η). The returned config sweeps one ``cell`` axis labelled "method | graph | eps=ε | eta=η";
+    with it, one row per finished search run (design, graph, ε, η, final test accuracy and loss: ``designs_search.csv``)
+    and how many runs the search has (``shard``: this process runs only its share of them, and the config holds only
+    the cells whose search is complete)."""
+    etas = tuple(sorted({float(e) for e in (etas or ETAS["logistic" if cfg["task"]["name"] == "logistic" else
+                                                         "cnn"])}))
     trial = with_overrides(cfg, {"seeds": [TUNE_SEED], "sweep.schedule.eta": [float(e) for e in etas]})
+    total = len({spec.run_id for spec in expand(trial)[0]})
+    done = finished_runs(run(trial, out, progress=progress, shard=shard))
     scores: dict[tuple, list[tuple[float, float]]] = {}
-    for r in finished_runs(run(trial, out, progress=progress)):
+    searched = []
+    for r in done:
         key = (r.sweep["method"], r.sweep["graph"], float(r.config["mechanism"]["epsilon"]))
         acc = r.final.get("test_accuracy")
         acc = float(acc) if acc is not None and math.isfinite(float(acc)) else -math.inf
         scores.setdefault(key, []).append((acc, -float(r.config["schedule"]["eta"])))
+        searched.append({"task": cfg["task"].get("dataset"), "graph": key[1], "method": key[0], "epsilon": key[2],
+                         "eta": float(r.config["schedule"]["eta"]), "accuracy": _num(r.final.get("test_accuracy")),
+                         "test_loss": _num(r.final.get("test_loss")), "seed": TUNE_SEED, "run_id": r.run_id})
     cells = []
     for m in cfg["sweep"]["method"]:
         for g in cfg["sweep"]["graph"]:
             for e in cfg["sweep"]["mechanism.epsilon"]:
                 tried = scores.get((m["label"], g["label"], float(e)))
-                if not tried:  # collecting before the search finished: this cell has no step size yet
+                if not tried or len(tried) < len(etas):  # its search has not finished: no step size yet
                     continue
                 eta = -max(tried)[1]
                 cell = _merged(m, g, {"mechanism": {"epsilon": float(e)}, "schedule": {"eta": eta}})
                 cells.append({"label": f"{m['label']} | {g['label']} | eps={float(e):g} | eta={eta:g}", **cell})
     final = {k: v for k, v in cfg.items() if k != "sweep"}
     final["sweep"] = {"cell": cells}
-    return final
+    return final, searched, total
 
 
 def _labels(spec) -> tuple[str, str]:
@@ -400,15 +433,17 @@ def _labels(spec) -> tuple[str, str]:
 
 
 def _designs(out: Path, *, dataset, seeds, iterations, epsilons, graphs, methods, images, round, attack_iterations,
-             canaries, batch_size, audit_level, psnr_margin, overrides, progress, tune=False, etas=None) -> list[dict]:
+             canaries, batch_size, audit_level, psnr_margin, overrides, progress, tune=False, etas=None, device=None,
+             shard: tuple[int, int] | None = None) -> list[dict]:
     say = progress if callable(progress) else print
     datasets = [dataset] if dataset else list(TASKS)
     rows: list[dict] = []
+    searched: list[dict] = []  # every finished run of the step-size searches
     skipped_all: list[str] = []
     victim = 1
     for ds in datasets:
         cfg = task_config(ds, seeds=seeds, iterations=iterations, epsilons=epsilons, graphs=graphs,
-                          methods=methods, batch_size=batch_size, overrides=overrides)
+                          methods=methods, batch_size=batch_size, overrides=overrides, device=device)
         kept, skipped = registered(cfg["sweep"]["method"])
         for line in skipped:
             say(line)
@@ -417,20 +452,40 @@ def _designs(out: Path, *, dataset, seeds, iterations, epsilons, graphs, methods
             continue
         cfg["sweep"]["method"] = kept
         if tune:
-            cfg = tuned(cfg, out / f"tuning_{ds}", etas=etas, progress=progress)
-        runs_dir = run(cfg, out / f"runs_{ds}", progress=progress)
+            cfg, found, total = tuned(cfg, out / f"tuning_{ds}", etas=etas, progress=progress, shard=shard)
+            searched += found
+            if shard is not None and len(found) < total:
+                say(f"designs {ds}: shard {shard[0]}/{shard[1]} ran its share of the step-size search; {len(found)} of "
+                    f"{total} search runs are finished in {out / f'tuning_{ds}'}: run every shard again once the "
+                    "search is complete (the final runs need every step size)")
+                continue
+            if not cfg["sweep"]["cell"]:  # no (design, graph, ε) has its whole search finished yet
+                say(f"designs {ds}: {len(found)} of {total} step-size search runs are finished in "
+                    f"{out / f'tuning_{ds}'}; no design has every step size yet: no final runs")
+                continue
+        runs_dir = run(cfg, out / f"runs_{ds}", progress=progress, shard=shard)
         trained = {r.run_id: r for r in finished_runs(runs_dir)}
-        for spec in expand(cfg)[0]:
+        specs = list({spec.run_id: spec for spec in expand(cfg)[0]}.values())  # the runner's order, as its shards
+        mine = {spec.run_id for spec in (specs if shard is None else specs[shard[0]::shard[1]])}
+        for spec in specs:
             r = trained.get(spec.run_id)
             if r is None:
                 continue
-            cell = _cell(out, ds, cfg, spec, victim=victim, images=images, round=round,
-                         attack_iterations=attack_iterations, canaries=canaries)
+            with collecting(collecting_only() or spec.run_id not in mine):  # another shard's: only if cached
+                cell = _cell(out, ds, cfg, spec, victim=victim, images=images, round=round,
+                             attack_iterations=attack_iterations, canaries=canaries)
             if cell is None:
                 continue
             rows.append(_row(ds, spec, r, cell))
     rows = [{**{k: r[k] for k in COLUMNS}, **{k: r[k] for k in EXTRA}} for r in rows]
+    if shard is not None:  # K processes share the folder: the tables come from `--collect` once all have ended
+        say(f"designs: shard {shard[0]}/{shard[1]} done; `privdl reproduce designs --collect --out {out}` writes "
+            "the tables")
+        return rows
     write_csv(out / "designs.csv", rows)
+    if searched:
+        write_csv(out / "designs_search.csv", sorted(searched, key=lambda r: (r["task"], r["graph"], r["method"],
+                                                                               r["epsilon"], r["eta"])))
     summary = summarise(rows)
     write_csv(out / "designs_summary.csv", summary)
     (out / "designs.md").write_text(_markdown(summary, skipped_all, audit_level=audit_level,
