@@ -173,6 +173,9 @@ def test_shards_sharing_one_folder_fill_the_same_table_as_one_process(tmp_path):
     cell.unlink()
     fn(shared, dataset="breast_cancer", shard="1/2" if mine == "0/2" else "0/2", **args)
     assert not cell.is_file()
+    lines.clear()  # collecting now: the trained run without its audit and attacks is left out, and said so
+    assert len(fn(shared, dataset="breast_cancer", collect=True, progress=lines.append, **args)) == len(whole) - 1
+    assert any("1 finished run(s) have no audit and attacks" in line for line in lines)
 
 
 def test_unknown_labels_are_refused():

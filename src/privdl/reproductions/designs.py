@@ -467,6 +467,7 @@ def _designs(out: Path, *, dataset, seeds, iterations, epsilons, graphs, methods
         trained = {r.run_id: r for r in finished_runs(runs_dir)}
         specs = list({spec.run_id: spec for spec in expand(cfg)[0]}.values())  # the runner's order, as its shards
         mine = {spec.run_id for spec in (specs if shard is None else specs[shard[0]::shard[1]])}
+        unattacked = 0
         for spec in specs:
             r = trained.get(spec.run_id)
             if r is None:
@@ -475,8 +476,12 @@ def _designs(out: Path, *, dataset, seeds, iterations, epsilons, graphs, methods
                 cell = _cell(out, ds, cfg, spec, victim=victim, images=images, round=round,
                              attack_iterations=attack_iterations, canaries=canaries)
             if cell is None:
+                unattacked += 1
                 continue
             rows.append(_row(ds, spec, r, cell))
+        if unattacked and shard is None:  # (a shard leaves the others' runs to them)
+            say(f"designs {ds}: {unattacked} finished run(s) have no audit and attacks in {out / 'cells'} yet: "
+                "not in the table until they have")
     rows = [{**{k: r[k] for k in COLUMNS}, **{k: r[k] for k in EXTRA}} for r in rows]
     if shard is not None:  # K processes share the folder: the tables come from `--collect` once all have ended
         say(f"designs: shard {shard[0]}/{shard[1]} done; `privdl reproduce designs --collect --out {out}` writes "
