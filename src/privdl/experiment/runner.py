@@ -435,7 +435,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
     store = ResultStore(out)
     store.claim(cfg)
     store.check_writable()
-    unique = _distinct_runs(runs, shard)
+    unique = distinct_runs(runs, shard)
     todo = [r for r in unique if not store.is_done(r.run_id)]
     finished = {r.run_id for r in unique} - {r.run_id for r in todo}
     check_inputs_unchanged(store, (r for r in unique if r.run_id in finished))
@@ -595,7 +595,7 @@ def check_jobs(jobs: object) -> int:
     return jobs
 
 
-def _distinct_runs(runs: list[RunSpec], shard: tuple[int, int] | None) -> list[RunSpec]:
+def distinct_runs(runs: list[RunSpec], shard: tuple[int, int] | None) -> list[RunSpec]:
     """The distinct runs of a sweep (first occurrence of each run id), every k-th from i for ``shard = (i, k)``."""
     unique = list({r.run_id: r for r in runs}.values())
     if shard is None:
@@ -646,7 +646,7 @@ def run_parallel(cfg: dict, out: str | Path, *, jobs: int, progress: bool | Call
     store = ResultStore(out)
     store.claim(cfg)  # the directory and its config, once, before the helpers look at it
     runs, _ = expand(cfg)
-    unique = _distinct_runs(runs, shard)
+    unique = distinct_runs(runs, shard)
     before = {r.run_id for r in unique if store.is_done(r.run_id)}
     check_inputs_unchanged(store, (r for r in unique if r.run_id in before))
     threads = torch.get_num_threads()

@@ -47,7 +47,8 @@ from privdl.privacy.agent_accountant import check_budget, get_accountant
 from privdl.privacy.accountants import AGENT_ACCOUNTANTS
 from privdl.privacy.events import GaussianEvent, PrivacyEvent, SubsampledGaussianEvent
 from privdl.privacy.example_accountant import (
-    DEFAULT_EXAMPLE_ACCOUNTANT, EXAMPLE_ACCOUNTANTS, calibrate_noise_multiplier, check_example_params,
+    DEFAULT_EXAMPLE_ACCOUNTANT, EXAMPLE_ACCOUNTANTS, calibrate_noise_multiplier, check_example_accountant,
+    check_example_params,
 )
 from privdl.privacy.ledger import Ledger
 from privdl.registry import OneOf, Recorded, one_of
@@ -286,10 +287,8 @@ class CorrelatedGaussian(GradientMechanism):
         self.accountant = get_accountant(accountant)
         self.accountant_name = self.accountant.name
         self.clip, self.delta = float(clip), float(delta)
-        if example_accountant not in EXAMPLE_ACCOUNTANTS:
-            raise ValidationError(f"{self.name}: unknown example_accountant {example_accountant!r}; valid names: "
-                                  f"{', '.join(EXAMPLE_ACCOUNTANTS)}")
-        self.example_accountant = example_accountant
+        self.example_accountant = check_example_accountant(example_accountant, key="example_accountant",
+                                                           owner=self.name)
         self._per_example(clipping, sampling, per_example, task, network.n)
         worst_steps = int(self.steps.max()) if self.steps.numel() else 0
         if (epsilon is None) == (precision_bound is None):

@@ -26,7 +26,8 @@ from privdl.errors import ValidationError
 from privdl.mechanisms.base import MECHANISMS, Access, ClippedSum, GradientMechanism, Sensitivity, obfuscation
 from privdl.privacy.events import PrivacyEvent, SubsampledGaussianEvent
 from privdl.privacy.example_accountant import (
-    DEFAULT_EXAMPLE_ACCOUNTANT, EXAMPLE_ACCOUNTANTS, calibrate_noise_multiplier, check_example_params,
+    DEFAULT_EXAMPLE_ACCOUNTANT, EXAMPLE_ACCOUNTANTS, calibrate_noise_multiplier, check_example_accountant,
+    check_example_params,
 )
 from privdl.registry import Recorded, one_of
 
@@ -69,10 +70,7 @@ class DPSGD(GradientMechanism):
             raise ValidationError(f"unsafe_noise_scale must be >= 0, got {unsafe_noise_scale}")
         if per_example not in PER_EXAMPLE:
             raise ValidationError(f"per_example must be one of {PER_EXAMPLE}, got {per_example!r}")
-        if accountant not in EXAMPLE_ACCOUNTANTS:
-            raise ValidationError(f"dp_sgd: unknown accountant {accountant!r}; valid names: "
-                                  f"{', '.join(EXAMPLE_ACCOUNTANTS)}")
-        self.accountant_name = accountant
+        self.accountant_name = check_example_accountant(accountant, key="accountant", owner="dp_sgd")
         m = counts.to(torch.float64)
         small = [i for i, c in enumerate(m.tolist()) if c < lot_size]
         if sample_rate is not None:

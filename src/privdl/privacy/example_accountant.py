@@ -99,9 +99,11 @@ def check_example_params(*, sample_rate: float, steps: int, delta: float,
         raise ValidationError(f"epsilon must be > 0, got {epsilon}")
 
 
-def check_example_accountant(accountant: str) -> str:
+def check_example_accountant(accountant: str, *, key: str = "example-level accountant", owner: str = "") -> str:
+    """``accountant`` if it names an example-level accountant; else the error names the ``owner`` (a mechanism),
+    its ``key`` and the valid names."""
     if accountant not in EXAMPLE_ACCOUNTANTS:
-        raise ValidationError(f"unknown example-level accountant {accountant!r}; valid names: "
+        raise ValidationError(f"{owner + ': ' if owner else ''}unknown {key} {accountant!r}; valid names: "
                               f"{', '.join(EXAMPLE_ACCOUNTANTS)}")
     return accountant
 

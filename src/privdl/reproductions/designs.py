@@ -55,6 +55,7 @@ import numpy as np
 
 from privdl.errors import PrivdlError, ValidationError
 from privdl.experiment.config import expand
+from privdl.experiment.runner import distinct_runs
 from privdl.reproductions.common import (
     REPRODUCTIONS, collecting, collecting_only, finished_runs, packaged_config, run, with_overrides, write_csv,
 )
@@ -465,8 +466,9 @@ def _designs(out: Path, *, dataset, seeds, iterations, epsilons, graphs, methods
                 continue
         runs_dir = run(cfg, out / f"runs_{ds}", progress=progress, shard=shard)
         trained = {r.run_id: r for r in finished_runs(runs_dir)}
-        specs = list({spec.run_id: spec for spec in expand(cfg)[0]}.values())  # the runner's order, as its shards
-        mine = {spec.run_id for spec in (specs if shard is None else specs[shard[0]::shard[1]])}
+        grid = expand(cfg)[0]
+        specs = distinct_runs(grid, None)
+        mine = {spec.run_id for spec in distinct_runs(grid, shard)}  # the runs the runner gave this shard
         unattacked = 0
         for spec in specs:
             r = trained.get(spec.run_id)

@@ -261,7 +261,7 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
 
     from privdl.experiment.build import build
     from privdl.experiment.config import expand
-    from privdl.experiment.runner import _distinct_runs, checkpoint_identity, finished_run, intra_op_threads
+    from privdl.experiment.runner import distinct_runs, checkpoint_identity, finished_run, intra_op_threads
     from privdl.experiment.store import ResultStore
 
     runs, axes = expand(cfg)
@@ -269,7 +269,7 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
     if rank == 0:
         store.claim(cfg)
         store.check_writable()
-    unique = _distinct_runs(runs, None)
+    unique = distinct_runs(runs, None)
     box = [[r.run_id for r in unique if not store.is_done(r.run_id)] if rank == 0 else None]
     dist.broadcast_object_list(box, src=0)  # control: process 0 decides which runs are left
     todo = [r for r in unique if r.run_id in set(box[0])]
