@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bad_files  # noqa: E402
 import bad_inputs  # noqa: E402
 
 
@@ -68,8 +69,8 @@ def test_the_sweep_tells_a_traceback_from_a_clear_error(tmp_path, monkeypatch):
     def run(case):
         folder = next(folders)
         folder.mkdir()
-        return bad_inputs.run_case(case, folder) if not isinstance(case, bad_inputs.FileCase) else \
-            bad_inputs.run_file_case(case, folder)
+        return bad_inputs.run_case(case, folder) if not isinstance(case, bad_files.FileCase) else \
+            bad_files.run_file_case(case, folder)
 
     monkeypatch.setattr(quadratic, "quadratic_problem", broken)
     outcome, text = run(bad_inputs.BASE)
@@ -90,20 +91,20 @@ def test_the_sweep_tells_a_traceback_from_a_clear_error(tmp_path, monkeypatch):
     mistyped = bad_inputs.Case('schedule.eta = "0.01"', quoted, mistyped=True)
     assert run(mistyped)[0] == "error"
     monkeypatch.setattr(config, "_accepts", lambda annotation, value: True)  # a config reader that takes any type
-    monkeypatch.setattr(bad_inputs, "to_toml", lambda cfg: bad_inputs.CONFIG)  # … and a value that still runs
+    monkeypatch.setattr(bad_inputs, "to_toml", lambda cfg: bad_files.CONFIG)  # … and a value that still runs
     assert run(mistyped)[0] == "ran-mistyped"
     monkeypatch.undo()
 
-    empty = next(c for c in bad_inputs.file_cases() if c.label == "W empty .npy")
+    empty = next(c for c in bad_files.file_cases() if c.label == "W empty .npy")
     assert run(empty)[0] == "error"
     import privdl.data.files as files  # (every loader reads through it)
 
     monkeypatch.setattr(files, "read_matrix", lambda path, what: (_ for _ in ()).throw(FileError("it is empty")))
     assert run(empty)[0] == "UNNAMED"
-    monkeypatch.setattr(files, "read_matrix", lambda path, what: __import__("numpy").array(bad_inputs._ring_w()))
+    monkeypatch.setattr(files, "read_matrix", lambda path, what: __import__("numpy").array(bad_files._ring_w()))
     assert run(empty)[0] == "ACCEPTED"
     monkeypatch.undo()
-    two_lines = next(c for c in bad_inputs.file_cases() if c.label.startswith("edge list of two lines (a path"))
+    two_lines = next(c for c in bad_files.file_cases() if c.label.startswith("edge list of two lines (a path"))
     assert run(two_lines)[0] == "ran"
     import privdl.experiment.build as build
 
@@ -116,9 +117,9 @@ def test_bad_files_and_folders_end_in_an_error_that_names_the_file(tmp_path):
     files of a config, manifests, experiment.json, metrics.csv and results.csv that are empty, cut short,
     mis-encoded or of another kind, and --out places that cannot be written — and the legitimate variants (a BOM,
     UTF-16, a two-line edge list) run with the right result."""
-    cases = bad_inputs.file_cases()
+    cases = bad_files.file_cases()
     assert len(cases) >= 100 and sum(bool(c.names) for c in cases) >= 80
-    found = _failures(tmp_path, cases, bad_inputs.run_file_case, bad_inputs.FILE_FAILURES)
+    found = _failures(tmp_path, cases, bad_files.run_file_case, bad_files.FILE_FAILURES)
     assert not found, "\n".join(found)
 
 
