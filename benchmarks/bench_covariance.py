@@ -6,6 +6,7 @@ Newton method against the original fixed point at large n.
                                           [--no-noise] [--hbc-sizes 10 20 30 50]
     python benchmarks/bench_covariance.py --methods newton fixed_point --sizes 1000 2000 5000 [--json FILE]
                                           [--fixed-point-max-n 5000] [--device cuda]
+    python benchmarks/bench_covariance.py --singular [--sizes 12 100 400 1000] [--json FILE]
 
 ER(0.5) graphs (seed 0), Metropolis–Hastings weights, b from ε = 10, δ = 1e-5, C = 0.1, T = 5000 (paper accountant).
 Reported: seconds per solve (uncached), objective Tr(W R Wᵀ), relative difference to each reference that ran,
@@ -13,6 +14,10 @@ relative duality gap and the speed-up. With ``--methods`` each (n, method) runs 
 peak resident memory (ru_maxrss, graph construction included) is its own: seconds of the whole
 ``design_covariance("whisper", W, b)`` (solve, verification, noise split) and of the solve alone, eigendecompositions,
 relative gap, max [R⁻¹]_ii / b, and the objective's relative difference between the methods.
+With ``--singular`` (issue 43): the singular-W tie-break (P_ρ) of privdl.covariance.dual on the issue's ER(6, 0.6,
+seed 3), ER(20, 0.8, seed 24), and per n in ``--sizes`` the complete graph and the first singular ER(n, 0.97) draw:
+seconds of the solve (each in a fresh process), SVDs, the stationarity δ, the gap against (P)'s dual, λ_max(R) and
+Tr(R) at b = 1.
 """
 
 from __future__ import annotations
@@ -108,6 +113,49 @@ def bench_methods(sizes: list[int], methods: list[str], fixed_point_max_n: int, 
     return rows
 
 
+def _singular_network(name: str):
+    """The network a ``--singular`` row names: "er6", "er20", "complete:N" or "er:N" (the first singular ER(N, 0.97)
+    draw, seeds 0–49)."""
+    if name == "er6":
+        return Network.from_topology("erdos_renyi", 6, p=0.6, seed=3).W, "ER(6, 0.6, seed 3)"
+    if name == "er20":
+        return Network.from_topology("erdos_renyi", 20, p=0.8, seed=24).W, "ER(20, 0.8, seed 24)"
+    kind, n = name.split(":")
+    if kind == "complete":
+        return Network.from_topology("complete", int(n), mixing="uniform").W, f"complete({n})"
+    for seed in range(50):
+        w = Network.from_topology("erdos_renyi", int(n), p=0.97, seed=seed).W
+        mu = np.linalg.eigvalsh(w.T @ w)
+        if mu[0] <= 1e-10 * mu[-1]:
+            return w, f"ER({n}, 0.97, seed {seed})"
+    raise SystemExit(f"no singular ER({n}, 0.97) draw among seeds 0–49")
+
+
+def singular_once(name: str) -> dict:
+    """One cold solve of a singular W's tie-break (run in a subprocess)."""
+    from privdl.covariance.dual import solve_dual
+
+    w, label = _singular_network(name)
+    t0 = time.perf_counter()
+    sol = solve_dual(w)
+    seconds = time.perf_counter() - t0
+    mu = np.linalg.eigvalsh(sol.R)
+    return {"network": label, "n": w.shape[0], "singular": sol.singular, "method": sol.method, "seconds": seconds,
+            "svds": sol.iterations, "stationarity": sol.stationarity, "relative_gap": sol.gap / sol.primal,
+            "tie_gap_relative": sol.tie_gap / sol.primal, "trace_weight": sol.trace_weight,
+            "lambda_max_R": float(mu[-1]), "trace_R": float(mu.sum()), "objective": sol.primal}
+
+
+def bench_singular(sizes: list[int]) -> list[dict]:
+    rows = []
+    for name in ["er6", "er20"] + [f"{kind}:{n}" for n in sizes for kind in ("complete", "er")]:
+        out = subprocess.run([sys.executable, __file__, "--singular-once", name], check=True, capture_output=True,
+                             text=True).stdout
+        rows.append(json.loads(out.strip().splitlines()[-1]))
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def bench_hbc(sizes: list[int], kinds: list[str], q: int = 1) -> list[dict]:
     """Problem (10) against coalitions of q curious agents (cvxpy + Clarabel), one ER(0.5) graph per n."""
     from privdl.covariance.hbc import solve_hbc
@@ -168,13 +216,22 @@ def main() -> None:
                     help="compare the dual solver's methods at --sizes (each in a fresh process) instead")
     ap.add_argument("--fixed-point-max-n", type=int, default=10**9, help="skip the fixed point above this n")
     ap.add_argument("--device", default=None, help="torch device for the eigendecompositions (default: LAPACK)")
+    ap.add_argument("--singular", action="store_true", help="time the singular-W tie-break instead (sizes: 12 100 "
+                    "400 1000 unless given)")
     ap.add_argument("--solve-once", nargs=2, metavar=("N", "METHOD"), help=argparse.SUPPRESS)
+    ap.add_argument("--singular-once", help=argparse.SUPPRESS)
     args = ap.parse_args()
     torch.set_num_threads(2)
     if args.solve_once:
         print(json.dumps(solve_once(int(args.solve_once[0]), args.solve_once[1], args.device)), flush=True)
         return
-    if args.methods:
+    if args.singular_once:
+        print(json.dumps(singular_once(args.singular_once)), flush=True)
+        return
+    if args.singular:
+        sizes = args.sizes if "--sizes" in sys.argv else [12, 100, 400, 1000]
+        result = {"singular": bench_singular(sizes)}
+    elif args.methods:
         result = {"methods": bench_methods(args.sizes, args.methods, args.fixed_point_max_n, args.device)}
     else:
         result = {"solver": bench_solver(args.sizes, args.reference_max),

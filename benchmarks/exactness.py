@@ -9,12 +9,22 @@ bit-exact"). The tests marked ``exact`` are those; this script runs them under e
 then prints, per capability and thread count, a fingerprint (sha256) of the keyed draws, of a model's default
 initialisation and of three short runs, so that what holds across machines is measured, not assumed.
 
-    python benchmarks/exactness.py                      # every capability the CPU has: tests, then fingerprints
-    python benchmarks/exactness.py --capability avx2 --skip-tests
-    python benchmarks/exactness.py --fingerprint        # (internal) this process's fingerprints as JSON
+NumPy and SciPy each bundle an OpenBLAS built for every x86-64 core type (DYNAMIC_ARCH) that picks the best kernels
+the processor has; ``OPENBLAS_CORETYPE`` forces others (issue 43: on AVX-512 machines numpy picks ``SkylakeX``, whose
+kernels once led the covariance solver to another optimum of a singular W's problem (P)). The script therefore also
+runs the ``exact`` tests under every OpenBLAS core type the CPU can run (at ATen's own capability), and solves the
+Whisper covariance design of a few networks — singular ones, whose design is the tie-break of
+privdl.covariance.dual, and a non-singular one — under each core type, reporting λ_max(R), the relative difference
+‖ΔR‖_F/‖R‖_F to the first core type and whether it is within the solution's own bound κ·(δ₁ + δ₂) (all must be).
 
-On a processor without AVX-512 the ``avx512`` column is absent (ATen cannot run those kernels there); the tests'
-exactness then rests on their construction, which each explains.
+    python benchmarks/exactness.py                      # every capability and core type: tests, designs, fingerprints
+    python benchmarks/exactness.py --capability avx2 --skip-tests
+    python benchmarks/exactness.py --coretype SkylakeX Haswell --skip-tests     # the designs under these core types
+    python benchmarks/exactness.py --fingerprint        # (internal) this process's fingerprints as JSON
+    python benchmarks/exactness.py --design             # (internal) this process's designs as JSON
+
+On a processor without AVX-512 the ``avx512`` column (and the SkylakeX core types) are absent (neither library can run
+those kernels there); the tests' exactness then rests on their construction, which each explains.
 """
 
 from __future__ import annotations
@@ -32,6 +42,13 @@ ROOT = Path(__file__).resolve().parents[1]
 #: ATen's capabilities, lowest first, with the CPU flags each needs (aten/src/ATen/native/DispatchStub.cpp)
 CAPABILITIES = {"default": set(), "avx2": {"avx2", "fma"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512dq"}}
 THREADS = (1, 2)
+_AVX512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq"}
+#: OpenBLAS's x86-64 core types (``OPENBLAS_CORETYPE``, oldest first) with the CPU flags their kernels need
+#: (OpenBLAS driver/others/dynamic.c); a forced core type the build lacks falls back to another, which the table shows
+OPENBLAS_CORETYPES = {"Prescott": {"pni"}, "Core2": {"ssse3"}, "Nehalem": {"sse4_2"}, "Sandybridge": {"avx"},
+                      "Haswell": {"avx2", "fma"}, "Zen": {"avx2", "fma"}, "SkylakeX": _AVX512,
+                      "Cooperlake": _AVX512 | {"avx512_bf16"},
+                      "SapphireRapids": _AVX512 | {"avx512_bf16", "avx512_fp16"}}
 
 
 def cpu_flags() -> set[str]:
@@ -50,12 +67,36 @@ def available() -> list[str]:
     return [name for name, need in CAPABILITIES.items() if need <= flags]
 
 
-def _env(capability: str, threads: int | None = None) -> dict[str, str]:
-    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability)
+def openblas_available() -> list[str]:
+    """The OpenBLAS core types whose kernels this CPU can run."""
+    flags = cpu_flags()
+    return [name for name, need in OPENBLAS_CORETYPES.items() if need <= flags]
+
+
+def _env(capability: str | None, threads: int | None = None, coretype: str | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    if capability is not None:
+        env["ATEN_CPU_CAPABILITY"] = capability
+    if coretype is not None:
+        env["OPENBLAS_CORETYPE"] = coretype
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")])
     if threads is not None:
         env["PRIVDL_EXACTNESS_THREADS"] = str(threads)
     return env
+
+
+def blas_kernels() -> dict[str, str]:
+    """The kernels NumPy's and SciPy's OpenBLAS picked in this process (threadpoolctl's ``architecture``)."""
+    import numpy  # noqa: F401
+    import scipy.linalg  # noqa: F401  (loads SciPy's own OpenBLAS)
+    from threadpoolctl import threadpool_info
+
+    out = {}
+    for lib in threadpool_info():
+        if lib.get("internal_api") == "openblas":
+            who = "scipy" if "scipy_openblas" in lib["filepath"] and "numpy" not in lib["filepath"] else "numpy"
+            out[who] = str(lib.get("architecture"))
+    return out
 
 
 def effective(capability: str) -> str:
@@ -65,10 +106,10 @@ def effective(capability: str) -> str:
     return out.stdout.strip()
 
 
-def run_tests(capability: str) -> tuple[bool, str, float]:
+def run_tests(capability: str | None, coretype: str | None = None) -> tuple[bool, str, float]:
     start = time.perf_counter()
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-m", "exact", "-p", "no:cacheprovider"],
-                         cwd=ROOT, env=_env(capability), capture_output=True, text=True)
+                         cwd=ROOT, env=_env(capability, coretype=coretype), capture_output=True, text=True)
     lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
     failed = [ln.removeprefix("FAILED ").split(" - ")[0] for ln in lines if ln.startswith("FAILED ")]
     summary = (lines[-1:] or [res.stderr.strip()[-200:]])[0] + (f" ({'; '.join(failed)})" if failed else "")
@@ -126,6 +167,67 @@ def fingerprints() -> dict[str, str]:
     return out
 
 
+# ---- the Whisper design under each OpenBLAS core type (a child process per core type) ----------------------------
+def design_networks() -> dict[str, object]:
+    """Networks whose Whisper design is compared across core types: the issue's ER(6, 0.6, seed 3) (singular; its agent
+    4 has a slack constraint), an ER(20, 0.8) draw with two such agents, the complete graph (no minimiser: the
+    tie-break's ~1/(τb) variance on null(W)), the star, and a non-singular ER(20, 0.3)."""
+    from privdl.network import Network
+
+    return {"ER(6, 0.6, seed 3)": Network.from_topology("erdos_renyi", 6, p=0.6, seed=3).W,
+            "ER(20, 0.8, seed 24)": Network.from_topology("erdos_renyi", 20, p=0.8, seed=24).W,
+            "complete(12)": Network.from_topology("complete", 12, mixing="uniform").W,
+            "star(15)": Network.from_topology("star", 15).W,
+            "ER(20, 0.3, seed 0)": Network.from_topology("erdos_renyi", 20, p=0.3, seed=0).W}
+
+
+def designs() -> dict[str, object]:
+    """This process's designs (at b = 1) and the kernels its OpenBLAS libraries picked, as JSON-ready data."""
+    import numpy as np
+
+    from privdl.covariance.dual import solve_dual
+
+    out: dict[str, object] = {"blas": blas_kernels(), "designs": {}}
+    for name, w in design_networks().items():
+        t0 = time.perf_counter()
+        sol = solve_dual(w)
+        out["designs"][name] = {  # type: ignore[index]
+            "R": sol.R.tolist(), "lambda_max": float(np.linalg.eigvalsh(sol.R)[-1]), "objective": sol.primal,
+            "singular": sol.singular, "stationarity": sol.stationarity, "condition": sol.tie_condition,
+            "relative_gap": sol.gap / sol.primal, "seconds": time.perf_counter() - t0}
+    return out
+
+
+def design_table(coretypes: list[str]) -> tuple[list[str], bool]:
+    """The designs under each core type against the first: (markdown lines, whether every difference is within the
+    solutions' bound κ·(δ₁ + δ₂) — a non-singular design: within 1e-6, its solver's tolerance)."""
+    import numpy as np
+
+    runs = []
+    for ct in coretypes:
+        res = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--design"], env=_env(None, coretype=ct),
+                             capture_output=True, text=True, check=True)
+        runs.append(json.loads(res.stdout))
+    head = ["| network | " + " | ".join(f"{ct} (numpy {r['blas'].get('numpy')}, scipy {r['blas'].get('scipy')})"
+                                         for ct, r in zip(coretypes, runs)) + " | within the bound |",
+            "|---|" + "---|" * len(coretypes) + "---|"]
+    lines, ok = [], True
+    for name, ref in runs[0]["designs"].items():
+        r0 = np.asarray(ref["R"])
+        cells, worst_ratio = [], 0.0
+        for run in runs:
+            d = run["designs"][name]
+            diff = float(np.linalg.norm(np.asarray(d["R"]) - r0) / np.linalg.norm(r0))
+            allowed = (d["condition"] * (d["stationarity"] + ref["stationarity"]) + 1e-13 if d["singular"]
+                       else 1e-6)
+            worst_ratio = max(worst_ratio, diff / allowed)
+            cells.append(f"λ_max {d['lambda_max']:.10g}, ΔR {diff:.1e}, {d['seconds'] * 1e3:.0f} ms")
+        ok &= worst_ratio <= 1.0
+        lines.append(f"| {name}{' (singular)' if ref['singular'] else ''} | " + " | ".join(cells) +
+                     f" | {'yes' if worst_ratio <= 1.0 else 'NO'} ({worst_ratio:.1e} of it) |")
+    return head + lines, ok
+
+
 def fingerprint_table(capabilities: list[str]) -> list[str]:
     columns, prints = [], []
     for cap in capabilities:
@@ -146,28 +248,51 @@ def fingerprint_table(capabilities: list[str]) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--capability", nargs="+", choices=list(CAPABILITIES), help="default: every one the CPU has")
-    ap.add_argument("--skip-tests", action="store_true", help="only the fingerprints")
+    ap.add_argument("--coretype", nargs="+", choices=list(OPENBLAS_CORETYPES),
+                    help="OpenBLAS core types (default: every one the CPU can run)")
+    ap.add_argument("--skip-tests", action="store_true", help="only the designs and fingerprints")
+    ap.add_argument("--skip-designs", action="store_true", help="no design table")
     ap.add_argument("--fingerprint", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--design", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.fingerprint:
         print(json.dumps(fingerprints()))
+        return
+    if args.design:
+        print(json.dumps(designs()))
         return
     caps = args.capability or available()
     missing = [c for c in caps if c not in available()]
     if missing:
         sys.exit(f"error: this CPU cannot run ATen's {', '.join(missing)} kernels (flags {sorted(cpu_flags())})")
+    coretypes = args.coretype or openblas_available()
+    missing = [c for c in coretypes if c not in openblas_available()]
+    if missing:
+        sys.exit(f"error: this CPU cannot run OpenBLAS's {', '.join(missing)} kernels (flags {sorted(cpu_flags())})")
     import torch
 
     print(f"torch {torch.__version__}; CPU capabilities here: {', '.join(available())} "
-          f"(torch picks {effective(available()[-1])})\n")
+          f"(torch picks {effective(available()[-1])}); OpenBLAS core types here: {', '.join(openblas_available())} "
+          f"(picked: {blas_kernels()})\n")
     failed = False
     if not args.skip_tests:
-        print("| ATEN_CPU_CAPABILITY | torch reports | `pytest -m exact` | seconds |")
-        print("|---|---|---|---|")
+        print("| ATEN_CPU_CAPABILITY | OPENBLAS_CORETYPE | torch reports | `pytest -m exact` | seconds |")
+        print("|---|---|---|---|---|")
         for cap in caps:
             ok, summary, seconds = run_tests(cap)
             failed |= not ok
-            print(f"| {cap} | {effective(cap)} | {summary} | {seconds:.0f} |", flush=True)
+            print(f"| {cap} | (default) | {effective(cap)} | {summary} | {seconds:.0f} |", flush=True)
+        for ct in coretypes:  # at ATen's own capability
+            ok, summary, seconds = run_tests(None, ct)
+            failed |= not ok
+            print(f"| (default) | {ct} | {effective(available()[-1])} | {summary} | {seconds:.0f} |", flush=True)
+        print()
+    if not args.skip_designs:
+        lines, ok = design_table(coretypes)
+        failed |= not ok
+        print("Whisper designs (b = 1) under each OpenBLAS core type: λ_max(R), ‖ΔR‖_F/‖R‖_F against the first column "
+              "and the solve's time; the bound is κ·(δ₁ + δ₂) for a singular W (privdl.covariance.dual), 1e-6 else.\n")
+        print("\n".join(lines))
         print()
     print("\n".join(fingerprint_table(caps)))
     if failed:

@@ -5,6 +5,11 @@
                variances chosen to minimise Tr(W R Wᵀ) under [R⁻¹]_ii ≤ b (a one-dimensional search).
 - ``whisper``: the solution of problem (P) (Whisper D-SGD / CorN-DSGD), by the dual solver of
                :mod:`privdl.covariance.dual` (Newton's method on the dual's stationarity condition from 1000 agents on, its fixed point below).
+               For a singular W (below 2000 agents), where (P) has no unique solution, it is the least-trace
+               tie-break (P_ρ) of that module: the unique minimiser of Tr(W R Wᵀ) + ρ·Tr(R) under the same
+               constraints, ρ = (τ/n)²·λ_max(WᵀW), the same R on every machine; ``extra`` then reports ρ
+               (``tie_break_trace_weight``), the stationarity δ and the gap of (P_ρ), and ``duality_gap`` is against
+               (P)'s own dual (the tie-break's whole cost).
 """
 
 from __future__ import annotations
@@ -106,12 +111,18 @@ def whisper_design(w: np.ndarray, b: float, *, tol: float = 1e-10, ridge: float 
     start = time.perf_counter()
     w, b = check_square(w), check_bound(b)
     sol = solve_dual_cached(w, tol=tol, ridge=ridge, method=method, device=device)
+    extra = {"relative_duality_gap": sol.gap / sol.primal, "solver": "dual " + sol.method.replace("_", " "),
+             "dual_method": sol.method, "solve_seconds_uncached": sol.seconds}
+    if sol.singular and sol.trace_weight > 0:  # the tie-break (P_ρ) defined the design (privdl.covariance.dual)
+        extra.update({"solver": "dual newton, least-trace tie-break (singular W)",
+                      "tie_break": "min Tr(W R Wᵀ) + ρ·Tr(R), same constraints", "tie_break_trace_weight":
+                      sol.trace_weight, "tie_break_stationarity": sol.stationarity, "tie_break_gap": sol.tie_gap / b})
+    elif sol.stationarity > 0:  # a non-singular W beyond the eigh-based iteration, re-solved accurately (ρ = 0)
+        extra.update({"solver": "dual newton, accurate (ill-conditioned W)", "stationarity": sol.stationarity})
     design = finish_design(
         "whisper", w, sol.R / b, b, eigenvalues_only=sol.method == "newton" and w.shape[0] >= LARGE_N,
         duality_gap=sol.gap / b, iterations=sol.iterations, seconds=time.perf_counter() - start,
-        singular=sol.singular, ridge=sol.ridge,
-        extra={"relative_duality_gap": sol.gap / sol.primal, "solver": "dual " + sol.method.replace("_", " "),
-               "dual_method": sol.method, "solve_seconds_uncached": sol.seconds})
+        singular=sol.singular, ridge=sol.ridge, extra=extra)
     return design
 
 
