@@ -121,3 +121,95 @@ def run_and_reaccount(tmp_path, text: str) -> tuple[dict, "object", dict]:
     res = CliRunner().invoke(app, ["account", "--manifest", str(path), "--format", "json"])
     assert res.exit_code == 0, res.output
     return man, path, json.loads(res.output)
+
+
+def agree_slices(net, groups, placements, *, entropy=None, transport=None, identities=None, store=None,
+                 keep=False, context="test"):
+    """Every slice's agreed key source, each agreeing in its own thread over one in-process transport (``identities``:
+    one per slice, or one for all); the first error any slice raised is raised."""
+    import threading
+
+    from privdl.comm.sliced import Transport
+    from privdl.keys import RootKeys
+    from privdl.runtime.agreement import agree
+    from privdl.simulator.sliced import owners_of
+
+    n = net.n
+    owner = owners_of(placements, n)
+    transport = transport or Transport(len(placements), timeout=20)
+    out, errors = [None] * len(placements), [None] * len(placements)
+    per_slice = identities if isinstance(identities, (list, tuple)) else [identities] * len(placements)
+
+    def work(k):
+        try:
+            out[k] = agree(part=k, placement=placements[k], owner=owner, network=net, groups=groups,
+                           transport=transport, public=RootKeys(1), context=context, entropy=entropy,
+                           identities=per_slice[k], store=store, keep=keep)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors[k] = exc
+            transport.fail(k, exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(placements))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    first = next((e for e in errors if e is not None and type(e).__name__ != "TransportError"), None) or \
+        next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+    assert all(o is not None for o in out)
+    return out
+
+
+def binomial_fit_p_value(sizes, m: int, q: float) -> float:
+    """Chi-square goodness of fit of observed sizes to Binomial(m, q): bins merged from the tails inwards until each
+    expects at least 5 (the chi-square approximation's usual condition)."""
+    import numpy as np
+    from scipy import stats
+
+    pmf = stats.binom.pmf(np.arange(m + 1), m, q)
+    observed = np.bincount(sizes, minlength=m + 1).astype(float)
+    expected = pmf * len(sizes)
+    edges, acc = [], 0.0
+    for k in range(m + 1):  # cut after k once the bin so far expects ≥ 5 and the rest does too
+        acc += expected[k]
+        if acc >= 5 and expected[k + 1:].sum() >= 5:
+            edges.append(k + 1)
+            acc = 0.0
+    bins = np.split(np.arange(m + 1), edges)
+    obs = np.array([observed[b].sum() for b in bins])
+    exp = np.array([expected[b].sum() for b in bins])
+    return float(stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
+
+
+class Stop(Exception):
+    """An interruption after some round (a killed process, as the engine sees it)."""
+
+
+def stop_after(cut):
+    """An ``on_step`` that stops the run after round ``cut``."""
+    def on_step(t):
+        if t == cut:
+            raise Stop
+    return on_step
+
+
+def kill_after_first_checkpoint(cfg, out, procs: int = 2, deadline: float = 120.0) -> None:
+    """Start ``privdl run cfg --procs K`` and SIGKILL every process of it once a checkpoint round is complete (a
+    ``run.pt`` exists); fails if none was written before the deadline."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", "from privdl.cli import main; main()", "run", str(cfg),
+                             "--procs", str(procs), "--out", str(out), "--no-plot", "--quiet"],
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.time() + deadline
+    while time.time() < end and not any(Path(out).rglob("run.pt")):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert any(Path(out).rglob("run.pt")), "no checkpoint was written before the deadline"

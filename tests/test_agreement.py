@@ -12,7 +12,6 @@ deterministic entropy the run is the same on every placement, bit for bit.
 from __future__ import annotations
 
 import copy
-import threading
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ import torch
 
 from privdl.algorithms import make_algorithm
 from privdl.comm.sliced import Transport
-from privdl.keys import HeldKeys, Keys, RootKeys, fold, normal, secure_draws
+from privdl.keys import KEY256, HeldKeys, Keys, RootKeys, fold, normal
 from privdl.mechanisms import make_mechanism
 from privdl.network import Network
 from privdl.placement import partition
@@ -49,22 +48,9 @@ def _mechanism(family, net, alg):
 
 def _agree_all(net, mech, placements, entropy=None, transport=None):
     """Every slice's agreed key source, each agreeing in its own thread over one in-process transport."""
-    owner = owners_of(placements, N)
-    transport = transport or Transport(len(placements), timeout=20)
-    groups = shared_groups(mech, N)
-    out = [None] * len(placements)
+    from tests.conftest import agree_slices
 
-    def work(k):
-        out[k] = agree(part=k, placement=placements[k], owner=owner, network=net, groups=groups,
-                       transport=transport, public=RootKeys(1), context="test", entropy=entropy)
-
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(placements))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert all(o is not None for o in out)
-    return out
+    return agree_slices(net, shared_groups(mech, N), placements, entropy=entropy, transport=transport)
 
 
 @pytest.mark.exact
@@ -80,9 +66,8 @@ def test_with_deterministic_entropy_an_agreed_run_is_the_same_on_every_placement
     entropy = seeded_entropy(7)
     source = agree_alone(network=net, mechanism=mech, public=RootKeys(5), context="run", entropy=entropy)
     keys = Keys(source, N)
-    with secure_draws(source.salt):  # as the runner runs agreed keys
-        want = simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS,
-                        keys=keys, sparse=True, eval_every=1)
+    want = simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS,
+                    keys=keys, sparse=True, eval_every=1)
     for k in (2, 3, N):
         got = simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched,
                               iterations=ROUNDS, seed=5, slices=k, eval_every=1, agreed=True, context="run",
@@ -127,20 +112,19 @@ def _recover_key(v: np.ndarray, counter: int) -> int | None:
     return None
 
 
-def test_secure_draws_do_not_give_their_keys_away():
+def test_256_bit_draws_do_not_give_their_keys_away():
     """With root keys (public anyway) two observed noise numbers give the draw's 64-bit key back — and with it the
-    noise at every other counter; the secure draws of agreed-key runs (ChaCha20 keystream, a one-way counter fold)
-    resist the same attack, and still are standard normals."""
+    noise at every other counter. Agreed keys are 256-bit: the same observation of a draw from a key whose first
+    64 bits are that same base key, folded by the same counter, gives nothing back (the attack finds no key whose
+    SplitMix64 stream matches), and the draws still are standard normals."""
     base = 0x1234_5678_9ABC_DEF0
     v = normal(fold(np.uint64(base), 3), 8)[0].numpy()
     assert _recover_key(v, 3) == base  # the attack works where it should
-    with secure_draws(b"a run's salt"):
-        w = normal(fold(np.uint64(base), 3), 8)[0].numpy()
-        z = normal(np.arange(1, 41, dtype=np.uint64), 5000).reshape(-1)
-        one_way = fold(np.uint64(base), 3)
+    wide = np.array([np.void(base.to_bytes(8, "little") + bytes(24))], dtype=KEY256)
+    w = normal(fold(wide, 3), 8)[0].numpy()
     assert not np.array_equal(v, w)
-    assert _recover_key(w, 3) != base
-    assert int(one_way) != int(fold(np.uint64(base), 3))  # the counter fold is one way here
+    assert _recover_key(w, 3) is None
+    z = normal(fold(wide, np.arange(40)), 5000).reshape(-1)
     assert abs(float(z.mean())) < 5 / np.sqrt(z.numel()) and abs(float(z.var()) - 1) < 5 * np.sqrt(2 / z.numel())
 
 
@@ -152,9 +136,8 @@ def _assembled_noise(mech, placements, sources, counter, d, *, shared_only=False
         gen = copy.deepcopy(mech.noise)
         if shared_only:
             gen.sigma_mix = 0.0
-        with secure_draws(src.salt):  # as an agreed run draws
-            gen.bind(Keys(HeldKeys(src, p.held), N), "noise")
-            rows.append((p.held_rows, gen.network(counter, d)[p.held_rows]))
+        gen.bind(Keys(HeldKeys(src, p.held), N), "noise")
+        rows.append((p.held_rows, gen.network(counter, d)[p.held_rows]))
     v = torch.zeros(N, d, dtype=torch.float64)
     for r, x in rows:
         v[r] = x
@@ -215,7 +198,7 @@ def test_no_secret_crosses_the_in_process_transport(setup, monkeypatch):
             secrets += src.secrets()
             public += [X25519PrivateKey.from_private_bytes(k).public_key().public_bytes(Encoding.Raw,
                                                                                          PublicFormat.Raw)
-                       for k in src._private.values()]
+                       for k in src.private_keys]
     blob = b"".join(wire)
     assert len(blob) > 10_000 and len(secrets) > 50
     assert all(p in blob for p in public)

@@ -26,19 +26,9 @@ from privdl.simulator import simulate
 from privdl.simulator.checkpoint import CheckpointError, Checkpoints
 from privdl.simulator.sliced import simulate_sliced
 from privdl.tasks import make_task
+from tests.conftest import Stop, stop_after
 
 N, ROUNDS, EVERY = 5, 10, 3
-
-
-class Stop(Exception):
-    """An interruption after some round (a killed process, as the engine sees it)."""
-
-
-def stop_after(cut):
-    def on_step(t):
-        if t == cut:
-            raise Stop
-    return on_step
 
 
 @pytest.fixture(scope="module")

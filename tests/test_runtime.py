@@ -71,6 +71,7 @@ def test_a_run_on_processes_equals_the_simulator_bit_for_bit(tmp_path):
         got = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / f"p{k}"), "--procs", str(k), "--no-plot"])
         assert got.exit_code == 0, got.output
         assert _rows(tmp_path / f"p{k}") == _rows(tmp_path / "sim"), k
+        assert f"{len(METHODS)} runs ({len(METHODS)} executed, 0 already done) in " in " ".join(got.output.split())
     manifests = [json.loads(p.read_text()) for p in (tmp_path / "p3" / "runs").rglob("manifest.json")]
     assert len(manifests) == len(METHODS)
     for m in manifests:
@@ -159,12 +160,9 @@ def test_bad_runtime_launches_are_refused(tmp_path):
 def test_killed_processes_resume_from_their_checkpoints_to_the_uninterrupted_run(tmp_path):
     """Every process of a 2-process run killed (SIGKILL) after a checkpoint; `privdl run --procs 2 --resume`
     continues from the last round every agent has and writes the simulator's results."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
     from typer.testing import CliRunner
+
+    from tests.conftest import kill_after_first_checkpoint
 
     from privdl.cli import app
 
@@ -174,19 +172,14 @@ def test_killed_processes_resume_from_their_checkpoints_to_the_uninterrupted_run
                    + '[algorithm]\nname = "dsgt"\n[mechanism]\nname = "decor"\nepsilon = 10.0\n'
                      '[runtime]\ncheckpoint_every = 40\n')
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-c", "from privdl.cli import main; main()", "run", str(cfg),
-                             "--procs", "2", "--out", str(out), "--no-plot", "--quiet"], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and not any(out.rglob("run.pt")):
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert any(out.rglob("run.pt")), "no checkpoint was written before the deadline"
+    kill_after_first_checkpoint(cfg, out)
     assert not (out / "results.csv").exists() or not _rows(out)
     runner = CliRunner()
     got = runner.invoke(app, ["run", str(cfg), "--out", str(out), "--procs", "2", "--resume", "--no-plot"])
     assert got.exit_code == 0, got.output
+    assert "1 runs (1 executed, 0 already done) in " in " ".join(got.output.split())  # the runner's summary line
+    again = runner.invoke(app, ["run", str(cfg), "--out", str(out), "--procs", "2", "--no-plot"])
+    assert again.exit_code == 0 and "1 runs (0 executed, 1 already done) in " in " ".join(again.output.split())
     want = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "sim"), "--no-plot", "--quiet"])
     assert want.exit_code == 0, want.output
     assert _rows(out) == _rows(tmp_path / "sim")

@@ -20,26 +20,27 @@ Two layers:
 
 Speed against ``torch.randn`` from one (unkeyed) generator: BENCHMARKS.md, "keyed draws".
 
-**Secure draws** (:func:`secure_draws`, on for runs with agreed keys): SplitMix64 and the counter fold are
-bijections, so one exactly observed number of a draw gives away its 64-bit key and every other draw of that key
-(a coordinate whose gradient is known to be zero exposes an agent's noise). Inside ``secure_draws()`` every keyed
-draw's 64-bit words come instead from the ChaCha20 keystream keyed by SHA-256 of the run's salt and the folded key
-(one stream per key and counter, word j at stream position j), and :func:`fold` is one way (BLAKE2b keyed by the
-salt). Observed outputs do not give a key away; what is left is a search over the 64-bit folded keys — against N
-observed draws ≈ 2⁶⁴ / N tries for one hit, which exposes that one draw (one agent, one access) and nothing else,
-since the fold cannot be undone (256-bit draw keys would close even that: not built).
-Uniforms and normals are made from those words exactly as from SplitMix64's (top 53 bits; Φ⁻¹ for every row
-length), integers as ⌊u·high⌋ (bias ≤ high·2⁻⁵³). Root-keyed runs keep the fast generators (their keys are public:
-the root seed is in the config).
+**256-bit keys** (:data:`KEY256`, the keys of runs with agreed keys, :mod:`privdl.runtime.agreement`): a key is then
+one numpy element of 32 random bytes instead of a uint64, and the same functions take either — the kind of the key
+decides the generator, so an agreed run cannot draw from a 64-bit key by accident. A 256-bit key is qualified
+(requester, counter) one way, with BLAKE2b-256 keyed by the key (a PRF: :func:`fold`), and its draws are the
+ChaCha20 keystream keyed by the qualified key itself (word j of a row at stream position j, the 64-byte block
+counter in the nonce: :func:`stream`). Uniforms and normals are made from those words exactly as from SplitMix64's
+(top 53 bits; Φ⁻¹ for every row length), integers as ⌊u·high⌋ (bias ≤ high·2⁻⁵³). Nothing along that path has fewer
+than 256 bits: an observed draw gives away neither its key nor any other draw's, and no search smaller than 2²⁵⁶
+finds one. SplitMix64 and the counter fold of 64-bit keys are bijections — one observed number gives its key away —
+which is why root keys (public anyway: the root seed is in the config) are the only ones that use them.
+
+:data:`DRAWN` counts the numbers drawn by each generator in this process (``chacha20``, ``splitmix64``,
+``philox``): a run's manifest states them, and an agreed run's must show only ChaCha20.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import hashlib
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
@@ -53,6 +54,51 @@ GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # SplitMix64's increment (2^64 / φ)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _MASK = (1 << 64) - 1
+#: a 256-bit key: 32 raw bytes as one numpy element (agreed runs); 64-bit keys are uint64
+KEY256 = np.dtype("V32")
+#: numbers drawn in this process, per generator (a run's manifest states the difference over the run)
+DRAWN: dict[str, int] = {"chacha20": 0, "splitmix64": 0, "philox": 0}
+_DRAWN_LOCK = threading.Lock()
+
+
+def _count(generator: str, numbers: int) -> None:
+    with _DRAWN_LOCK:
+        DRAWN[generator] += int(numbers)
+
+
+def drawn() -> dict[str, int]:
+    """A copy of :data:`DRAWN` (take one before and after a run: the difference is the run's)."""
+    with _DRAWN_LOCK:
+        return dict(DRAWN)
+
+
+def key256(secret: bytes) -> np.void:
+    """A 256-bit key from 32 bytes."""
+    if not isinstance(secret, (bytes, bytearray)) or len(secret) != 32:
+        raise ValidationError(f"a 256-bit key needs 32 bytes, got {type(secret).__name__} of length "
+                              f"{len(secret) if hasattr(secret, '__len__') else '?'}")
+    return np.void(bytes(secret))
+
+
+def is_wide(keys: object) -> bool:
+    """Whether ``keys`` (an array or one key) are 256-bit keys."""
+    return np.asarray(keys).dtype == KEY256
+
+
+def as_keys(values: object) -> np.ndarray:
+    """An array of keys from a sequence of keys: 256-bit ones (``np.void``) or integers (64-bit; numpy would turn a
+    list mixing integers above and below 2⁶³ into floats). An empty sequence gives an empty uint64 array."""
+    if isinstance(values, np.ndarray):
+        return values if values.dtype == KEY256 else _u64(values)
+    values = list(values)  # type: ignore[call-overload]
+    if values and all(isinstance(v, np.void) for v in values):
+        return np.array(values, dtype=KEY256)
+    return np.array([int(v) for v in values], dtype=np.uint64)
+
+
+def key_dtype(source: object) -> np.dtype:
+    """The kind of key a key source gives (``key_dtype``: uint64 unless it says 256-bit)."""
+    return np.dtype(getattr(source, "key_dtype", np.uint64))
 
 
 def mix64(z: np.ndarray) -> np.ndarray:
@@ -96,15 +142,80 @@ def _u64(values: object) -> np.ndarray:
 
 
 def fold(keys: np.ndarray | int, values: np.ndarray | int) -> np.ndarray:
-    """k' = mix(k ⊕ mix((v + 1)·γ)): one key per (key, value) pair, broadcasting; used to qualify a key by an agent,
-    a neighbour or a counter."""
+    """One key per (key, value) pair, broadcasting; used to qualify a key by an agent, a neighbour or a counter.
+    64-bit keys: k' = mix(k ⊕ mix((v + 1)·γ)) (a bijection, fast). 256-bit keys: k' = BLAKE2b-256 keyed by k of
+    v's 8 bytes (one way: a key found for one draw leads to no other)."""
+    karr = np.asarray(keys)
+    if karr.dtype == KEY256:
+        return _fold256(karr, values)
     k = np.atleast_1d(_u64(keys)) if np.ndim(keys) == 0 and np.ndim(values) > 0 else _u64(keys)
-    salt = SECURE.get()
-    if salt is not None:  # secure draws: one way, so a key found for one draw leads to no other
-        return _secure_fold(k, values, salt)
     with np.errstate(over="ignore"):
         v = (_u64(values) + np.uint64(1)) * GOLDEN
     return mix64(np.bitwise_xor(k, mix64(v)))
+
+
+#: ChaCha20's constant words ("expand 32-byte k")
+_SIGMA = np.frombuffer(b"expand 32-byte k", dtype="<u4")
+def _rotl(x: np.ndarray, n: int, tmp: np.ndarray) -> None:
+    np.right_shift(x, 32 - n, out=tmp)
+    np.left_shift(x, n, out=x)
+    np.bitwise_or(x, tmp, out=x)
+
+
+def chacha20_blocks(keys: np.ndarray, counters: np.ndarray, nonces: np.ndarray) -> np.ndarray:
+    """ChaCha20's block function (RFC 7539 §2.3), vectorised: block i of key ``keys[i]`` (256-bit keys), 32-bit
+    block counter ``counters[i]`` and three 32-bit nonce words ``nonces[i]``; (N, 16) little-endian uint32 words, the
+    64 keystream bytes of each block. Equal, word for word, to the ``cryptography`` package's ChaCha20 (tested on
+    random keys, counters and offsets, and against RFC 7539's test vectors); used where many short keystreams are
+    needed at once — one numpy operation serves every block, where a cipher object per key costs ≈ 10 µs."""
+    n = len(keys)
+    k = np.ascontiguousarray(keys).view("<u4").reshape(n, 8)
+    init = [np.full(n, c, dtype=np.uint32) for c in _SIGMA] + [k[:, j].copy() for j in range(8)]
+    init += [np.asarray(counters, dtype=np.uint32).reshape(n).copy()]
+    nonces = np.asarray(nonces, dtype=np.uint32).reshape(n, 3)
+    init += [nonces[:, j].copy() for j in range(3)]
+    x = [w.copy() for w in init]
+    tmp = np.empty(n, dtype=np.uint32)
+
+    def quarter(a: int, b: int, c: int, d: int) -> None:  # a += b; d ^= a; d <<<= 16; c += d; b ^= c; b <<<= 12; …
+        for p, q, r, n in ((a, b, d, 16), (c, d, b, 12), (a, b, d, 8), (c, d, b, 7)):
+            np.add(x[p], x[q], out=x[p])
+            np.bitwise_xor(x[r], x[p], out=x[r])
+            _rotl(x[r], n, tmp)
+
+    for _ in range(10):
+        quarter(0, 4, 8, 12)
+        quarter(1, 5, 9, 13)
+        quarter(2, 6, 10, 14)
+        quarter(3, 7, 11, 15)
+        quarter(0, 5, 10, 15)
+        quarter(1, 6, 11, 12)
+        quarter(2, 7, 8, 13)
+        quarter(3, 4, 9, 14)
+    out = np.empty((n, 16), dtype="<u4")
+    for j in range(16):
+        np.add(x[j], init[j], out=out[:, j])
+    return out
+
+
+def _fold256(keys: np.ndarray, values: np.ndarray | int) -> np.ndarray:
+    """fold of 256-bit keys, broadcasting: BLAKE2b-256 keyed by k of v's 8 bytes (personalised "privdl/v2/fold"). One
+    keyed hasher per key of ``keys`` (a block of counters folds each key many times: each fold then costs a copy)."""
+    k, v = np.broadcast_arrays(keys, _u64(values))
+    shape = k.shape
+    source = np.ascontiguousarray(keys).reshape(-1)
+    which = np.broadcast_to(np.arange(source.size).reshape(np.shape(keys)), shape).reshape(-1).tolist()
+    hashers = [hashlib.blake2b(digest_size=32, key=source[j].tobytes(), person=b"privdl/v2/fold")
+               for j in range(source.size)] if source.size < len(which) else None
+    digests = []
+    for j, value in zip(which, v.reshape(-1).tolist()):
+        if hashers is None:
+            h = hashlib.blake2b(digest_size=32, key=source[j].tobytes(), person=b"privdl/v2/fold")
+        else:
+            h = hashers[j].copy()
+        h.update(value.to_bytes(8, "little"))
+        digests.append(h.digest())
+    return np.frombuffer(b"".join(digests), dtype=KEY256).reshape(shape).copy()
 
 
 def bits(keys: np.ndarray, size: int, start: int = 0) -> np.ndarray:
@@ -116,52 +227,42 @@ def bits(keys: np.ndarray, size: int, start: int = 0) -> np.ndarray:
     return mix64(z)
 
 
-#: per thread: the run's salt while the draws must be unpredictable from their outputs (:func:`secure_draws`), else
-#: None
-SECURE = contextvars.ContextVar("privdl_secure_draws", default=None)
-
-
-@contextlib.contextmanager
-def secure_draws(salt: bytes | None = b""):
-    """Keyed draws in this thread come from the ChaCha20 keystream, and keys are qualified one way, while inside
-    (see the module's docstring); ``salt`` (the run's, e.g. :attr:`AgreedKeys.salt`) enters every derivation so
-    that no work carries over from one run to another. ``None``: the ordinary draws."""
-    token = SECURE.set(None if salt is None else bytes(salt))
-    try:
-        yield
-    finally:
-        SECURE.reset(token)
-
-
-def _secure_fold(keys: np.ndarray, values: np.ndarray, salt: bytes) -> np.ndarray:
-    """fold's one-way counterpart: the first 64 bits of BLAKE2b(key ‖ value) keyed by the run's salt, per pair."""
-    k, v = np.broadcast_arrays(_u64(keys), _u64(values))
-    out = np.empty(k.shape, dtype=np.uint64)
-    flat_k, flat_v, flat_o = k.reshape(-1), v.reshape(-1), out.reshape(-1)
-    mac = hashlib.blake2b(digest_size=8, key=salt[:64], person=b"privdl/v1/fold")
-    for i in range(flat_k.size):
-        h = mac.copy()
-        h.update(int(flat_k[i]).to_bytes(8, "little") + int(flat_v[i]).to_bytes(8, "little"))
-        flat_o[i] = int.from_bytes(h.digest(), "little")
-    return out
+#: :func:`stream` computes the blocks of at least this many keys with :func:`chacha20_blocks` vectorised over them
+#: (≈ 0.5 µs a block after ≈ 2.5 ms of fixed cost), when each needs at most ``VECTOR_BLOCKS`` blocks; fewer keys or
+#: longer rows go through one ``cryptography`` (OpenSSL) cipher per key (≈ 20 µs a key, fast per block)
+VECTOR_KEYS, VECTOR_BLOCKS = 200, 16
 
 
 def stream(keys: np.ndarray, size: int, start: int = 0) -> np.ndarray:
-    """Words ``start … start + size − 1`` of the ChaCha20 keystream of every key (key: SHA-256 of
-    "privdl/v1/draw", the run's salt and the 64-bit key; 64-byte blocks from block ⌊start / 8⌋): (m, size) uint64,
-    row i from keys[i] alone."""
+    """Words ``start … start + size − 1`` of the ChaCha20 keystream of every 256-bit key (the key as ChaCha20's key;
+    64-byte blocks from block ⌊start / 8⌋, the block counter in the nonce's first 4 bytes, the rest of the nonce
+    zero): (m, size) uint64, row i from keys[i] alone — the same words whichever implementation computes them."""
+    k = np.asarray(keys).reshape(-1)
+    if k.dtype != KEY256:
+        raise ValidationError(f"the ChaCha20 stream takes 256-bit keys, got {k.dtype}")
+    first, skip = divmod(int(start), 8)
+    blocks = (skip + size + 7) // 8
+    if first + blocks > 1 << 32:
+        raise ValidationError("a ChaCha20 draw past 2^32 blocks (2^35 numbers) of one key")
+    if len(k) >= VECTOR_KEYS and blocks <= VECTOR_BLOCKS:
+        counters = np.tile(np.arange(first, first + blocks, dtype=np.uint64), len(k))
+        words = chacha20_blocks(np.repeat(k, blocks), counters, np.zeros((len(counters), 3), dtype=np.uint32))
+        return words.view("<u8").reshape(len(k), blocks * 8)[:, skip:skip + size].astype(np.uint64)
     from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
-    k = _u64(keys).reshape(-1)
     out = np.empty((len(k), size), dtype=np.uint64)
-    first, skip = divmod(int(start), 8)
     zeros = bytes((skip + size) * 8)
-    salt = SECURE.get() or b""
-    for i, key in enumerate(k.tolist()):
-        secret = hashlib.sha256(b"privdl/v1/draw\x1f" + salt + int(key).to_bytes(8, "little")).digest()
-        cipher = Cipher(algorithms.ChaCha20(secret, first.to_bytes(4, "little") + bytes(12)), mode=None)
+    nonce = first.to_bytes(4, "little") + bytes(12)
+    for i in range(len(k)):
+        cipher = Cipher(algorithms.ChaCha20(k[i].tobytes(), nonce), mode=None)
         out[i] = np.frombuffer(cipher.encryptor().update(zeros), dtype="<u8")[skip:]
     return out
+
+
+def _keys(values: object) -> np.ndarray:
+    """A flat array of keys: 256-bit keys as they are, integers as uint64."""
+    arr = np.asarray(values)
+    return (arr if arr.dtype == KEY256 else _u64(arr)).reshape(-1)
 
 
 #: elements generated per block (8 MB of float64): temporaries stay below the allocator's mmap threshold
@@ -181,9 +282,10 @@ def _blocks(m: int, size: int):
 
 
 def _fill(keys: np.ndarray, size: int, dtype: torch.dtype, transform) -> torch.Tensor:
-    k = _u64(keys).reshape(-1)
+    k = _keys(keys)
     out = torch.empty((len(k), size), dtype=dtype)
-    words = stream if SECURE.get() is not None else bits
+    words = stream if k.dtype == KEY256 else bits
+    _count("chacha20" if k.dtype == KEY256 else "splitmix64", len(k) * size)
     for rows, c0, cols in _blocks(len(k), size):
         z = words(k[rows], cols, c0)
         z >>= np.uint64(11)
@@ -230,9 +332,10 @@ def normal(keys: np.ndarray, size: int, dtype: torch.dtype = torch.float64) -> t
 
     Either way row i depends only on keys[i] and a prefix of a longer draw equals the shorter draw when both are
     on the same side of ``WIDE``."""
-    k = _u64(keys).reshape(-1)
-    if size < WIDE or SECURE.get() is not None:
+    k = _keys(keys)
+    if size < WIDE or k.dtype == KEY256:
         return _fill(k, size, dtype, inverse_normal)
+    _count("philox", len(k) * size)
     out = torch.empty((len(k), size), dtype=dtype)
     direct = dtype == torch.float64
 
@@ -250,11 +353,12 @@ def integers(keys: np.ndarray, size: int, high: int) -> torch.Tensor:
     """(m, size) int64 uniform on {0, …, high − 1}, one row per key: numpy's
     ``Generator(Philox(key=k)).integers`` (exact, unbiased), rows on up to ``torch.get_num_threads()`` threads. Meant
     for long rows (random positions in model-sized vectors); row i depends only on keys[i]."""
-    k = _u64(keys).reshape(-1)
-    if SECURE.get() is not None:
+    k = _keys(keys)
+    if k.dtype == KEY256:
         if high < 1:
             raise ValidationError(f"integers need high >= 1, got {high}")
         return uniform(k, size).mul_(high).floor_().to(torch.int64).clamp_(max=high - 1)
+    _count("philox", len(k) * size)
     out = torch.empty((len(k), size), dtype=torch.int64)
 
     def row(i: int) -> None:
@@ -300,7 +404,8 @@ def derive_seed(*parts: object) -> int:
 
 class KeySource(Protocol):
     """Where draws get their keys. ``own`` keys are known to one agent (vectorised over agents, optionally qualified
-    by extra integers such as a neighbour); ``shared`` keys to exactly ``holders``. ``public`` keys to everyone."""
+    by extra integers such as a neighbour); ``shared`` keys to exactly ``holders``. ``public`` keys to everyone
+    (integers: they seed a ``torch.Generator``). A source of 256-bit keys says so with ``key_dtype = KEY256``."""
 
     name: str
 
@@ -358,6 +463,12 @@ class RootKeys:
 
 #: the key a slice uses in place of an agent's it does not hold (its draws fill rows that are never used or sent)
 NOT_HELD = hash_key("privdl", "not held")
+_NOT_HELD_WIDE = np.void(hashlib.sha256(b"privdl/v2/not held").digest())
+
+
+def not_held(dtype: np.dtype) -> np.uint64 | np.void:
+    """:data:`NOT_HELD` as a key of ``dtype`` (a public placeholder: its draws fill rows nobody uses)."""
+    return _NOT_HELD_WIDE if np.dtype(dtype) == KEY256 else np.uint64(NOT_HELD)
 
 
 class HeldKeys:
@@ -369,14 +480,15 @@ class HeldKeys:
 
     def __init__(self, source: KeySource, held: np.ndarray, *, record: bool = False) -> None:
         self.source, self.held = source, np.asarray(held, dtype=bool)
+        self.key_dtype = key_dtype(source)
         self.name = f"{source.name} (held: {int(self.held.sum())} of {len(self.held)})"
         self.asked: set | None = set() if record else None
 
     def own(self, purpose: str, agents: np.ndarray, *qualifiers: np.ndarray) -> np.ndarray:
         agents = np.asarray(agents, dtype=np.int64)
         mine = self.held[agents % len(self.held)]
-        out = np.full(np.broadcast_shapes(agents.shape, *(np.shape(q) for q in qualifiers)), NOT_HELD,
-                      dtype=np.uint64)
+        out = np.full(np.broadcast_shapes(agents.shape, *(np.shape(q) for q in qualifiers)),
+                      not_held(self.key_dtype), dtype=self.key_dtype)
         if mine.any():
             quals = [np.broadcast_to(np.asarray(q), out.shape)[mine] for q in qualifiers]
             out[mine] = self.source.own(purpose, np.broadcast_to(agents, out.shape)[mine], *quals)
@@ -387,7 +499,7 @@ class HeldKeys:
     def shared(self, purpose: str, holders: Sequence[int]) -> int:
         members = sorted({int(h) for h in holders})
         if not any(self.held[h % len(self.held)] for h in members):
-            return int(NOT_HELD)
+            return not_held(self.key_dtype) if self.key_dtype == KEY256 else int(NOT_HELD)
         if self.asked is not None:
             self.asked.add(tuple(members))
         return self.source.shared(purpose, members)
@@ -564,5 +676,6 @@ class Draws:
                                 dtype=dtype)
 
 
-__all__ = ["GOLDEN", "Draws", "HeldKeys", "KeySource", "Keys", "NOT_HELD", "RootKeys", "SECURE", "bits", "derive_seed",
-           "fold", "hash_key", "integers", "mix64", "normal", "secure_draws", "stream", "uniform"]
+__all__ = ["DRAWN", "GOLDEN", "KEY256", "Draws", "HeldKeys", "KeySource", "Keys", "NOT_HELD", "RootKeys", "as_keys", "bits",
+           "derive_seed", "drawn", "fold", "hash_key", "integers", "is_wide", "key256", "key_dtype", "mix64", "normal",
+           "not_held", "stream", "uniform"]

@@ -5,7 +5,7 @@ commands on it."""
 
 from __future__ import annotations
 
-from privdl.cli import experiments, privacy  # noqa: F401  (register the commands)
+from privdl.cli import experiments, keys, privacy  # noqa: F401  (register the commands)
 from privdl.cli.common import _progress_log, _warning_line, app
 
 

@@ -45,20 +45,12 @@ def run(
             from privdl.runtime.launch import processes_for
 
             k = procs or runtime.get("procs") or processes_for(cfg) or 2
-            launch(config, procs=k, out=out, overrides=[*set_, f"runtime.procs={k}"], resume=resume,
-                   progress=not quiet)
-            console.print(f"{k} processes ran the experiment → {Path(out) / 'results.csv'}")
-            if _print_final(Path(out)) and not no_plot:
-                files = plot_experiment(Path(out))
-                console.print(f"{len(files)} plots in {Path(out) / 'plots'}")
-            return
-        summary = run_experiment(cfg, out, progress=False if quiet else _progress_mode(), jobs=jobs,
-                                 resume=resume)
-        console.print(f"{summary.runs} runs ({summary.executed} executed, {summary.skipped} already done"
-                      + (f", {summary.others} by another process sharing the folder" if summary.others else "")
-                      + (f", {summary.busy} being run by another process: run the command again when it has "
-                         "finished to collect them" if summary.busy else "")
-                      + f") in {summary.seconds:.1f} s → {summary.results}")
+            summary = launch(config, procs=k, out=out, overrides=[*set_, f"runtime.procs={k}"], resume=resume,
+                             progress=not quiet)
+        else:
+            summary = run_experiment(cfg, out, progress=False if quiet else _progress_mode(), jobs=jobs,
+                                     resume=resume)
+        console.print(summary.line())
         if summary.nonfinite:
             first, metrics = next(iter(summary.nonfinite.items()))
             err.print(f"[bold yellow]warning:[/] {len(summary.nonfinite)} run(s) ended with nan or inf metrics "

@@ -66,7 +66,7 @@ TOP_LEVEL: dict[str, tuple[type | tuple[type, ...], Any]] = {
 }
 DEVICE = re.compile(r"cpu|auto|cuda(:\d+)?")
 #: keys whose values are paths (resolved against base_dir when relative)
-PATH_KEYS = ("file", "data_dir")
+PATH_KEYS = ("file", "data_dir", "roster", "identity_dir")
 NETWORK_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "topology": (str, "erdos_renyi"),
     "n": (int, 10),
@@ -98,9 +98,13 @@ RUNTIME_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "keys": (str, "root"),
     "agents_per_process": (int, None),
     "transport": (str, "gloo"),
+    "identity": (str, "none"),
+    "roster": (str, None),
+    "identity_dir": (str, None),
 }
 RUNTIME_BACKENDS = ("simulator", "sliced", "dist")
 RUNTIME_KEYS = ("root", "agreed")
+RUNTIME_IDENTITIES = ("none", "ed25519")
 RUNTIME_TRANSPORTS = ("gloo", "nccl")
 SECTIONS = {"task": TASKS, "algorithm": ALGORITHMS, "mechanism": MECHANISMS, "schedule": SCHEDULES}
 # builder parameters filled in by the runner, never by the user
@@ -454,6 +458,19 @@ def _runtime(table: Any) -> dict:
     if out.get("keys", "root") not in RUNTIME_KEYS:
         raise ConfigError(f"runtime.keys must be one of {', '.join(RUNTIME_KEYS)} (root: from the run's seed, "
                           f"reproducible; agreed: X25519 key agreement between the agents), got {out['keys']!r}")
+    if out.get("identity", "none") not in RUNTIME_IDENTITIES:
+        raise ConfigError(f"runtime.identity must be one of {', '.join(RUNTIME_IDENTITIES)} (ed25519: every agent's "
+                          f"key exchange signed with its identity from runtime.roster), got {out['identity']!r}")
+    if out.get("identity", "none") == "ed25519":
+        if out.get("keys", "root") != "agreed":
+            raise ConfigError("runtime.identity = \"ed25519\" authenticates the key agreement: set runtime.keys = "
+                              "\"agreed\" (root keys are derived from the public seed, nothing to authenticate)")
+        for key in ("roster", "identity_dir"):
+            if not out.get(key):
+                raise ConfigError(f"runtime.identity = \"ed25519\" needs runtime.{key} (privdl keys generate "
+                                  "--agents N --out DIR writes DIR/roster.json and DIR/identities)")
+    elif "roster" in out or "identity_dir" in out:
+        raise ConfigError("runtime.roster / runtime.identity_dir are read only with runtime.identity = \"ed25519\"")
     if out.get("transport", "gloo") not in RUNTIME_TRANSPORTS:
         raise ConfigError(f"runtime.transport must be one of {', '.join(RUNTIME_TRANSPORTS)}, got "
                           f"{out['transport']!r}")

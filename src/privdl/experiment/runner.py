@@ -34,9 +34,10 @@ from privdl.experiment.config import RunSpec, expand
 from privdl.experiment.progress import Lines, Tally, format_duration, run_cost  # noqa: F401 (re-exported)
 from privdl.experiment.store import ResultStore
 from privdl.mechanisms.stack import may_stack, need_signature
-from privdl.keys import Keys, RootKeys, secure_draws
+from privdl.keys import Keys, RootKeys
 from privdl.placement import partition
-from privdl.runtime.agreement import THREAT_MODEL, agree_alone
+from privdl.keys import drawn
+from privdl.runtime.agreement import agree_alone, config_options, keys_facts
 from privdl.privacy.ledger import statement
 from privdl.simulator import Replica, simulate, simulate_replicas, stackable
 from privdl.simulator.checkpoint import Checkpoints
@@ -66,6 +67,14 @@ class ExperimentSummary:
     nonfinite: dict[str, list[str]] = field(default_factory=dict)
     #: runs other processes sharing the directory finished while this one ran (it waited for those they held)
     others: int = 0
+
+    def line(self) -> str:
+        """The line ``privdl run`` ends with (the simulator's runner and the distributed runtime alike)."""
+        return (f"{self.runs} runs ({self.executed} executed, {self.skipped} already done"
+                + (f", {self.others} by another process sharing the folder" if self.others else "")
+                + (f", {self.busy} being run by another process: run the command again when it has finished to "
+                   "collect them" if self.busy else "")
+                + f") in {self.seconds:.1f} s → {self.results}")
 
 
 def nonfinite_metrics(rows: Iterable[tuple[int, str, float]]) -> list[str]:
@@ -100,14 +109,15 @@ def _versions() -> dict[str, str]:
     return out
 
 
-#: the manifest's statement of agreed keys (runtime.keys = "agreed")
-KEYS_AGREED = ("agreed: X25519 between the agents that share a draw, HKDF-SHA256 per (purpose, holders), group "
-               "secrets wrapped with ChaCha20-Poly1305; own draws from a per-agent 256-bit secret; the initial model "
-               "from the root seed (public). Threat model: " + THREAT_MODEL)
+#: the manifest's statement of agreed keys (runtime.keys = "agreed"); the threat model is in its ``keys`` section
+KEYS_AGREED = ("agreed: X25519 between the agents that share a draw (bound to both public keys and the run), "
+               "256-bit HKDF-SHA256 keys per (purpose, holders), requester and counter folded one way (BLAKE2b-256), "
+               "ChaCha20 keystreams; group secrets wrapped with ChaCha20-Poly1305; own draws from a per-agent 256-bit "
+               "secret; the initial model from the root seed (public). Threat model: see keys.threat_model")
 
 
 def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[int, str, float]],
-             accesses: torch.Tensor | None, batch: dict | None = None) -> dict:
+             accesses: torch.Tensor | None, batch: dict | None = None, keys: dict | None = None) -> dict:
     cfg = spec.config
     last = max((r[0] for r in rows), default=0)
     final = {m: v for t, m, v in rows if t == last}
@@ -134,6 +144,7 @@ def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[i
         "mechanism": c.mechanism.describe(),
         **({"algorithm": {"name": c.algorithm.name, **c.algorithm.facts}} if c.algorithm.facts else {}),
         "privacy_ledger": [{**ledger.to_dict(), "keys": "agreed" if agreed else "root"}],
+        **({"keys": keys} if keys is not None else {}),
         "trained": cfg.get("train", True),
         "batch": batch or {"replicas": 1},
         "seconds": seconds,
@@ -216,17 +227,25 @@ def run_checkpoints(specs: Sequence[RunSpec], n: int, folders: Sequence[Path] | 
 
 def run_one(spec: RunSpec, on_step: Callable[[int], None] | None = None, *,
             components: Components | None = None, checkpoints: Path | None = None,
-            resume: bool = False) -> tuple[list[tuple[int, str, float]], dict]:
+            resume: bool = False, secrets: Path | None = None) -> tuple[list[tuple[int, str, float]], dict]:
     """One run, alone: its rows (iteration, metric, value) and its manifest. ``checkpoints``: the run's checkpoint
-    folder (written every ``runtime.checkpoint_every`` rounds); ``resume`` continues from the last one there."""
+    folder (written every ``runtime.checkpoint_every`` rounds); ``resume`` continues from the last one there.
+    ``secrets``: the folder of an agreed-key run's agent secrets (:mod:`privdl.runtime.keystore`: a run started again
+    replays what it released)."""
     c = components or build(spec.config)
     with intra_op_threads(spec.config, c.task, c.network.n, c.mechanism.need):
         ck = run_checkpoints([spec], c.network.n, None if checkpoints is None else [checkpoints], resume)
-        return _run_one(spec, c, on_step, ck, resume)
+        return _run_one(spec, c, on_step, ck, resume, secrets)
+
+
+def secrets_folder(run_dir: Path) -> Path:
+    """Where an agreed-key run keeps its agents' secrets until its results are saved."""
+    return run_dir / "keys"
 
 
 def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None,
-             ck: Checkpoints | None = None, resume: bool = False) -> tuple[list[tuple[int, str, float]], dict]:
+             ck: Checkpoints | None = None, resume: bool = False,
+             secrets: Path | None = None) -> tuple[list[tuple[int, str, float]], dict]:
     cfg = spec.config
     if not cfg.get("train", True):
         start = time.perf_counter()
@@ -241,35 +260,46 @@ def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None
                               "(which launches runtime.procs processes) or torchrun ... -m privdl.runtime CONFIG")
     resumed = ck.latest() if (ck is not None and resume) else None
     agreed = runtime.get("keys", "root") == "agreed"
+    before = drawn()
+    restored = False
     if runtime.get("backend", "simulator") == "sliced":
         placements = partition(c.network.n, slices=runtime.get("slices"), assignment=runtime.get("assignment"))
         if cfg.get("device", "cpu") != "cpu":
             raise ValidationError("runtime.backend = \"sliced\" runs on the CPU; remove device or set it to \"cpu\"")
+        options = config_options(cfg, c.network.n, range(c.network.n)) if agreed else {}
         result = simulate_sliced(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
                                  schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
                                  placements=placements, eval_every=cfg["eval_every"], gradient=cfg["gradient"],
                                  on_step=on_step, observers=observers(cfg, c, c.network.n), checkpoints=ck,
                                  resume=resume, timeout=float(runtime.get("timeout", 120.0)), agreed=agreed,
-                                 context=spec.run_id)
+                                 context=spec.run_id, store=secrets, **options)
         placement = {"backend": "sliced", "slices": [list(p.agents) for p in placements],
                       "payload_bytes": result.extra["payload_bytes"],
                       "control_messages": result.extra["control_messages"]}
         if agreed:
             placement.update(setup_bytes=result.extra["setup_bytes"],
                              setup_seconds=result.extra["setup_seconds"])
+            restored = result.extra["restored"]
     else:
-        keys = None if not agreed else Keys(agree_alone(network=c.network, mechanism=c.mechanism,
-                                                        public=RootKeys(int(cfg["seed"])), context=spec.run_id),
-                                            c.network.n)
-        with secure_draws(keys.sources[0].salt if agreed else None):  # agreed keys: draws that do not give their keys away
-            result = simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
-                              schedule=c.schedule, iterations=cfg["iterations"], seed=None if agreed else cfg["seed"],
-                              keys=keys,
-                              eval_every=cfg["eval_every"], gradient=cfg["gradient"], sparse=c.sparse, on_step=on_step,
-                              device=cfg.get("device", "cpu"), observers=observers(cfg, c, c.network.n),
-                              checkpoints=ck, resume=resume)
-        placement = None
-    records, out = finished_run(spec, c, result.records, seconds=result.seconds, accesses=result.accesses)
+        keys = None
+        if agreed:
+            began = time.perf_counter()
+            source = agree_alone(network=c.network, mechanism=c.mechanism, public=RootKeys(int(cfg["seed"])),
+                                 context=spec.run_id, store=secrets, **config_options(cfg, c.network.n,
+                                                                                     range(c.network.n)))
+            keys, restored, setup = Keys(source, c.network.n), source.restored, time.perf_counter() - began
+        result = simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
+                          schedule=c.schedule, iterations=cfg["iterations"], seed=None if agreed else cfg["seed"],
+                          keys=keys,
+                          eval_every=cfg["eval_every"], gradient=cfg["gradient"], sparse=c.sparse, on_step=on_step,
+                          device=cfg.get("device", "cpu"), observers=observers(cfg, c, c.network.n),
+                          checkpoints=ck, resume=resume)
+        placement = {"backend": "simulator", "setup_seconds": setup} if agreed else None
+    after = drawn()
+    records, out = finished_run(spec, c, result.records, seconds=result.seconds, accesses=result.accesses,
+                                keys=keys_facts(cfg, restored=restored,
+                                                draws={k: after[k] - before[k] for k in after},
+                                                gathered="the simulator's process"))
     out["bytes_per_tag"] = result.extra.get("bytes", {})
     if placement is not None:
         out["placement"] = placement
@@ -293,7 +323,10 @@ def _run_batch(specs: Sequence[RunSpec], parts: Sequence[Components], on_step: C
                ck: Checkpoints | None = None,
                resume: bool = False) -> list[tuple[list[tuple[int, str, float]], dict]]:
     cfg = specs[0].config
+    if any(s.config.get("runtime", {}).get("keys", "root") == "agreed" for s in specs):
+        raise ValidationError("runs with agreed keys are not stacked: each agrees its own keys (run_one)")
     resumed = ck.latest() if (ck is not None and resume) else None
+    before = drawn()
     res = simulate_replicas(task=parts[0].task, algorithm=parts[0].algorithm,
                             replicas=[Replica(c.network, c.mechanism, c.schedule, s.config["seed"])
                                       for s, c in zip(specs, parts)],
@@ -301,11 +334,13 @@ def _run_batch(specs: Sequence[RunSpec], parts: Sequence[Components], on_step: C
                             on_step=on_step, device=cfg.get("device", "cpu"),
                             observers=observers(cfg, parts[0], len(specs) * parts[0].network.n), checkpoints=ck,
                             resume=resume)
+    after = drawn()
+    draws = {k: after[k] - before[k] for k in after}  # the batch's, all replicas together
     out = []
     for r, (spec, c) in enumerate(zip(specs, parts)):
         batch = {"replicas": len(specs), "position": r, "seconds": res.seconds}
         records, man = finished_run(spec, c, res.records[r], seconds=res.seconds, accesses=res.accesses[r],
-                                    batch=batch)
+                                    batch=batch, keys=keys_facts(spec.config, restored=False, draws=draws))
         man["bytes_per_tag"] = res.bytes[r]
         if ck is not None:
             man["checkpoints"] = {"every": ck.every, "resumed_from_round": resumed}
@@ -463,9 +498,10 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                 if bad:
                     nonfinite[spec.run_id] = man["nonfinite_metrics"] = bad
             store.save_runs([(spec.run_id, rows, man) for spec, rows, man in items])
-            for spec, _, _ in items:  # a saved run needs no checkpoint
+            for spec, _, _ in items:  # a saved run needs no checkpoint, nor its agents' secrets
                 if spec.config.get("runtime", {}).get("checkpoint_every"):
                     shutil.rmtree(store.run_dir(spec.run_id) / "checkpoints", ignore_errors=True)
+                shutil.rmtree(secrets_folder(store.run_dir(spec.run_id)), ignore_errors=True)
             tally.add([spec.run_id for spec, _, _ in items])
             if on_done is not None:
                 for spec, rows, man in items:
@@ -491,7 +527,8 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                 return store.run_dir(spec.run_id) / "checkpoints"
 
             if len(group) == 1:
-                rows, man = run_one(group[0], on_step=tick, checkpoints=folder(group[0]), resume=resume)
+                rows, man = run_one(group[0], on_step=tick, checkpoints=folder(group[0]), resume=resume,
+                                    secrets=secrets_folder(store.run_dir(group[0].run_id)))
                 save(group[0], rows, man)
             else:
                 first = group[0].config
@@ -517,7 +554,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                             for spec, c in zip(specs, comps):
                                 ids[:] = [spec.run_id]
                                 rows, man = run_one(spec, on_step=tick, components=c, checkpoints=folder(spec),
-                                                    resume=resume)
+                                                    resume=resume, secrets=secrets_folder(store.run_dir(spec.run_id)))
                                 save(spec, rows, man)
             bar.update(current, completed=iters, visible=False)
 
@@ -529,13 +566,10 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
             the same run twice); runs another process holds or has finished meanwhile are left to it."""
             mine = []
             for s in group:
-                if not store.lock(s.run_id):
-                    continue
-                if store.is_done(s.run_id):  # another process finished it: it may be counted already
-                    store.unlock(s.run_id)
-                    tally.look(force=True)
-                else:
+                if take_run(store, s.run_id):
                     mine.append(s)
+                elif store.is_done(s.run_id):  # another process finished it: it may be counted already
+                    tally.look(force=True)
             return mine
 
         def execute(planned: list[RunSpec]) -> None:
@@ -565,10 +599,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
             held = [s for s in held if s.run_id not in ran and not store.is_done(s.run_id)]
             if held and not told and others_running is None:  # (its own helpers' runs: the progress counts them)
                 told = True
-                holder = store.holder(held[0].run_id) or "just released"
-                note = (f"{cfg.get('name', 'experiment')}: waiting for {len(held)} run(s) held by other processes "
-                        f"sharing {store.root} (e.g. run {held[0].run_id}: {holder}); a run whose process is gone is "
-                        "taken over and run here")
+                note = waiting_note(cfg, store, [s.run_id for s in held])
                 if callable(progress):
                     progress(note)
                 elif progress:
@@ -586,6 +617,25 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
     others = sum(1 for r in todo if r.run_id not in ran and store.is_done(r.run_id))
     return ExperimentSummary(Path(out), len(unique), len(ran), len(unique) - len(todo), results,
                              time.perf_counter() - start, busy, nonfinite, others)
+
+
+def take_run(store: ResultStore, run_id: str) -> bool:
+    """Take a run for this process (its lock, :meth:`ResultStore.lock`): False while another process holds it or
+    once it is finished (a finished run is never run again). The runner and the distributed runtime's process 0
+    take their runs through it."""
+    if not store.lock(run_id):
+        return False
+    if store.is_done(run_id):  # another process finished it meanwhile
+        store.unlock(run_id)
+        return False
+    return True
+
+
+def waiting_note(cfg: dict, store: ResultStore, held: Sequence[str]) -> str:
+    """What a process says while it waits for runs other processes sharing its folder hold."""
+    holder = store.holder(held[0]) or "just released"
+    return (f"{cfg.get('name', 'experiment')}: waiting for {len(held)} run(s) held by other processes sharing "
+            f"{store.root} (e.g. run {held[0]}: {holder}); a run whose process is gone is taken over and run here")
 
 
 def check_jobs(jobs: object) -> int:

@@ -38,7 +38,7 @@ from privdl.covariance.problem import (
 )
 from privdl.covariance.seeds import SeedComponent, coalition_precisions, seed_groups
 from privdl.errors import ValidationError
-from privdl.keys import Keys, fold, normal
+from privdl.keys import Keys, as_keys, fold, normal
 from privdl.mechanisms.base import (
     MECHANISMS, Access, ClippedSum, GradientMechanism, MechanismEnv, Sensitivity, clip_rows, obfuscation,
 )
@@ -141,8 +141,8 @@ class CorrelatedNoise:
         self.keys, self.scope, self.replica = keys, scope, replica
         rows = np.arange(self.n) + replica * self.n
         self.own_keys = keys.own(scope, rows, rows)
-        self.draw_bases = np.array([keys.shared(f"{scope}:{label}:{j}", members, replica)
-                                    for label, j, members in self.draw_keys], dtype=np.uint64)
+        self.draw_bases = as_keys([keys.shared(f"{scope}:{label}:{j}", members, replica)
+                                   for label, j, members in self.draw_keys])
 
     def rescale(self, variance: float) -> None:
         """Multiply the generated covariance by ``variance`` (σ_mix and every factor by its square root)."""
@@ -198,7 +198,7 @@ class CorrelatedNoise:
         for k in self.agent_terms[i]:
             label, j, members = self.draw_keys[int(self.term_draws[k])]
             key = source.shared(f"{self.scope}:{label}:{j}", members)
-            v = v + coeff[k] * normal(fold(np.array([key], dtype=np.uint64), counter), d, dtype)[0]
+            v = v + coeff[k] * normal(fold(as_keys([key]), counter), d, dtype)[0]
         return v
 
     def network(self, counter: int, d: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:

@@ -27,7 +27,7 @@ import torch
 
 from privdl.comm.base import Comm
 from privdl.errors import ValidationError
-from privdl.keys import Keys, fold, uniform
+from privdl.keys import Keys, as_keys, fold, uniform
 
 SCHEMES = ("independent", "nullspace", "edge")
 
@@ -73,8 +73,8 @@ def _edge_keys(comm: Comm, keys: Keys) -> tuple[np.ndarray, torch.Tensor]:
     e = comm.edges
     src, dst = e.src.cpu().numpy(), e.dst.cpu().numpy()
     n = keys.n
-    out = np.array([keys.shared("pd_lms/edge", (int(s) % n, int(d) % n), int(s) // n)
-                    for s, d in zip(src, dst)], dtype=np.uint64)
+    out = as_keys([keys.shared("pd_lms/edge", (int(s) % n, int(d) % n), int(s) // n)
+                   for s, d in zip(src, dst)])
     sign = torch.where(torch.as_tensor(src % n < dst % n), 1.0, -1.0).to(torch.float64)
     comm._pd_lms_edges = (keys, e, out, sign)  # type: ignore[attr-defined]
     return out, sign

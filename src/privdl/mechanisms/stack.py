@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from privdl.errors import ValidationError
-from privdl.keys import fold, normal
+from privdl.keys import as_keys, fold, normal
 from privdl.mechanisms.base import Access, AccessBudgetExceeded, GradientMechanism, MechanismEnv, NoPrivacy, clip_rows
 from privdl.mechanisms.correlated import CorrelatedGaussian
 from privdl.mechanisms.dp_sgd import DPSGD
@@ -98,8 +98,8 @@ class StackedCorrelated(_Replicas, GradientMechanism):
             if not isinstance(m, CorrelatedGaussian) or not m.noise.draw_keys:
                 continue
             noise = m.noise
-            draw_keys = np.array([env.keys.shared(f"{env.scope}:{label}:{j}", members, r)
-                                  for label, j, members in noise.draw_keys], dtype=np.uint64)
+            draw_keys = as_keys([env.keys.shared(f"{env.scope}:{label}:{j}", members, r)
+                                 for label, j, members in noise.draw_keys])
             if len(noise.parts) == 1 and len(noise.parts[0][1]) == n:  # one seed held by everyone: a dense block
                 dense.append((r, noise.dense_factor(), draw_keys))
                 continue

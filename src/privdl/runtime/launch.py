@@ -3,13 +3,22 @@ privdl.runtime CONFIG`` on several.
 
 On one machine the K worker processes are spawned with ``torch.multiprocessing`` and meet through a TCP store on a
 free loopback port; each joins the gloo process group with the run's timeout and runs
-:func:`privdl.runtime.worker.run_experiment_distributed`. A worker's error stops the launch with that error's
-message (the others stop at their next receive: their peer's connection closes).
+:func:`privdl.runtime.worker.run_experiment_distributed`. The workers die with the launcher (:func:`die_with`: a
+parent-death signal on Linux, a watch of the parent elsewhere). The launcher polls its workers (never a ``join`` in
+order): at the first failure — an error a worker reports, or a worker that ends without one (killed) — it gives the
+others :data:`GRACE` seconds to stop on their own (a dead peer's connection closes at once; a hung peer's receive
+fails at ``runtime.timeout``), then stops the rest (SIGKILL, which also ends a stopped process) and
+raises the first real error — not the transport errors it caused in the others, unless they are all there is (a
+killed or hung process: its peers name it).
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -17,6 +26,10 @@ from privdl.errors import PrivdlError
 
 #: seconds a receive may wait before the run stops with an error naming the silent peer (runtime.timeout)
 DEFAULT_TIMEOUT = 120.0
+#: seconds the other workers get, after the first failure, to stop on their own and say why before they are stopped
+GRACE = 3.0
+#: Linux's prctl option that sends a signal to this process when its parent (the thread that started it) ends
+PR_SET_PDEATHSIG = 1
 
 
 def free_port() -> int:
@@ -25,8 +38,41 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def die_with(parent: int | None) -> str:
+    """Make this process end when its parent ends (killed, crashed): on Linux the kernel sends it SIGKILL
+    (``prctl(PR_SET_PDEATHSIG)``; SIGKILL also ends a stopped process), and a parent that ended before that call —
+    ``os.getppid()`` is no longer ``parent`` — ends it at once; elsewhere a thread checks every second that
+    ``parent`` is still its parent (:func:`privdl.experiment.runner._exit_with`). ``parent`` None: the process's
+    parent now (torchrun's agent). Returns how ("prctl" or "watch")."""
+    parent = os.getppid() if parent is None else parent
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0:
+                if os.getppid() != parent:  # the parent ended before the signal was asked for
+                    os._exit(1)
+                return "prctl"
+        except (OSError, AttributeError):
+            pass
+    from privdl.experiment.runner import _exit_with
+
+    if os.getppid() != parent:
+        os._exit(1)
+    _exit_with(parent)
+    return "watch"
+
+
+#: process 0's summary fields, sent to the launcher. The workers' messages to the launcher — ("error", rank,
+#: message, traceback) or ("summary", rank, fields) — go through a multiprocessing pipe between the launcher and its
+#: own children on this machine; the network carries none of them
+SUMMARY_FIELDS = ("runs", "executed", "skipped", "results", "seconds", "busy", "nonfinite", "others")
+
+
 def _worker(rank: int, world: int, port: int, config: str, overrides: list[str], out: str, resume: bool,
-            threads: int, errors, progress: bool = False) -> None:
+            threads: int, messages, progress: bool = False, parent: int | None = None) -> None:
+    die_with(parent)
     import torch
     import torch.distributed as dist
 
@@ -38,15 +84,114 @@ def _worker(rank: int, world: int, port: int, config: str, overrides: list[str],
         cfg = load_config(config, overrides)
         timeout = float(cfg.get("runtime", {}).get("timeout", DEFAULT_TIMEOUT))
         init_process_group(rank=rank, world=world, init_method=f"tcp://127.0.0.1:{port}", timeout=timeout)
-        try:
-            run_experiment_distributed(cfg, out, rank=rank, world=world, timeout=timeout, resume=resume,
-                                       progress=progress)
-        finally:
-            dist.destroy_process_group()
+        summary = run_experiment_distributed(cfg, out, rank=rank, world=world, timeout=timeout, resume=resume,
+                                             progress=progress)
     except BaseException as exc:  # noqa: BLE001 - reported to the launcher, which names it
-        errors.put((rank, f"{type(exc).__name__}: {exc}",
-                    "" if isinstance(exc, PrivdlError) else traceback.format_exc()))
-        raise SystemExit(1)
+        messages.put(("error", rank, f"{type(exc).__name__}: {exc}",
+                      "" if isinstance(exc, PrivdlError) else traceback.format_exc()))
+        leave(1)
+    dist.destroy_process_group()
+    if summary is not None:
+        messages.put(("summary", rank, {k: (str(v) if k == "results" else v)
+                                        for k, v in vars(summary).items() if k in SUMMARY_FIELDS}))
+
+
+def leave(code: int) -> None:
+    """End a failed worker now: its run's lock is released and its files are whole (both happen as the error
+    propagates), while tearing down a process group with a peer gone or hung can block for the whole timeout (and
+    torchrun acts on a worker's exit, not on its error)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+#: what a worker says when a peer's failure stopped it (not a failure of its own)
+_CAUSED = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Timed out waiting")
+
+
+def _caused(message: str) -> bool:
+    """An error that another process's failure caused in this one: the transport's (naming the peer) or gloo's own
+    (an operation outside the transport found a peer gone: RuntimeError, DistBackendError …)."""
+    return message.startswith("TransportError") or any(c in message for c in _CAUSED)
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _stop(workers: list) -> list[int]:
+    """Stop the workers still running with SIGKILL (which also ends a stopped process; a worker keeps nothing that
+    a kill loses: its run's files are written whole, and a lock of a process that ended is taken over). Returns
+    their ranks."""
+    alive = [r for r, w in enumerate(workers) if w.exitcode is None]
+    for r in alive:
+        workers[r].kill()
+    for r in alive:
+        workers[r].join()
+    return alive
+
+
+def supervise(workers: list, messages, *, grace: float = GRACE) -> tuple[dict | None, list, list[int], float | None]:
+    """Wait for the started ``workers`` without joining them in order: poll their exits and ``messages``; at the
+    first failure give the others ``grace`` seconds, then stop those still running. Returns (process 0's summary
+    fields or None, the errors reported (rank, message, traceback) in arrival order, the ranks stopped, seconds
+    from the first failure to the end or None)."""
+    from multiprocessing.connection import wait
+
+    summary, errors, first = None, [], None
+
+    def drain() -> None:
+        nonlocal summary
+        while not messages.empty():
+            m = messages.get()
+            if m[0] == "summary":
+                summary = m[2]
+            else:
+                errors.append(tuple(m[1:]))
+
+    while True:
+        drain()
+        alive = [w for w in workers if w.exitcode is None]
+        if first is None and (errors or any(w.exitcode for w in workers)):
+            first = time.monotonic()
+        if not alive or (first is not None and time.monotonic() - first > grace):
+            break
+        wait([w.sentinel for w in alive], timeout=0.2)
+    stopped = _stop(workers)
+    drain()
+    return summary, errors, stopped, None if first is None else time.monotonic() - first
+
+
+def failure(procs: int, errors: list, codes: list[int | None], stopped: list[int]) -> PrivdlError:
+    """The error a failed launch raises: the first error of a process's own (not one its stopping caused in the
+    others); else a process that ended without a word (killed) and what its peers said; else the peers' first
+    message (a hung process: they name it); the processes the launcher had to stop are named."""
+    own = [e for e in errors if not _caused(e[1])]
+    caused = [e for e in errors if _caused(e[1])]
+    told = {e[0] for e in errors}
+    silent = [r for r, c in enumerate(codes) if c and r not in told and r not in stopped]
+    killed = [r for r in silent if codes[r] < 0]
+    if own:
+        rank, message, trace = own[0]
+        text = f"process {rank} of {procs} failed: {message}" + (f"\n{trace}" if trace else "")
+    elif killed:
+        r = killed[0]
+        text = (f"process {r} of {procs} was killed ({_signal_name(codes[r])}: from outside, or out of memory)"
+                + (f"; process {caused[0][0]} said: {caused[0][1]}" if caused else ""))
+    elif caused:
+        rank, message, _ = caused[0]
+        text = f"process {rank} of {procs} failed: {message}"
+    elif silent:
+        text = f"process {silent[0]} of {procs} ended with exit code {codes[silent[0]]} without an error"
+    else:
+        text = f"worker processes ended with exit codes {codes}"
+    if stopped:
+        text += (f" (the launcher stopped process{'es' if len(stopped) > 1 else ''} "
+                 f"{', '.join(map(str, stopped))}, still running {GRACE:g} s after the first failure)")
+    return PrivdlError(text)
 
 
 def processes_for(cfg: dict) -> int | None:
@@ -107,36 +252,37 @@ def _check(config: str | Path, overrides: list[str], procs: int) -> None:
 
 
 def launch(config: str | Path, *, procs: int, out: str | Path, overrides: list[str] | None = None,
-           resume: bool = False, progress: bool = False) -> None:
-    """Run the experiment of ``config`` with its agents split over ``procs`` processes on this machine."""
+           resume: bool = False, progress: bool = False):
+    """Run the experiment of ``config`` with its agents split over ``procs`` processes on this machine. Returns the
+    :class:`~privdl.experiment.runner.ExperimentSummary` (the runner's: runs, executed, already done, by another
+    process sharing ``out``); a failure raises :class:`PrivdlError` once every worker has stopped."""
     import torch
     import torch.multiprocessing as mp
 
+    from privdl.experiment.runner import ExperimentSummary
+
     if isinstance(procs, bool) or not isinstance(procs, int) or procs < 1:
         raise PrivdlError(f"--procs must be an integer >= 1, got {procs!r}")
+    started = time.perf_counter()
     _check(config, overrides or [], procs)
     ctx = mp.get_context("spawn")
-    errors = ctx.SimpleQueue()
+    messages = ctx.SimpleQueue()
     threads = max(1, torch.get_num_threads() // procs)
     port = free_port()
     workers = [ctx.Process(target=_worker, args=(r, procs, port, str(config), list(overrides or []), str(out),
-                                                 resume, threads, errors, progress), daemon=False)
+                                                 resume, threads, messages, progress, os.getpid()), daemon=False)
                for r in range(procs)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    failed = []
-    while not errors.empty():
-        failed.append(errors.get())
-    if failed or any(w.exitcode for w in workers):
-        # a process's own error first: the others' transport errors are what its stopping did to them
-        failed.sort(key=lambda e: (e[1].startswith("TransportError"), e[0]))
-        if not failed:
-            codes = [w.exitcode for w in workers]
-            raise PrivdlError(f"worker processes ended with exit codes {codes}")
-        rank, message, trace = failed[0]
-        raise PrivdlError(f"process {rank} of {procs} failed: {message}" + (f"\n{trace}" if trace else ""))
+    try:
+        for w in workers:
+            w.start()
+        summary, errors, stopped, _ = supervise(workers, messages)
+    finally:  # an interrupted launcher (Ctrl-C, an error here) leaves no worker behind
+        _stop([w for w in workers if w.pid is not None])
+    codes = [w.exitcode for w in workers]
+    if errors or any(codes) or summary is None:
+        raise failure(procs, errors, codes, stopped)
+    fields = dict(summary, results=Path(summary["results"]), seconds=time.perf_counter() - started)
+    return ExperimentSummary(out=Path(out), **fields)
 
 
-__all__ = ["DEFAULT_TIMEOUT", "check_transport", "free_port", "launch"]
+__all__ = ["DEFAULT_TIMEOUT", "GRACE", "check_transport", "die_with", "free_port", "launch", "supervise"]

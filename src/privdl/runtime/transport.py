@@ -11,7 +11,10 @@ above it) runs unchanged (../shared/RUNTIME.md, facts 1–6):
   (``flush``): no request outlives a call; receives are posted in the mirrored order;
 * ``agree_max`` is one ``all_reduce(MAX)`` of one integer (the padded lot length: control data, never a model);
 * a receive that fails — the peer died ("Connection closed") or did not answer within the process group's timeout —
-  is an error naming the peer's agents, the round, the tag and the message.
+  is an error naming the peer's agents, the round, the tag and the message;
+* process 0's decisions (which run comes next, the round to resume from) reach the others as int64 broadcasts of a
+  length both ends know (:func:`broadcast_ints`): nothing that crosses the network is ever unpickled (no
+  ``*_object`` collective anywhere: ``tests/test_processes.py`` scans for them and runs workers where they raise).
 """
 
 from __future__ import annotations
@@ -166,4 +169,27 @@ class DistTransport:
         return int(t)
 
 
-__all__ = ["DistTransport", "HEADER", "encode"]
+def broadcast_ints(values: list[int] | None, length: int, *, src: int = 0, what: str = "a control message"
+                   ) -> list[int]:
+    """Process ``src``'s ``length`` integers, on every process: one int64 tensor broadcast (control data: decisions
+    such as which run comes next or the round to resume from). Never an object collective — those pickle what
+    they receive (``broadcast_object_list`` unpickles process 0's bytes: code execution for anyone who can pose as
+    process 0) —, and never of a length the receiver does not know: the receiver's buffer is ``length`` integers."""
+    rank = dist.get_rank()
+    t = torch.full((length,), -1, dtype=torch.int64)
+    if rank == src:
+        if values is None or len(values) != length:
+            raise ValueError(f"broadcast_ints: {length} integers expected, got {values!r}")
+        t[:] = torch.tensor([int(v) for v in values], dtype=torch.int64)
+    try:
+        dist.broadcast(t, src=src)
+    except RuntimeError as exc:
+        text = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        why = ("a process died" if "closed" in text.lower() or "reset" in text.lower() else
+               "a process did not answer within the timeout" if "timed out" in text.lower() or
+               "timeout" in text.lower() else "a process failed")
+        raise TransportError(f"process {rank}: {what} from process {src} was not received: {why} ({text})") from None
+    return t.tolist()
+
+
+__all__ = ["DistTransport", "HEADER", "broadcast_ints", "encode"]

@@ -19,18 +19,20 @@ import torch
 import torch.distributed as dist
 
 from privdl.errors import PrivdlError, ValidationError
-from privdl.keys import HeldKeys, Keys, RootKeys, secure_draws
+from privdl.keys import HeldKeys, Keys, RootKeys, drawn
 from privdl.placement import Placement, partition
-from privdl.runtime.agreement import agree, shared_groups
+from privdl.runtime.agreement import agree, config_options, keys_facts, shared_groups
 from privdl.comm.sliced import Wire
-from privdl.runtime.transport import _CODE as CODES, DTYPES, HEADER, DistTransport
+from privdl.runtime.transport import _CODE as CODES, DTYPES, HEADER, DistTransport, broadcast_ints
 from privdl.simulator.checkpoint import Checkpoints, RunState
 from privdl.simulator.engine import Recorder, recorded_rounds, stateful
 from privdl.simulator.sliced import HeldTask, NetworkBytes, owners_of, run_slice
 
 #: tags of the coordinator's messages (never algorithm payloads)
 RECORD, FINAL, ACCESSES, SAVED = "privdl/record", "privdl/final", "privdl/accesses", "privdl/saved"
-BYTES, WIRE = "privdl/bytes", "privdl/wire"
+BYTES, WIRE, DRAWS = "privdl/bytes", "privdl/wire", "privdl/draws"
+#: the generators whose numbers a run counts (privdl.keys.DRAWN), in the order process 0 receives them
+GENERATORS = ("chacha20", "splitmix64", "philox")
 
 
 def placements_for(cfg: dict, n: int, world: int) -> list[Placement]:
@@ -158,8 +160,9 @@ class _Coordinator:
 
 
 def run_one_distributed(spec, components, *, rank: int, world: int, timeout: float, checkpoints=None,
-                        resume: bool = False, on_step=None):
-    """One run as this process's slice; process 0 returns (records, final models, accesses, seconds, extra)."""
+                        resume: bool = False, on_step=None, secrets: Path | None = None):
+    """One run as this process's slice; process 0 returns (records, final models, accesses, seconds, extra).
+    ``secrets``: the folder of an agreed-key run's agent secrets (each process writes and reads its agents')."""
     from privdl.experiment.runner import observers
 
     c, cfg = components, spec.config
@@ -184,9 +187,9 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
 
     last = None
     if checkpoints is not None and resume:
-        box = [checkpoints.latest() if rank == 0 else None]
-        dist.broadcast_object_list(box, src=0)  # control: the round every agent has, decided once
-        last = box[0]
+        latest = checkpoints.latest() if rank == 0 else None
+        got = broadcast_ints([-1 if latest is None else latest], 1, what="the round to resume from")
+        last = None if got[0] < 0 else got[0]  # control: the round every agent has, decided once (an int64 tensor)
         if last is not None and rank == 0:
             st = checkpoints.load_run(last, RunState(last, None, 0, torch.zeros(0)))
             recorder.load(st.records, st.sums, st.counts)
@@ -195,20 +198,22 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     coordinator = _Coordinator(transport, placements, complete, checkpoints, recorder, network_bytes, watchers)
     root = RootKeys(int(cfg["seed"]))
     agreed = cfg.get("runtime", {}).get("keys", "root") == "agreed"
+    before = drawn()
     began = time.perf_counter()
     source = root if not agreed else agree(part=rank, placement=p, owner=owner, network=c.network,
                                            groups=shared_groups(c.mechanism, n), transport=transport, public=root,
-                                           context=spec.run_id)
+                                           context=spec.run_id, store=secrets, **config_options(cfg, n, p.agents))
     setup = time.perf_counter() - began
     keys = Keys(HeldKeys(source, p.held), n)
     start = time.perf_counter()
-    with secure_draws(source.salt if agreed else None):  # agreed keys: draws that do not give their keys away
-        final, accesses, _, meter = run_slice(
-            part=rank, placement=p, owner=owner, network=c.network, task=HeldTask(c.task, p), keys=keys,
-            mechanism=c.mechanism, algorithm=c.algorithm, schedule=c.schedule, iterations=cfg["iterations"], x0=None,
-            gradient=cfg["gradient"], marks=marks, transport=transport, wire=wire, record=coordinator.record,
-            on_step=on_step if rank == 0 else None, checkpoints=checkpoints, resume=resume, last=last,
-            saved=coordinator.saved)
+    final, accesses, _, meter = run_slice(
+        part=rank, placement=p, owner=owner, network=c.network, task=HeldTask(c.task, p), keys=keys,
+        mechanism=c.mechanism, algorithm=c.algorithm, schedule=c.schedule, iterations=cfg["iterations"], x0=None,
+        gradient=cfg["gradient"], marks=marks, transport=transport, wire=wire, record=coordinator.record,
+        on_step=on_step if rank == 0 else None, checkpoints=checkpoints, resume=resume, last=last,
+        saved=coordinator.saved)
+    after = drawn()
+    draws = coordinator._counts(DRAWS, cfg["iterations"], [[after[k] - before[k] for k in GENERATORS]])
     models = coordinator._gather(FINAL, cfg["iterations"], final)
     counts = coordinator._gather(ACCESSES, cfg["iterations"], accesses.reshape(-1, 1))
     seconds = time.perf_counter() - start
@@ -226,88 +231,186 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
              **({"setup_bytes": int(sent[1].sum()), "setup_seconds": setup} if agreed else {}),
              "control_messages": transport.control_messages, "control_bytes": int(control),
              "resumed_from_round": last,
-             "bytes": per_tag}
+             "bytes": per_tag,
+             "keys": keys_facts(cfg, restored=bool(getattr(source, "restored", False)), gathered="process 0",
+                                draws={k: sum(int(part[0][j]) for part in draws) for j, k in enumerate(GENERATORS)})}
     return recorder.records[0], models.cpu(), counts.reshape(-1), seconds, extra
 
 
+def _attempt_store(world: int, timeout: float):
+    """The rendezvous store of this torchrun attempt: torchrun's agent hosts one TCP store for the whole job
+    (``TORCHELASTIC_USE_AGENT_STORE=True``, the default since torch 2.5) and torch's ``env://`` joins it without a
+    prefix, so a restarted worker reads the previous attempt's keys — the dead workers' addresses and barrier
+    counts — and cannot connect (pytorch/pytorch#135712). Here every attempt has its own keys,
+    ``privdl/attempt-<TORCHELASTIC_RESTART_COUNT>/``: the restart count is the same on every worker of one agent
+    (``--standalone``, or one torchrun per host with static ranks, where a failure fails every host)."""
+    import os
+
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False,
+                           timeout=datetime.timedelta(seconds=timeout))
+    return dist.PrefixStore(f"privdl/attempt-{attempt}/", client)
+
+
 def init_process_group(*, rank: int, world: int, init_method: str | None, timeout: float) -> None:
+    """Join the gloo process group with the run's timeout; a rendezvous that fails is a :class:`PrivdlError` with
+    what to check. Under torchrun's shared store (its default), each restart attempt rendezvouses under its own
+    prefix (:func:`_attempt_store`), so ``--max-restarts`` works without ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``."""
+    import os
+
     kw = {"init_method": init_method} if init_method else {}
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+    shared = (init_method in (None, "env://") and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True")
     try:
+        if shared:
+            kw = {"store": _attempt_store(world, timeout)}
         dist.init_process_group("gloo", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout), **kw)
     except (RuntimeError, ValueError) as exc:
-        import os
-
-        restarted = (int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
-                     and os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1")
         raise PrivdlError(f"process {rank} of {world} could not join the others ({str(exc).splitlines()[0][:200]}): "
                           "check MASTER_ADDR / MASTER_PORT (reachable, the port free on the master), and on several "
                           "hosts GLOO_SOCKET_IFNAME (one interface name, e.g. eth0)" +
-                          ("; restarted by torchrun: start torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (with "
-                           "the store it shares by default, restarted workers can read a previous attempt's "
-                           "addresses: pytorch/pytorch#135712)" if restarted else "")) from None
+                          ("; restarted by torchrun (attempt "
+                           f"{os.environ.get('TORCHELASTIC_RESTART_COUNT')}): if the hosts' torchrun agents count "
+                           "restarts differently (c10d rendezvous over several hosts), start torchrun with "
+                           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (each attempt then rendezvouses on a store of its "
+                           "own: pytorch/pytorch#135712)" if restarted and shared else "")) from None
 
 
 __all__ = ["placements_for", "run_one_distributed", "init_process_group"]
 
 
+#: process 0's orders to the others, one int64 pair (order, index of the run in the distinct runs) each
+END, RUN, WAIT = 0, 1, 2
+
+
+def _orders(cfg: dict, store, unique: list, todo: list[int], *, timeout: float, say):
+    """Process 0's orders, one at a time: run ``unique[i]`` (this launch holds its lock), wait (runs other processes
+    sharing ``--out`` hold: ask again), or end. The runner's per-run locks (:func:`privdl.experiment.runner.take_run`),
+    so two launches on one folder never run a run twice; a run whose holder is gone is taken over and run here.
+    Each order comes with the runs taken so far."""
+    from privdl.experiment.runner import WAIT_POLL, take_run, waiting_note
+
+    ran: list[int] = []
+    for i in todo:
+        if take_run(store, unique[i].run_id):
+            ran.append(i)
+            yield RUN, i, ran
+    told = False
+    while True:
+        held = [i for i in todo if i not in ran and not store.is_done(unique[i].run_id)]
+        for i in held:
+            if take_run(store, unique[i].run_id):
+                ran.append(i)
+                yield RUN, i, ran
+        held = [i for i in held if i not in ran and not store.is_done(unique[i].run_id)]
+        if not held:
+            break
+        if not told:
+            told = True
+            say(waiting_note(cfg, store, [unique[i].run_id for i in held]))
+        time.sleep(min(WAIT_POLL, timeout / 4))  # the others wait in a broadcast: answer them well within the timeout
+        yield WAIT, -1, ran
+    yield END, -1, ran
+
+
 def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: int, timeout: float,
-                               resume: bool = False, progress: bool = False) -> list[str]:
+                               resume: bool = False, progress: bool = False):
     """Every run of ``cfg`` not finished in ``out``, each split over the ``world`` processes (this one: ``rank``);
-    process 0 writes the results (and, with ``progress``, a line per finished run on stderr). Returns the run ids
-    executed."""
+    process 0 takes each run's lock in ``out`` as the simulator's runner does (a second launch on the same folder
+    runs what is left, waits for what the first holds, never repeats a run), writes the results and, with
+    ``progress``, a line per finished run on stderr. Process 0 returns the
+    :class:`~privdl.experiment.runner.ExperimentSummary` (the others: None). Every decision reaches the other
+    processes as integers (:func:`~privdl.runtime.transport.broadcast_ints`): nothing received is unpickled."""
     import sys
     import shutil
 
     from privdl.experiment.build import build
     from privdl.experiment.config import expand
-    from privdl.experiment.runner import distinct_runs, checkpoint_identity, finished_run, intra_op_threads
+    from privdl.experiment.runner import (ExperimentSummary, check_inputs_unchanged, checkpoint_identity,
+                                         distinct_runs, finished_run, intra_op_threads, nonfinite_metrics,
+                                         secrets_folder)
+    from privdl.runtime.keystore import forget
     from privdl.experiment.store import ResultStore
 
+    started = time.perf_counter()
     runs, axes = expand(cfg)
     store = ResultStore(out)
+    unique = distinct_runs(runs, None)  # the same list, in the same order, on every process
+    orders = None
     if rank == 0:
         store.claim(cfg)
         store.check_writable()
-    unique = distinct_runs(runs, None)
-    box = [[r.run_id for r in unique if not store.is_done(r.run_id)] if rank == 0 else None]
-    dist.broadcast_object_list(box, src=0)  # control: process 0 decides which runs are left
-    todo = [r for r in unique if r.run_id in set(box[0])]
-    if progress and rank == 0:
-        print(f"{cfg.get('name', 'experiment')}: {len(todo)} of {len(unique)} runs to do on {world} processes",
-              file=sys.stderr, flush=True)
-    for done, spec in enumerate(todo, 1):
+        todo = [i for i, r in enumerate(unique) if not store.is_done(r.run_id)]
+        check_inputs_unchanged(store, (r for i, r in enumerate(unique) if i not in todo))
+        if progress:
+            print(f"{cfg.get('name', 'experiment')}: {len(todo)} of {len(unique)} runs to do on {world} processes",
+                  file=sys.stderr, flush=True)
+        orders = _orders(cfg, store, unique, todo, timeout=timeout,
+                         say=lambda note: print(note, file=sys.stderr, flush=True) if progress else None)
+    ran: list[int] = []
+    nonfinite: dict[str, list[str]] = {}
+    saved: tuple | None = None  # (secrets folder, this process's agents) of the run process 0 saved last
+    while True:
+        order = next(orders) if rank == 0 else None
+        if order is not None:
+            ran = order[2]
+        kind, i = broadcast_ints(None if order is None else list(order[:2]), 2, what="the next run")
+        if saved is not None:  # process 0 saved that run before this order: this process's secrets of it go
+            forget(*saved)
+            saved = None
+        if kind == END:
+            break
+        if kind == WAIT:
+            continue
+        if kind != RUN or not 0 <= i < len(unique):
+            raise PrivdlError(f"process {rank}: process 0 sent an unknown order ({kind}, {i})")
+        spec = unique[i]
         began = time.perf_counter()
-        c = build(spec.config)
-        every = spec.config.get("runtime", {}).get("checkpoint_every")
-        ck = None
-        if every:  # every process writes its agents' files into the run's folder (a folder all of them see)
-            ck = Checkpoints([store.run_dir(spec.run_id) / "checkpoints"], [checkpoint_identity(spec)],
-                             n=c.network.n, every=int(every))
-            if rank == 0 and not resume:
-                ck.clear()
-        dist.barrier()  # process 0 removed stale checkpoints (without --resume) before anyone writes
-        with intra_op_threads(spec.config, c.task, c.network.n, c.mechanism.need):  # the runner's thread rule
-            got = run_one_distributed(spec, c, rank=rank, world=world, timeout=timeout, checkpoints=ck,
-                                      resume=resume)
-        if rank == 0:
-            rows, final, accesses, seconds, extra = got
-            rows, man = finished_run(spec, c, rows, seconds=seconds, accesses=accesses)
-            resumed = extra.pop("resumed_from_round")
-            man["bytes_per_tag"] = extra.pop("bytes")
-            man["placement"] = extra
-            if ck is not None:
-                man["checkpoints"] = {"every": ck.every, "resumed_from_round": resumed}
-            store.save_run(spec.run_id, rows, man)
-            if ck is not None:
-                shutil.rmtree(store.run_dir(spec.run_id) / "checkpoints", ignore_errors=True)
-            if progress:
-                label = ", ".join(f"{k}={v}" for k, v in spec.sweep.items() if v is not None) or spec.run_id
-                print(f"  run {done}/{len(todo)} ({label}) done in {time.perf_counter() - began:.1f} s",
-                      file=sys.stderr, flush=True)
-    if rank == 0:
-        store.write_results(axes, [(r.run_id, r.sweep) for r in runs])
-    return [s.run_id for s in todo]
+        try:
+            c = build(spec.config)
+            every = spec.config.get("runtime", {}).get("checkpoint_every")
+            ck = None
+            if every:  # every process writes its agents' files into the run's folder (a folder all of them see)
+                ck = Checkpoints([store.run_dir(spec.run_id) / "checkpoints"], [checkpoint_identity(spec)],
+                                 n=c.network.n, every=int(every))
+                if rank == 0 and not resume:
+                    ck.clear()
+            broadcast_ints([1], 1, what="the go-ahead for the run")  # after process 0 removed stale checkpoints
+            secrets = secrets_folder(store.run_dir(spec.run_id))  # each process: its agents' files (agreed keys)
+            with intra_op_threads(spec.config, c.task, c.network.n, c.mechanism.need):  # the runner's thread rule
+                got = run_one_distributed(spec, c, rank=rank, world=world, timeout=timeout, checkpoints=ck,
+                                          resume=resume, secrets=secrets)
+            saved = (secrets, placements_for(spec.config, c.network.n, world)[rank].agents)
+            if rank == 0:
+                rows, final, accesses, seconds, extra = got
+                rows, man = finished_run(spec, c, rows, seconds=seconds, accesses=accesses, keys=extra.pop("keys"))
+                resumed = extra.pop("resumed_from_round")
+                man["bytes_per_tag"] = extra.pop("bytes")
+                man["placement"] = extra
+                if ck is not None:
+                    man["checkpoints"] = {"every": ck.every, "resumed_from_round": resumed}
+                bad = nonfinite_metrics(rows)
+                if bad:
+                    nonfinite[spec.run_id] = man["nonfinite_metrics"] = bad
+                store.save_run(spec.run_id, rows, man)
+                if ck is not None:
+                    shutil.rmtree(store.run_dir(spec.run_id) / "checkpoints", ignore_errors=True)
+                if progress:
+                    label = ", ".join(f"{k}={v}" for k, v in spec.sweep.items() if v is not None) or spec.run_id
+                    print(f"  run {len(ran)}/{len(todo)} ({label}) done in {time.perf_counter() - began:.1f} s",
+                          file=sys.stderr, flush=True)
+        finally:
+            if rank == 0:
+                store.unlock(spec.run_id)
+    if rank:
+        return None
+    results = store.write_results(axes, [(r.run_id, r.sweep) for r in runs])
+    todo_ids = {unique[i].run_id for i in todo}
+    mine = {unique[i].run_id for i in ran}
+    others = sum(1 for rid in todo_ids - mine if store.is_done(rid))
+    return ExperimentSummary(Path(out), len(unique), len(mine), len(unique) - len(todo), results,
+                             time.perf_counter() - started, 0, nonfinite, others)
 
 
 __all__ += ["run_experiment_distributed"]

@@ -20,6 +20,7 @@ has; the continued run equals an uninterrupted one bit for bit (``tests/test_che
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import os
 import re
@@ -34,6 +35,7 @@ from torch.utils import _pytree as pytree
 
 from privdl.comm.observers import as_rows, is_bytes_state, join_states, slice_state
 from privdl.errors import PrivdlError
+from privdl.private_file import write_private
 
 MAGIC = b"privdl-checkpoint/1\n"
 FORMAT = 1
@@ -72,21 +74,26 @@ def _kinds(leaves: Sequence[Any], rows: int, edges: int) -> list[str]:
     return out
 
 
-def _write(path: Path, payload: dict) -> None:
+def _write(path: Path, payload: dict, mac: bytes | None = None) -> None:
     buf = io.BytesIO()
     torch.save(payload, buf)
     data = buf.getvalue()
-    blob = MAGIC + hashlib.sha256(data).hexdigest().encode() + b"\n" + data
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(blob)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, 0o600)  # an agent's state is its own
-    os.replace(tmp, path)
+    write_private(path, MAGIC + _seal(data, mac) + b"\n" + data)
 
 
-def _read(path: Path) -> dict:
+HMAC_TAG = b"hmac-sha256:"
+
+
+def _seal(data: bytes, mac: bytes | None) -> bytes:
+    """The line a checkpoint's contents are checked by: their SHA-256, or (``mac``: an agent's checkpoint key, agreed
+    runs) their HMAC-SHA256 under it — which only the agent's holder can compute."""
+    if mac is None:
+        return hashlib.sha256(data).hexdigest().encode()
+    return HMAC_TAG + hmac.new(mac, data, hashlib.sha256).hexdigest().encode()
+
+
+def _read(path: Path, mac: bytes | None = None, agent: object = None) -> dict:
+    """A checkpoint file's payload, its digest (or, with ``mac``, its HMAC under agent ``agent``'s key) checked."""
     try:
         blob = path.read_bytes()
     except OSError as exc:
@@ -95,7 +102,19 @@ def _read(path: Path) -> dict:
         raise CheckpointError(f"{path} is not a privdl checkpoint (or its first bytes are damaged)")
     rest = blob[len(MAGIC):]
     digest, _, data = rest.partition(b"\n")
-    if hashlib.sha256(data).hexdigest().encode() != digest:
+    if mac is not None:
+        if not digest.startswith(HMAC_TAG):
+            raise CheckpointError(f"checkpoint {path} of agent {agent} carries no HMAC: it was not written by this "
+                                  "agreed-key run (root keys, or edited and re-digested); delete the checkpoints "
+                                  "folder to start the run over")
+        if not hmac.compare_digest(digest, _seal(data, mac)):
+            raise CheckpointError(f"checkpoint {path} fails its HMAC under agent {agent}'s key: it was edited, "
+                                  "truncated, or is another agent's or another run's file; delete its round folder "
+                                  "to resume from the round before")
+    elif digest.startswith(HMAC_TAG):
+        raise CheckpointError(f"checkpoint {path} is authenticated with an agreed-key run's keys, which this run does "
+                              "not hold (another run)")
+    elif hashlib.sha256(data).hexdigest().encode() != digest:
         raise CheckpointError(f"checkpoint {path} is truncated or corrupt (its SHA-256 does not match its "
                               "contents); delete its round folder to resume from the round before")
     try:
@@ -132,6 +151,21 @@ class Checkpoints:
         self.n, self.every, self.keep = int(n), int(every), int(keep)
         self.agents = list(range(self.n)) if agents is None else sorted(int(a) for a in agents)
         self.writes_run = writes_run
+        #: agent → its checkpoint key (agreed runs: :meth:`authenticate`); None: files carry a SHA-256
+        self.macs: dict[int, bytes] | None = None
+
+    def authenticate(self, macs: dict[int, bytes] | None) -> None:
+        """Seal and check every agent file with an HMAC under its agent's own key (``macs``: agent → key, for the
+        agents this engine holds; None: SHA-256 only). An agreed run's keys come from its agents' secrets, so only
+        their holder can write a file the run will accept."""
+        if macs is not None:
+            missing = [i for i in self.agents if i not in macs]
+            if missing:
+                raise CheckpointError(f"no checkpoint key for agent {missing[0]}, which this engine holds")
+        self.macs = None if macs is None else dict(macs)
+
+    def _mac(self, agent: int) -> bytes | None:
+        return None if self.macs is None else self.macs[agent]
 
     # ---- saving ---------------------------------------------------------------------------------------------------
     def due(self, t: int) -> bool:
@@ -153,7 +187,7 @@ class Checkpoints:
                         if kind == "edge" else (leaf.detach().cpu().clone() if isinstance(leaf, torch.Tensor)
                                                 else leaf)
                         for leaf, kind in zip(leaves, kinds)]
-                _write(where / f"agent-{i}.pt", {
+                _write(where / f"agent-{i}.pt", mac=self._mac(i), payload={
                     "header": {**self.identity[r], "format": FORMAT, "agent": i, "round": state.t, "n": self.n},
                     "kinds": kinds, "leaves": mine, "oracle_calls": int(state.oracle_calls),
                     "mechanism_calls": int(state.mechanism_calls[row])})
@@ -240,9 +274,12 @@ class Checkpoints:
             raise CheckpointError(f"checkpoint {path} is of {what} ({k}: {header.get(k)!r}, this run: {want[k]!r}); "
                                   "delete the checkpoints folder to start the run over")
 
-    def load(self, t: int, template: Any, *, rows: int, edges_dst: torch.Tensor) -> RunState:
+    def load(self, t: int, template: Any, *, rows: int, edges_dst: torch.Tensor,
+             expected_calls: torch.Tensor | None = None) -> RunState:
         """The state of round ``t`` for this engine's agents (rows of agents it does not hold are zeros), the
-        algorithm's state rebuilt on ``template`` (a state of the same run, e.g. after ``init``)."""
+        algorithm's state rebuilt on ``template`` (a state of the same run, e.g. after ``init``).
+        ``expected_calls[row]``: the accesses to each row's data that t rounds of this run make (the algorithm's
+        count); a file that states another number is refused, naming the field — the ledger is built from it."""
         leaves, spec = pytree.tree_flatten(template)
         kinds = _kinds(leaves, rows, int(edges_dst.numel()))
         out = [torch.zeros_like(leaf) if kind != "shared" else leaf for leaf, kind in zip(leaves, kinds)]
@@ -253,7 +290,7 @@ class Checkpoints:
             where = folder / f"round-{t:09d}"
             for i in self.agents:
                 path = where / f"agent-{i}.pt"
-                got = _read(path)
+                got = _read(path, self._mac(i), i)
                 self._check(path, got.get("header", {}), r, t, i)
                 if got.get("kinds") != kinds or len(got.get("leaves", ())) != len(leaves):
                     raise CheckpointError(f"checkpoint {path} holds another algorithm state than this run's "
@@ -269,6 +306,12 @@ class Checkpoints:
                         out[k] = value.to(leaves[k].device) if isinstance(value, torch.Tensor) else value
                 shared_from = shared_from or path
                 calls[row] = int(got["mechanism_calls"])
+                if expected_calls is not None and int(calls[row]) != int(expected_calls[row]):
+                    raise CheckpointError(
+                        f"checkpoint {path} (agent {i}, round {t}): mechanism_calls = {int(calls[row])}, but {t} "
+                        f"rounds of this run make {int(expected_calls[row])} accesses to agent {i}'s data — the "
+                        "file was edited or is of another run, and the privacy ledger would state a wrong count; "
+                        "delete the checkpoints folder to start the run over")
                 if oracle_calls is None:
                     oracle_calls = int(got["oracle_calls"])
                 elif oracle_calls != int(got["oracle_calls"]):
@@ -287,6 +330,11 @@ class Checkpoints:
             path = folder / f"round-{t:09d}" / "run.pt"
             got = _read(path)
             self._check(path, got.get("header", {}), r, t, "run")
+            seen = {int(x[0]) for x in got["records"]}
+            if (seen and int(got["counts"]) != len(seen)) or any(x > t for x in seen):
+                raise CheckpointError(f"checkpoint {path}: counts = {int(got['counts'])} recorded rounds, but its "
+                                      f"records hold {len(seen)} (up to round {max(seen, default=0)}) at round {t}: "
+                                      "the file was edited; delete the checkpoints folder to start the run over")
             state.records.append([tuple(x) for x in got["records"]])
             state.sums.append(dict(got["sums"]))
             state.counts.append(int(got["counts"]))

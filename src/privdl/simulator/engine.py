@@ -153,21 +153,38 @@ def stateful(observers: Sequence[Observer]) -> list:
     return [o for o in observers if callable(getattr(o, "state_dict", None))]
 
 
+def checkpoint_macs(keys: Keys, agents: Sequence[int]) -> dict[int, bytes] | None:
+    """Each agent's checkpoint key when the run's key source derives them (agreed keys: from the agent's own secret),
+    else None (root keys: the files carry a SHA-256)."""
+    sources = [getattr(s, "source", s) for s in keys.sources]  # HeldKeys wraps the run's source
+    makers = [getattr(s, "checkpoint_key", None) for s in sources]
+    if all(m is None for m in makers):
+        return None
+    if len(sources) > 1:
+        raise ValidationError("runs with agreed keys are not stacked: each has its own keys")
+    return {int(i): makers[0](int(i)) for i in agents}
+
+
 def checkpoint_hooks(checkpoints: Checkpoints | None, *, resume: bool, mechanism: GradientMechanism,
                      recorder: Recorder | None, observers: Sequence[Observer], comm: Comm, rows: int,
+                     algorithm: Algorithm, keys: Keys,
                      after_save: Callable[[int], None] | None = None, last: int | None | str = "auto"):
     """(restore, on_round) for :func:`_loop`: resume from the last complete checkpoint (when ``resume`` and one
     exists) and write one every ``checkpoints.every`` rounds. ``recorder`` None: this engine does not hold the
     recorder (a slice); ``after_save(t)`` then completes the round's checkpoint. ``last``: the round to resume
-    from, decided once for all the slices of a run (None: none); "auto" looks now."""
+    from, decided once for all the slices of a run (None: none); "auto" looks now. A checkpoint is refused when an
+    agent's access count is not what ``algorithm`` makes in its rounds; with agreed ``keys`` every agent file is
+    sealed with an HMAC under its agent's key (:func:`checkpoint_macs`)."""
     if checkpoints is None:
         return None, None
+    checkpoints.authenticate(checkpoint_macs(keys, checkpoints.agents))
     restore = None
     if resume and last == "auto":
         last = checkpoints.latest()
     if resume and last is not None:
         def restore(template, oracle):
-            st = checkpoints.load(last, template, rows=rows, edges_dst=comm.edges.dst)
+            st = checkpoints.load(last, template, rows=rows, edges_dst=comm.edges.dst,
+                                  expected_calls=algorithm.accesses(last, comm.edges))
             oracle.calls = st.oracle_calls
             mechanism.restore_calls(st.mechanism_calls)
             if recorder is not None:
@@ -234,7 +251,8 @@ def simulate(
             on_record(t, x)
 
     restore, on_round = checkpoint_hooks(checkpoints, resume=resume, mechanism=mechanism, recorder=recorder,
-                                         observers=[*observers, meter], comm=comm, rows=comm.rows)
+                                         observers=[*observers, meter], comm=comm, rows=comm.rows,
+                                         algorithm=algorithm, keys=keys)
     oracle = GradientOracle(task, mechanism, keys, gradient=gradient)
     oracle.on_access = on_access
     try:
@@ -342,7 +360,8 @@ def simulate_replicas(
     for o in observers:
         comm.attach(o)
     restore, on_round = checkpoint_hooks(checkpoints, resume=resume, mechanism=mechanism, recorder=recorder,
-                                         observers=[*observers, meter], comm=comm, rows=comm.rows)
+                                         observers=[*observers, meter], comm=comm, rows=comm.rows,
+                                         algorithm=algorithm, keys=keys)
     try:
         final, seconds = _loop(task=task, comm=comm, algorithm=algorithm, mechanism=mechanism, keys=keys, eta=eta,
                                iterations=iterations, x0=x0.to(dtype=task.dtype, device=task.device),

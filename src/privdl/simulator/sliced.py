@@ -28,7 +28,7 @@ from privdl.comm import Observer
 from privdl.comm.observers import AgentBytes, add_per_tag, per_tag_of_state, totals_of
 from privdl.comm.sliced import SliceComm, Transport, Wire
 from privdl.errors import ValidationError
-from privdl.keys import HeldKeys, Keys, KeySource, RootKeys, secure_draws
+from privdl.keys import HeldKeys, Keys, KeySource, RootKeys
 from privdl.mechanisms.base import GradientMechanism
 from privdl.network.network import Network
 from privdl.placement import Placement, partition
@@ -155,8 +155,8 @@ def run_slice(*, part: int, placement: Placement, owner: np.ndarray, network: Ne
         checkpoints.folders, checkpoints.identity, n=n, every=checkpoints.every, agents=placement.agents,
         writes_run=False, keep=checkpoints.keep)
     restore, on_round = checkpoint_hooks(mine, resume=resume, mechanism=mechanism, recorder=None, observers=(),
-                                         comm=comm, rows=n, after_save=lambda t: saved(t, meter.per_tag()),
-                                         last=last)
+                                         comm=comm, rows=n, algorithm=algorithm, keys=keys,
+                                         after_save=lambda t: saved(t, meter.per_tag()), last=last)
     final, secs = _loop(task=task, comm=comm, algorithm=algorithm, mechanism=mechanism, keys=keys, eta=schedule,
                         iterations=iterations, x0=start.to(dtype=task.dtype, device=task.device), gradient=gradient,
                         marks=marks, record=lambda t, x: record(t, x, meter.totals()), on_step=on_step,
@@ -187,7 +187,7 @@ def simulate_sliced(
     metrics: bool = True, observers: Sequence[Observer] = (), timeout: float = 120.0,
     tasks: Sequence[Task] | None = None, sources: Sequence[KeySource] | None = None,
     checkpoints: Checkpoints | None = None, resume: bool = False, agreed: bool = False, context: str = "",
-    entropy: Callable[[str], bytes] | None = None, keep_secrets: bool = False,
+    entropy: Callable[[str], bytes] | None = None, keep_secrets: bool = False, identities=None, store=None,
 ) -> SimulationResult:
     """Run ``algorithm`` with ``mechanism`` as K slices (``placements``, or ``slices`` contiguous blocks), one
     thread each, joined by an in-process transport. Same arguments and result as :func:`privdl.simulate` (keys from
@@ -198,8 +198,10 @@ def simulate_sliced(
     own agents' files, and the last slice to finish a checkpointed round writes the recorder's file, which
     completes the round. ``agreed``: each slice's keys come from key agreement with the other slices
     (:func:`privdl.runtime.agreement.agree`, salted with ``context``, the run's identity; ``entropy`` for tests)
-    instead of the root seed; ``result.extra`` then holds the setup bytes and the setup time (and, with
-    ``keep_secrets``, the slices' key sources, ``key_sources``, for an audit of the wire)."""
+    instead of the root seed; ``result.extra`` then holds the setup bytes and the setup time, whether the secrets
+    were loaded from ``store`` (``restored``; the folder of the run's agent secrets: a run started again replays
+    its released rounds), and with ``keep_secrets`` the slices' key sources, ``key_sources``, for an audit of the
+    wire. ``identities`` (:class:`privdl.runtime.identity.Identities` of every agent) authenticate the exchange."""
     n = network.n
     if task.n != n:
         raise ValidationError(f"the task has {task.n} agents, the network {n}")
@@ -265,16 +267,16 @@ def simulate_sliced(
                 began = time.perf_counter()
                 mine = agreed_sources[k] = agree(part=k, placement=p, owner=owner, network=network, groups=groups,
                                                  transport=transport, public=source, context=context,
-                                                 entropy=entropy, keep=keep_secrets)
+                                                 entropy=entropy, keep=keep_secrets, identities=identities,
+                                                 store=store)
                 setup[k] = time.perf_counter() - began
             keys = Keys(mine if sources is not None and not agreed else HeldKeys(mine, p.held), n)
-            with secure_draws(mine.salt if agreed else None):  # agreed keys: draws that do not give their keys away
-                finals[k], accesses[k], seconds[k], meters[k] = run_slice(
-                    part=k, placement=p, owner=owner, network=network, task=tasks[k] if tasks is not None else
-                    HeldTask(task, p), keys=keys, mechanism=copy.deepcopy(mechanism, dict(memo)), algorithm=algorithm,
-                    schedule=schedule, iterations=iterations, x0=x0, gradient=gradient, marks=marks, transport=transport,
-                    wire=wire, record=lambda t, x, c: gather.put(k, t, x, c), on_step=on_step if k == 0 else None,
-                    checkpoints=checkpoints, resume=resume, last=last, saved=saved)
+            finals[k], accesses[k], seconds[k], meters[k] = run_slice(
+                part=k, placement=p, owner=owner, network=network, task=tasks[k] if tasks is not None else
+                HeldTask(task, p), keys=keys, mechanism=copy.deepcopy(mechanism, dict(memo)), algorithm=algorithm,
+                schedule=schedule, iterations=iterations, x0=x0, gradient=gradient, marks=marks, transport=transport,
+                wire=wire, record=lambda t, x, c: gather.put(k, t, x, c), on_step=on_step if k == 0 else None,
+                checkpoints=checkpoints, resume=resume, last=last, saved=saved)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, and stops the other slices
             errors[k] = exc
             transport.fail(k, exc)
@@ -306,7 +308,8 @@ def simulate_sliced(
     extra = {"slices": parts, "payload_bytes": int(transport.payload_bytes.sum()),
              "control_messages": transport.control_messages, "bytes": bytes_.add([m.per_tag() for m in meters])}
     if agreed:
-        extra.update(setup_bytes=transport.setup_bytes, setup_seconds=max(setup))
+        extra.update(setup_bytes=transport.setup_bytes, setup_seconds=max(setup),
+                     restored=all(src.restored for src in agreed_sources))
         if keep_secrets:
             extra["key_sources"] = agreed_sources
     return SimulationResult(recorder.records[0], final.cpu().clone(), wall, iterations, acc, extra)
