@@ -1,8 +1,10 @@
-"""Hand-written mutants of privdl's privacy-critical code (issues 16 and 29): does the test suite notice?
+"""Hand-written mutants of privdl's privacy-critical code (issues 16, 29 and 43): does the test suite notice?
 
 Each mutant is one textual change to one source file — σ scaled, clipping skipped or scaled (in the mechanism, in the
-engine's data access, in each per-example gradient path), lots drawn at another rate than the ledger states, a wrong
-δ, T or access count, a wrong sensitivity, a wrong graph or mixing rule, a calibration allowed to overshoot. The script
+engine's data access, in each per-example gradient path), lots drawn at another rate than the ledger states (or the
+whole data, a fixed prefix, a clamped rate at q ≥ 0.5), a σ looked up by requester instead of data owner, Zip-DL
+calibrated on incoming instead of outgoing edges, a wrong δ, T or access count, a wrong sensitivity, a wrong graph or
+mixing rule, a calibration allowed to overshoot. The script
 copies the tree to a scratch folder — the committed tree (``git worktree``), or with ``--working-tree`` the files of
 the working tree (tracked and untracked-but-not-ignored: uncommitted tests and fixes count) — applies one mutant at a
 time there, runs every test file that can kill a privacy mutant (:data:`SUITE`) against the mutated source
@@ -28,18 +30,36 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: every test file that can kill a privacy mutant, the fast end-to-end ones first (``-x`` stops at the first failure):
-#: the privacy path as it runs (lots, clipping through every consumer), tamper-evident ledgers, the accountants,
+#: the mechanisms' properties (issue 43: the owner's σ, Zip-DL's outgoing edges, Poisson lots at high rates), the
+#: privacy path as it runs (lots, clipping through every consumer), tamper-evident ledgers, the accountants,
 #: mechanisms, networks, and the membership audits (a statistical test of the trained models)
-SUITE = ["tests/test_privacy_path.py", "tests/test_tamper.py", "tests/test_accountant.py",
-         "tests/test_correlated_noise.py", "tests/test_example_dp.py", "tests/test_example_accountant.py",
-         "tests/test_ledger.py", "tests/test_network.py", "tests/test_large_network.py",
-         "tests/test_per_example_correlated.py", "tests/test_dpdl.py", "tests/test_covariance.py",
-         "tests/test_audit.py"]
+SUITE = ["tests/test_mechanism_properties.py", "tests/test_privacy_path.py", "tests/test_tamper.py",
+         "tests/test_accountant.py", "tests/test_correlated_noise.py", "tests/test_example_dp.py",
+         "tests/test_example_accountant.py", "tests/test_ledger.py", "tests/test_network.py",
+         "tests/test_large_network.py", "tests/test_per_example_correlated.py", "tests/test_dpdl.py",
+         "tests/test_covariance.py", "tests/test_audit.py"]
+#: the tests of the agreed-key path (issue 43), run first for a mutant of :data:`KEY_FILES` and after :data:`SUITE`
+#: for the others
+KEY_SUITE = ["tests/test_agreed_keys.py", "tests/test_identity.py", "tests/test_agreed_resume.py",
+             "tests/test_agreement.py", "tests/test_checkpoint.py"]
+KEY_FILES = ("src/privdl/keys.py", "src/privdl/runtime/", "src/privdl/simulator/engine.py",
+             "src/privdl/simulator/checkpoint.py", "src/privdl/simulator/sliced.py", "src/privdl/experiment/runner.py")
 
 M = "src/privdl/mechanisms/"
 P = "src/privdl/privacy/"
 N = "src/privdl/network/"
 A = "src/privdl/simulator/access.py"
+T = "src/privdl/tasks/base.py"
+Z = M + "zip_dl.py"
+#: the agreed-key path (issue 43): keys, agreement, identities, stored secrets, checkpoints, the backends' key setup
+K = "src/privdl/keys.py"
+AG = "src/privdl/runtime/agreement.py"
+ID = "src/privdl/runtime/identity.py"
+KS = "src/privdl/runtime/keystore.py"
+EN = "src/privdl/simulator/engine.py"
+RU = "src/privdl/experiment/runner.py"
+SL = "src/privdl/simulator/sliced.py"
+WK = "src/privdl/runtime/worker.py"
 #: (name, file, original text, mutated text, what it breaks)
 MUTANTS: list[tuple[str, str, str, str, str]] = [
     ("correlated_noise_halved", M + "correlated.py",
@@ -77,8 +97,8 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     ("dp_sgd_need_rates_doubled", M + "dp_sgd.py", "else self.clip, self.rates, per_example, chunk)",
      "else self.clip, 2 * self.rates, per_example, chunk)",
      "DP-SGD asks the engine for lots at 2q while its events say q"),
-    ("lot_inclusion_doubled", "src/privdl/tasks/base.py", "include = (u < rates.to(torch.float64)",
-     "include = (u < 2 * rates.to(torch.float64)", "Poisson lots: examples join at twice the rate"),
+    ("lot_inclusion_doubled", T, "return (u < rates.to(torch.float64)",
+     "return (u < 2 * rates.to(torch.float64)", "Poisson lots: examples join at twice the rate"),
     ("dp_sgd_rate_halved", M + "dp_sgd.py", "sample_rate=float(q))\n", "sample_rate=float(q) / 2)\n",
      "wrong sampling rate in the ledger"),
     ("dp_sgd_steps_halved", M + "dp_sgd.py", "calibrate_noise_multiplier(epsilon=epsilon, sample_rate=q, steps=t,",
@@ -125,6 +145,127 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
      "wrong sparse mixing rule"),
     ("sparse_ring_is_path", N + "sparse.py", "return i, (i + 1) % n", "return i[:-1], i[1:]",
      "wrong graph: sparse ring → path"),
+    # ---- issue 43, finding 7: the property each breaks is tested in tests/test_mechanism_properties.py ----------
+    # DP-SGD's σ is the data owner's (per-owner σ; DPDL's cross-gradients have owner ≠ requester)
+    ("dp_sgd_sigma_of_requester", M + "dp_sgd.py",
+     "scale = self._scales[key].index_select(0, (owners % self.sigmas.numel())",
+     "scale = self._scales[key].index_select(0, (access.requesters.cpu() % self.sigmas.numel())",
+     "DP-SGD: a cross-gradient gets the requester's σ, not the data owner's"),
+    ("stacked_sigma_of_requester", M + "stack.py", "scale, lot = self._per_row(flat, owners)",
+     "scale, lot = self._per_row(flat, access.requesters.cpu())",
+     "stacked DP-SGD: a cross-gradient gets the requester's σ (and lot size), not the data owner's"),
+    ("access_owner_requester_swapped", A,
+     "access = Access(owners=owners, requesters=requesters, call=self.calls, everyone=everyone)",
+     "access = Access(owners=requesters, requesters=owners, call=self.calls, everyone=everyone)",
+     "the engine tells the mechanism the requester as owner: σ (and the budget charged) of the wrong agent"),
+    # Zip-DL calibrates each sender on its outgoing edges (what it sends)
+    ("zip_dl_worst_over_incoming", Z, 'np.minimum.at(self.c_worst, self.src, self.plan["c_edge"])',
+     'np.minimum.at(self.c_worst, self.dst, self.plan["c_edge"])',
+     "Zip-DL: each agent's worst neighbour taken over its incoming edges (calibration and ledger)"),
+    ("zip_dl_c_of_receiver", Z, "c_edge = base[src] + (sumsq[src] - w_edge**2) / (d[src] * w_edge) ** 2",
+     "c_edge = base[dst] + (sumsq[dst] - w_edge**2) / (d[dst] * w_edge) ** 2",
+     "Zip-DL: Lemma 3.3's coefficient of a → v from the receiver's neighbourhood (= c_{v→a})"),
+    ("zip_dl_correction_of_receiver", Z, '"inv_edge": 1.0 / (d[src] * w_edge)', '"inv_edge": 1.0 / (d[dst] * w_edge)',
+     "Zip-DL: the zero-sum correction of a → v divides by the receiver's d_v"),
+    ("zip_dl_scale_of_receiver", Z, "return z_edge * scale[rows][:, None], z_self * scale[:, None]",
+     "return z_edge * scale[dst.cpu()][:, None], z_self * scale[:, None]",
+     "Zip-DL: the message a → v scaled by the receiver's ς_v"),
+    # Poisson lots at every rate, with the ledger's q
+    ("lots_whole_at_half", T, "if bool((rates >= 1).all()):", "if bool((rates >= 0.5).all()):",
+     "the whole data when every rate is ≥ 0.5 while the ledger states q"),
+    ("lots_whole_if_any_whole", T, "if bool((rates >= 1).all()):", "if bool((rates >= 1).any()):",
+     "mixed rates: every owner's whole data as soon as one owner has q = 1"),
+    ("lot_whole_when_every_rate_high", T, "include, size = self._lot_positions(draws, counts, rates)",
+     "include, size = (None, int(counts.max())) if bool((rates >= 0.5).all()) else "
+     "self._lot_positions(draws, counts, rates)",
+     "sample_lot takes the whole data when every rate is ≥ 0.5"),
+    ("lot_rates_clamped", T, "return (u < rates.to(torch.float64).cpu()[:, None])",
+     "return (u < rates.to(torch.float64).clamp(max=0.5).cpu()[:, None])",
+     "Poisson lots at a rate clamped to 0.5 while the ledger states q"),
+    ("lot_fixed_prefix", T, "return (u < rates.to(torch.float64).cpu()[:, None])",
+     "return (pos < rates.to(torch.float64).cpu()[:, None] * counts[:, None])",
+     "a fixed lot: the first ⌈q·m⌉ examples every time (the mean right, no sampling)"),
+    ("engine_high_rates_rounded_up", A, "row_rates = rates.index_select(0, owners % rates.numel())",
+     "row_rates = torch.where(rates >= 0.5, torch.ones_like(rates), rates).index_select(0, owners % rates.numel())",
+     "the engine draws the whole data for owners with q ≥ 0.5"),
+    ("sliced_high_rates_rounded_up", A, "rates.index_select(0, o % rates.numel()),",
+     "torch.where(rates >= 0.5, torch.ones_like(rates), rates).index_select(0, o % rates.numel()),",
+     "a slice draws the whole data for owners with q ≥ 0.5 (sliced backend, runtime workers)"),
+    ("dp_sgd_need_rates_clamped", M + "dp_sgd.py", "else self.clip, self.rates, per_example, chunk)",
+     "else self.clip, self.rates.clamp(max=0.5), per_example, chunk)",
+     "DP-SGD asks the engine for lots at min(q, 0.5) while its events say q"),
+    ("dp_sgd_rates_clamped", M + "dp_sgd.py", "self.rates = lot_size / m if sample_rate is None",
+     "self.rates = (lot_size / m).clamp(max=0.5) if sample_rate is None",
+     "DP-SGD's rates clamped to 0.5: lots and ledger at 0.5 where the config gives q = L/m"),
+    # ---- issue 43, the agreed-key path: tests/test_agreed_keys.py, test_agreed_resume.py, test_identity.py --------
+    ("keys_fold_ignores_counter", K,
+     'flat_o[i] = np.void(hashlib.blake2b(value.to_bytes(8, "little"), digest_size=32',
+     'flat_o[i] = np.void(hashlib.blake2b(b"", digest_size=32',
+     "agreed keys: the fold ignores the counter (the same noise every round; two messages' difference removes it)"),
+    ("keys_chacha_block_counter_dropped", K, 'nonce = first.to_bytes(4, "little") + bytes(12)', "nonce = bytes(16)",
+     "agreed keys: ChaCha20's block counter dropped (an offset draw repeats the first block)"),
+    ("keys_stream_key_truncated", K, "cipher = Cipher(algorithms.ChaCha20(k[i].tobytes(), nonce), mode=None)",
+     "cipher = Cipher(algorithms.ChaCha20(k[i].tobytes()[:8] + bytes(24), nonce), mode=None)",
+     "agreed keys: draws keyed by 64 of the key's 256 bits"),
+    ("agreed_key_64_bits", AG, "        return key256(key)\n",
+     "        return key256(key[:8] + bytes(24))\n", "agreed keys: draw keys folded to 64 bits (zero-padded)"),
+    ("agreed_own_purpose_dropped", AG, 'base[i] = self._key(secret, f"privdl/v1/own/{purpose}/{i}")',
+     'base[i] = self._key(secret, f"privdl/v1/own/{i}")',
+     "agreed keys: the purpose dropped from an agent's own keys (lots and noise from one keystream)"),
+    ("agreed_shared_purpose_dropped", AG,
+     "return self._key(secret, f\"privdl/v1/shared/{purpose}/{'-'.join(map(str, members))}\")",
+     "return self._key(secret, f\"privdl/v1/shared/{'-'.join(map(str, members))}\")",
+     "agreed keys: the purpose dropped from shared keys"),
+    ("agreed_own_from_salt", AG, 'base[i] = self._key(secret, f"privdl/v1/own/{purpose}/{i}")',
+     'base[i] = self._key(self.salt, f"privdl/v1/own/{purpose}/{i}")',
+     "agreed keys: own draw keys derived from the public salt"),
+    ("agreed_shared_from_salt", AG,
+     "return self._key(secret, f\"privdl/v1/shared/{purpose}/{'-'.join(map(str, members))}\")",
+     "return self._key(self.salt, f\"privdl/v1/shared/{purpose}/{'-'.join(map(str, members))}\")",
+     "agreed keys: shared draw keys derived from the public salt"),
+    ("agreed_fixed_nonce", AG, "nonce = draw(f\"nonce/{'-'.join(map(str, g))}/{m}\")[:NONCE]", "nonce = bytes(NONCE)",
+     "agreed keys: a fixed AEAD nonce for every wrapped group secret"),
+    ("agreed_raw_x25519", AG, "shared[(a, b)] = pair_secret(raw, salt, a, b, known[a], known[b])",
+     "shared[(a, b)] = raw", "agreed keys: the raw X25519 output used as the pair secret"),
+    ("agreed_no_transcript", AG, 'return _hkdf(raw, salt, f"privdl/v1/pair/{a}-{b}".encode() + b"\\x1f" + public_a + public_b)',
+     'return _hkdf(raw, salt, f"privdl/v1/pair/{a}-{b}".encode())',
+     "agreed keys: the pair secret not bound to the public keys"),
+    ("agreed_wrap_is_pair", AG, 'return _hkdf(pair, salt, f"privdl/v1/wrap/{min(a, b)}-{max(a, b)}")', "return pair",
+     "agreed keys: group secrets wrapped under the pair secret itself"),
+    ("agreed_simulator_root_keys", RU,
+     "keys, restored, setup = Keys(source, c.network.n), source.restored, time.perf_counter() - began",
+     "keys, restored, setup = Keys(RootKeys(int(cfg['seed'])), c.network.n), source.restored, time.perf_counter() - began",
+     "agreed keys switched off in the simulator's runner (root-key SplitMix64 draws)"),
+    ("agreed_sliced_root_keys", SL, "keys = Keys(mine if sources is not None and not agreed else HeldKeys(mine, p.held), n)",
+     "keys = Keys(mine if sources is not None and not agreed else HeldKeys(source, p.held), n)",
+     "agreed keys switched off in the sliced backend's slices"),
+    ("agreed_runs_stacked", RU, '''            or cfg.get("runtime", {}).get("keys", "root") != "root"):''',
+     '''            or False):''', "agreed runs of a sweep planned on one replica axis (root keys)"),
+    ("resume_reagrees", AG, "            return AgreedKeys.restore(stored, public=public, salt=salt, n=n)\n",
+     "            pass\n", "a run started again agrees new keys (re-releases its rounds with new noise)"),
+    ("runner_no_store", RU, "context=spec.run_id, store=secrets, **config_options(cfg, c.network.n,",
+     "context=spec.run_id, store=None, **config_options(cfg, c.network.n,",
+     "the simulator's runner keeps no secrets (a restart agrees anew)"),
+    ("secrets_other_run_accepted", KS, '            if data["salt"] != self.salt.hex():', "            if False:",
+     "a secrets file of another run accepted"),
+    ("checkpoint_counts_unchecked", EN, "expected_calls=algorithm.accesses(last, comm.edges))",
+     "expected_calls=None)", "a checkpoint's access counts not checked against its round"),
+    ("checkpoint_hmac_off", EN, "checkpoints.authenticate(checkpoint_macs(keys, checkpoints.agents))",
+     "checkpoints.authenticate(None)", "agreed checkpoints not sealed with the agents' HMAC"),
+    ("identity_not_verified", AG, "                if identities is not None:\n                    identities.verify(",
+     "                if False:\n                    identities.verify(", "announced keys not checked against the roster"),
+    ("identity_signer_unchecked", ID, "        if signer != want:", "        if False:",
+     "a key signed by another identity than the roster's accepted"),
+    ("identity_no_salt", ID, 'return b"privdl/v1/x25519-announce\\x1f" + salt + int(agent).to_bytes(8, "little") + x25519_public',
+     'return b"privdl/v1/x25519-announce\\x1f" + int(agent).to_bytes(8, "little") + x25519_public',
+     "signatures not bound to the run (another run's signed key replays)"),
+    ("identity_permissions_unchecked", ID, "            if mode & (stat.S_IRWXG | stat.S_IRWXO):",
+     "            if False:", "private identity files others may read accepted"),
+    ("agreed_dist_root_keys", WK, "source = root if not agreed else agree(", "source = root if True else agree(",
+     "agreed keys switched off in the distributed runtime's workers"),
+    ("agreed_dist_no_store", WK, "context=spec.run_id, store=secrets, **config_options(cfg, n, p.agents))",
+     "context=spec.run_id, store=None, **config_options(cfg, n, p.agents))",
+     "the distributed runtime keeps no secrets (a resume agrees anew)"),
 ]
 
 
@@ -147,11 +288,19 @@ def write_report(path: Path, table: str) -> None:
     path.write_text(head + table + "\n")
 
 
-def run_suite(tree: Path, timeout: int) -> tuple[bool, str, float]:
+def suite_for(rel: str | None) -> list[str]:
+    """The test files for a mutant of ``rel`` (None: the unmutated tree), those most likely to kill it first."""
+    if rel is not None and rel.startswith(KEY_FILES):
+        return KEY_SUITE + SUITE
+    return SUITE + KEY_SUITE
+
+
+def run_suite(tree: Path, timeout: int, rel: str | None = None) -> tuple[bool, str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     t = time.perf_counter()
     try:
-        out = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *SUITE],
+        out = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                              *suite_for(rel)],
                              cwd=tree, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return True, "timeout", time.perf_counter() - t
@@ -197,7 +346,7 @@ def main() -> None:
                 continue
             path.write_text(text.replace(old, new))
             try:
-                killed, failed, secs = run_suite(tree, args.timeout)
+                killed, failed, secs = run_suite(tree, args.timeout, rel)
             finally:
                 path.write_text(text)
             rows.append((name, what, "killed" if killed else "SURVIVED", failed, secs))

@@ -33,6 +33,7 @@ from privdl.simulator import simulate
 from privdl.tasks.base import Task
 from privdl.tasks.models import linear
 from privdl.tasks.supervised import SupervisedTask
+from tests.conftest import binomial_fit_p_value
 from tests.test_ledger import CONFIG as LEDGER_RUNS
 
 # ---- (a) the lots a run draws follow Binomial(m_i, q_i), q_i from its ledger ------------------------------------
@@ -117,24 +118,6 @@ def test_drawn_lot_sizes_follow_binomial_with_the_ledgers_rate(drawn_lots, label
 
 def binomial_p_value(k: int, n: int, q: float) -> float:
     return float(stats.binomtest(k, n, q).pvalue)
-
-
-def binomial_fit_p_value(sizes: np.ndarray, m: int, q: float) -> float:
-    """Chi-square goodness of fit of observed sizes to Binomial(m, q): bins merged from the tails inwards until each
-    expects at least 5 (the chi-square approximation's usual condition)."""
-    pmf = stats.binom.pmf(np.arange(m + 1), m, q)
-    observed = np.bincount(sizes, minlength=m + 1).astype(float)
-    expected = pmf * len(sizes)
-    edges, acc = [], 0.0
-    for k in range(m + 1):  # cut after k once the bin so far expects ≥ 5 and the rest does too
-        acc += expected[k]
-        if acc >= 5 and expected[k + 1:].sum() >= 5:
-            edges.append(k + 1)
-            acc = 0.0
-    bins = np.split(np.arange(m + 1), edges)
-    obs = np.array([observed[b].sum() for b in bins])
-    exp = np.array([expected[b].sum() for b in bins])
-    return float(stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
 
 
 def test_the_lot_size_tests_reject_lots_drawn_at_twice_the_rate():
