@@ -111,6 +111,8 @@ def test_agreed_draws_differ_across_counters_purposes_requesters_agents_and_hold
     assert all(k.dtype == KEY256 for k in shared) and len({k.tobytes() for k in shared}) == len(shared)
     k = np.array([source.shared("a", (0, 1))])
     assert len(_hex_rows(normal(fold(k, np.arange(5)), 8))) == 5
+    for i in range(N):  # a draw one agent "shares" with itself is not its own draw
+        assert source.shared("noise", (i,)).tobytes() != source.own("noise", [i])[0].tobytes()
 
 
 def _entropy_with(root: int, agent: int, other: int):
@@ -197,40 +199,66 @@ def test_no_agreed_key_is_computable_from_public_data(net):
 
 
 class _FlipTopBit(Transport):
-    """A link that sets the top bit of the first public key slice 0 sends slice 1: X25519 masks that bit (RFC 7748
-    §5), so both ends still compute the same raw secret — only the transcript differs."""
+    """A link that sets the top bit of the first public key slice ``src`` sends slice ``dst``: X25519 masks that bit
+    (RFC 7748 §5), so both ends still compute the same raw secret — only the transcript differs."""
 
-    flipped: bytes | None = None
+    def __init__(self, *a, src, dst, **kw):
+        super().__init__(*a, **kw)
+        self.src, self.dst, self.flipped = src, dst, False
 
     def send(self, src, dst, header, payload):
-        if src == 0 and dst == 1 and header[1].endswith("public") and self.flipped is None:
+        if (src, dst) == (self.src, self.dst) and header[1].endswith("public") and not self.flipped:
             payload = payload.clone()
-            self.flipped = payload[0, :32].numpy().tobytes()
+            self.flipped = True
             payload[0, 31] ^= 0x80
         super().send(src, dst, header, payload)
 
 
-def test_the_pair_secret_is_bound_to_both_public_keys(net):
+@pytest.mark.parametrize("direction", [(0, 1), (1, 0)], ids=["lower-end", "upper-end"])
+def test_the_pair_secret_is_bound_to_both_public_keys(net, direction):
     """An attacker who changes a public key's encoding in transit leaves the raw X25519 secret as it was; a pair
     secret bound to the transcript (both public keys) then differs at its two ends — the exchange does not let the
-    ends agree on a key over different transcripts. Every pair the change does not touch agrees."""
+    ends agree on a key over different transcripts, whichever end's key (the pair's lower or upper agent) was
+    changed. Every pair the change does not touch agrees."""
     placements = partition(N, slices=2)
-    transport = _FlipTopBit(2, timeout=20)
-    a, b = agree_slices(net, [], placements, entropy=seeded_entropy(4), transport=transport, keep=True)
-    first = min(x for x in placements[0].agents if any(x in p and (set(p) - {x}) <= set(placements[1].agents)
-                                                      for p in _edges(net)))
-    cross = [p for p in _edges(net) if (p[0] in placements[0].agents) != (p[1] in placements[0].agents)]
-    raw = {}
+    src, dst = direction
+    transport = _FlipTopBit(2, timeout=20, src=src, dst=dst)
+    sources = agree_slices(net, [], placements, entropy=seeded_entropy(4), transport=transport, keep=True)
+    mine, theirs = set(placements[src].agents), set(placements[dst].agents)
+    cross = [p for p in _edges(net) if len(set(p) & mine) == 1 and len(set(p) & theirs) == 1]
+    first = min(x for x in mine if any(x in p for p in cross))  # the first key the link carried
+    assert transport.flipped and any(first in p for p in cross)
     for p in cross:
-        ka, kb = a.shared("x", p), b.shared("x", p)
+        ka, kb = sources[0].shared("x", p), sources[1].shared("x", p)
         assert (ka.tobytes() == kb.tobytes()) == (first not in p), p
-        raw[p] = ka
-    assert any(first in p for p in cross)
     # the raw secrets did agree: recomputed from the private keys, both ends' X25519 outputs are equal
     priv = {i: X25519PrivateKey.from_private_bytes(seeded_entropy(4)(f"x25519/{i}")) for i in range(N)}
     for p in cross:
         pub = [priv[i].public_key() for i in p]
         assert priv[p[0]].exchange(pub[1]) == priv[p[1]].exchange(pub[0])
+
+
+def test_keys_are_bound_to_the_mixing_weights(net, tmp_path):
+    """The salt names the run and its W: the same run id and the same entropy on a W with one weight moved give other
+    keys for every agent, pair and group, and secrets stored under one W are refused under the other."""
+    from privdl.runtime.keystore import KeyStoreError
+
+    w = net.dense().copy()
+    a, b = _edges(net)[0]
+    w[a, b] += 1e-9  # one edge's weight moved, W still symmetric and doubly stochastic
+    w[b, a] += 1e-9
+    w[a, a] -= 1e-9
+    w[b, b] -= 1e-9
+    moved = Network.from_matrix(w)
+    a, b = _alone(net, seeded_entropy(3)), _alone(moved, seeded_entropy(3))
+    assert a.salt != b.salt
+    for i in range(N):
+        assert a.own("noise", [i])[0].tobytes() != b.own("noise", [i])[0].tobytes()
+    for h in [*_edges(net), *GROUPS]:
+        assert a.shared("x", h).tobytes() != b.shared("x", h).tobytes()
+    agree_alone(network=net, mechanism=_Mechanism(), public=RootKeys(1), context="run", store=tmp_path / "k")
+    with pytest.raises(KeyStoreError, match="is of another run"):
+        agree_alone(network=moved, mechanism=_Mechanism(), public=RootKeys(1), context="run", store=tmp_path / "k")
 
 
 def test_a_pair_secret_is_not_the_raw_x25519_output(net):
@@ -372,3 +400,35 @@ def test_the_vectorised_chacha20_is_the_librarys(monkeypatch):
         monkeypatch.setattr(keys_mod, "VECTOR_KEYS", 10**9)
         assert np.array_equal(fast, stream(many, size, start)), (size, start)
         monkeypatch.undo()
+
+
+@pytest.mark.parametrize("mechanism", ['name = "decor"\nepsilon = 10.0',
+                                       'name = "dp_sgd"\nepsilon = 10.0\ndelta = 1e-5\nlot_size = 16'])
+def test_an_agreed_run_makes_no_draw_outside_its_keys(tmp_path, monkeypatch, mechanism):
+    """The draw counter sees only privdl.keys: a draw from torch's or numpy's global generator, or from a numpy
+    generator seeded by the operating system, would escape it. During an agreed run (noise, lots, batches) the
+    global generators' states do not move and no unseeded numpy generator is made."""
+    from privdl.experiment import load_config
+    from privdl.experiment.build import build
+    from privdl.experiment.config import expand
+    from privdl.experiment.runner import run_one
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('iterations = 5\n[network]\ntopology = "ring"\nn = 4\n[task]\nname = "logistic"\n'
+                   f'dataset = "breast_cancer"\nbatch_size = 8\n[mechanism]\n{mechanism}\n[schedule]\neta = 0.1\n'
+                   '[runtime]\nkeys = "agreed"\n')
+    spec = expand(load_config(cfg))[0][0]
+    c = build(spec.config)
+    real = np.random.default_rng
+
+    def seeded_only(seed=None, *args, **kw):
+        assert seed is not None, "an unseeded numpy generator during an agreed run"
+        return real(seed, *args, **kw)
+
+    monkeypatch.setattr(np.random, "default_rng", seeded_only)
+    before_torch, before_np = torch.get_rng_state(), np.random.get_state()
+    _, man = run_one(spec, components=c)
+    assert torch.equal(torch.get_rng_state(), before_torch)
+    after_np = np.random.get_state()
+    assert before_np[0] == after_np[0] and np.array_equal(before_np[1], after_np[1]) and before_np[2:] == after_np[2:]
+    assert man["keys"]["draws"]["chacha20"] > 0 and man["keys"]["draws"]["splitmix64"] == 0

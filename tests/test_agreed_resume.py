@@ -131,8 +131,14 @@ def test_two_resumes_of_one_checkpoint_and_a_restart_give_one_run(tmp_path, back
     store, spec = _interrupted(tmp_path, cfg, tmp_path / "first")
     stored = {p.name: p.read_bytes() for p in secrets_folder(store.run_dir(spec.run_id)).iterdir()}
     assert len(stored) == 4
-    for name in ("a", "b", "c"):
+    sealed = list((tmp_path / "first").rglob("agent-*.pt"))  # every agent file under its agent's HMAC
+    assert len(sealed) == 8 and all(p.read_bytes().startswith(MAGIC + b"hmac-sha256:") for p in sealed)
+    for name in ("a", "b", "c", "edited"):
         shutil.copytree(tmp_path / "first", tmp_path / name)
+    edited = next((tmp_path / "edited").rglob("round-000000006")) / "agent-1.pt"
+    _write(edited, _payload(edited))  # re-digested with SHA-256 (what anyone can compute)
+    res = _run(cfg, "--out", tmp_path / "edited", "--resume")
+    assert res.exit_code != 0 and "carries no HMAC" in " ".join(res.output.split())
     for name in ("a", "b"):
         res = _run(cfg, "--out", tmp_path / name, "--resume")
         assert res.exit_code == 0, res.output
@@ -169,6 +175,33 @@ def test_with_seeded_entropy_the_resumed_run_equals_the_uninterrupted_one(tmp_pa
     assert "not secret" in man["keys"]["entropy"]
 
 
+def test_no_secret_or_key_of_a_run_is_in_its_files_or_its_output(tmp_path, monkeypatch):
+    """With the test entropy every secret of the run can be recomputed (agree again with keep=True): none of them —
+    private keys, X25519 outputs, own, pairwise, wrapping and group secrets, the draws' and the checkpoints' keys,
+    raw or in hex — is in any file an interrupted-and-resumed run leaves, nor in what the commands printed."""
+    monkeypatch.setenv(TEST_ENTROPY, "23")
+    cfg = _config(tmp_path)
+    store, spec = _interrupted(tmp_path, cfg, tmp_path / "out")
+    res = CliRunner().invoke(app, ["run", str(cfg), "--out", str(tmp_path / "out"), "--resume", "--no-plot"])
+    assert res.exit_code == 0, res.output
+    from privdl.experiment.build import build
+    from privdl.runtime.agreement import config_options
+
+    c = build(spec.config)
+    source = agree_alone(network=c.network, mechanism=c.mechanism, public=RootKeys(spec.config["seed"]),
+                         context=spec.run_id, keep=True, **config_options(spec.config, 4, range(4)))
+    keys = Keys(source, 4)
+    for purpose in ("noise", "batch", "lot"):  # derive the draw keys the run used
+        keys.own(purpose)
+    for i in range(4):
+        source.checkpoint_key(i)
+    secrets = [s for s in source.secrets() if len(s) == 32]
+    assert len(secrets) > 30
+    kept = b"".join(p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()) + res.output.encode()
+    leaked = [s.hex() for s in secrets if s in kept or s.hex().encode() in kept]
+    assert not leaked, leaked
+
+
 def test_a_run_that_lost_some_secrets_is_refused_not_agreed_again(tmp_path):
     """One agent's secret file is gone after rounds were released: the run stops, naming the file, instead of
     agreeing anew (which would release the rounds again under new noise)."""
@@ -185,19 +218,50 @@ def test_a_run_that_lost_some_secrets_is_refused_not_agreed_again(tmp_path):
     ("swap", "holds agent 1's secrets, not agent 2's"),
     ("truncate", "agent-2.json of agent 2 is truncated or corrupt"),
     ("other_run", "is of another run"),
+    ("other_source", "agent-0.json of agent 0 was written by a run with another source"),
+    ("readable", r"agent-2.json of agent 2 may be read by other users \(mode 0644\)"),
 ])
 def test_a_bad_secret_file_is_refused_by_name(tmp_path, damage, words):
+    """Another agent's file, a truncated one, another run's, one written by other privdl code (a replay would send
+    the same noise on other values), one others may read: each refused, naming the file and the agent."""
     net, _, _, mech = _engine("decor")
     folder = tmp_path / "keys"
-    agree_alone(network=net, mechanism=mech, public=RootKeys(3), context="run", store=folder)
+    agree_alone(network=net, mechanism=mech, public=RootKeys(3), context="run", store=folder,
+                store_identity={"source": "a"})
     path = folder / "agent-2.json"
     if damage == "swap":
         shutil.copy(folder / "agent-1.json", path)
     elif damage == "truncate":
         path.write_bytes(path.read_bytes()[:-10])
+    elif damage == "readable":
+        os.chmod(path, 0o644)
     context = "another" if damage == "other_run" else "run"
     with pytest.raises(KeyStoreError, match=words):
-        agree_alone(network=net, mechanism=mech, public=RootKeys(3), context=context, store=folder)
+        agree_alone(network=net, mechanism=mech, public=RootKeys(3), context=context, store=folder,
+                    store_identity={"source": "b" if damage == "other_source" else "a"})
+
+
+def test_a_setup_that_stopped_before_every_file_was_final_agrees_anew(tmp_path):
+    """Secrets are written in two phases: pending files, then (once every process has them) final names. A run that
+    stopped while renaming — some files final, the others pending — released nothing (rounds start after every
+    rename): it agrees anew, with new keys. A run where a final file is missing while others are final may have
+    released rounds: refused."""
+    net, _, _, mech = _engine("decor")
+    folder = tmp_path / "keys"
+
+    def agreed():
+        return agree_alone(network=net, mechanism=mech, public=RootKeys(3), context="run", store=folder)
+
+    first = agreed()
+    os.replace(folder / "agent-3.json", folder / "agent-3.json.pending")
+    again = agreed()
+    assert not again.restored
+    assert again.own("noise", [0])[0].tobytes() != first.own("noise", [0])[0].tobytes()
+    assert sorted(p.name for p in folder.iterdir()) == [f"agent-{i}.json" for i in range(N)]
+    assert agreed().restored
+    (folder / "agent-3.json").unlink()
+    with pytest.raises(KeyStoreError, match="agent 3 are missing here"):
+        agreed()
 
 
 # ---- checkpoints -------------------------------------------------------------------------------------------------
@@ -302,6 +366,7 @@ def test_killed_processes_with_identities_resume_twice_to_one_run(tmp_path):
     kill_after_first_checkpoint(cfg, out)
     files = [*out.rglob("agent-*.json"), *out.rglob("agent-*.pt")]
     assert len(files) >= 8 and {stat.S_IMODE(p.stat().st_mode) for p in files} == {0o600}
+    assert all(p.read_bytes().startswith(MAGIC + b"hmac-sha256:") for p in out.rglob("agent-*.pt"))
     for name in ("a", "b"):
         shutil.copytree(out, tmp_path / name)
         res = CliRunner().invoke(app, ["run", str(cfg), "--out", str(tmp_path / name), "--procs", "2", "--resume",

@@ -41,7 +41,10 @@ def _moved(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _allowed(*solutions, w_change: float = 0.0) -> float:
-    """How far R may move between these solves: κ·(Σδ + 2‖ΔW‖/‖W‖) (DualSolution.tie_condition), plus rounding."""
+    """How far R may move between these solves: κ·(Σδ + 2‖ΔW‖/‖W‖) (DualSolution.tie_condition), plus rounding —
+    for solves that reached stationarity at rounding (κ ≈ 6·10⁶ at n = 6: a solve stalled at δ = 1e-3 would excuse
+    any R)."""
+    assert all(s.stationarity < 1e-13 for s in solutions), [s.stationarity for s in solutions]
     kappa = max(s.tie_condition for s in solutions)
     return kappa * (sum(s.stationarity for s in solutions) + 2 * w_change) + 1e-13
 
@@ -179,11 +182,13 @@ def test_the_same_design_under_every_openblas_kernel_the_cpu_runs(tmp_path):
         assert res.returncode == 0, res.stderr[-2000:]
         out = json.loads(res.stdout)
         runs.setdefault(tuple(out.pop("blas")), out)  # (core types that load the same kernels run once)
-    assert runs
+    if len(runs) < 2:
+        pytest.skip(f"this CPU runs one OpenBLAS kernel set only ({list(runs)}): nothing to compare")
     first = next(iter(runs.values()))
     for kernels, run in runs.items():
         for name in names:
             a, b = first[name], run[name]
+            assert a["stationarity"] < 1e-13 and b["stationarity"] < 1e-13, (kernels, name)
             kappa = max(a["condition"], b["condition"])
             assert _moved(np.asarray(a["R"]), np.asarray(b["R"])) <= kappa * (
                 a["stationarity"] + b["stationarity"]) + 1e-13, (kernels, name)

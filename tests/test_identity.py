@@ -134,6 +134,10 @@ def test_a_roster_without_an_agent_is_refused_by_name(ids):
     roster.write_text(json.dumps(data))
     with pytest.raises(IdentityError, match="the key of agent '4' is not a 32-byte Ed25519 public key"):
         Roster(roster, N)
+    data["agents"]["4"] = data["agents"]["1"]
+    roster.write_text(json.dumps(data))
+    with pytest.raises(IdentityError, match="gives agents 1 and 4 the same key"):
+        Roster(roster, N)
 
 
 def test_identity_files_others_may_read_missing_or_of_another_agent_are_refused(ids):

@@ -11,13 +11,13 @@ def write_private(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (temporary file, fsync, rename), readable by its owner alone (mode 0600
     from the file's creation: never a moment when others may read it)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    tmp.unlink(missing_ok=True)  # a stale one of a process that had this pid: never write through it
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)  # a file that existed keeps its mode through O_CREAT
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

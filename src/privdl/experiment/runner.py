@@ -243,6 +243,12 @@ def secrets_folder(run_dir: Path) -> Path:
     return run_dir / "keys"
 
 
+def secrets_identity(spec: RunSpec) -> dict:
+    """What an agreed-key run's stored secrets are bound to besides its salt: a replay is safe only under the same
+    configuration, privdl source and input files (:mod:`privdl.runtime.keystore`)."""
+    return {**checkpoint_identity(spec), "inputs": input_files(spec.config)}
+
+
 def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None,
              ck: Checkpoints | None = None, resume: bool = False,
              secrets: Path | None = None) -> tuple[list[tuple[int, str, float]], dict]:
@@ -272,7 +278,8 @@ def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None
                                  placements=placements, eval_every=cfg["eval_every"], gradient=cfg["gradient"],
                                  on_step=on_step, observers=observers(cfg, c, c.network.n), checkpoints=ck,
                                  resume=resume, timeout=float(runtime.get("timeout", 120.0)), agreed=agreed,
-                                 context=spec.run_id, store=secrets, **options)
+                                 context=spec.run_id, store=secrets, store_identity=secrets_identity(spec),
+                                 **options)
         placement = {"backend": "sliced", "slices": [list(p.agents) for p in placements],
                       "payload_bytes": result.extra["payload_bytes"],
                       "control_messages": result.extra["control_messages"]}
@@ -285,8 +292,8 @@ def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None
         if agreed:
             began = time.perf_counter()
             source = agree_alone(network=c.network, mechanism=c.mechanism, public=RootKeys(int(cfg["seed"])),
-                                 context=spec.run_id, store=secrets, **config_options(cfg, c.network.n,
-                                                                                     range(c.network.n)))
+                                 context=spec.run_id, store=secrets, store_identity=secrets_identity(spec),
+                                 **config_options(cfg, c.network.n, range(c.network.n)))
             keys, restored, setup = Keys(source, c.network.n), source.restored, time.perf_counter() - began
         result = simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
                           schedule=c.schedule, iterations=cfg["iterations"], seed=None if agreed else cfg["seed"],

@@ -109,9 +109,10 @@ def wrap_key(pair: bytes, salt: bytes, a: int, b: int) -> bytes:
 def salt_of(context: str, network) -> bytes:
     """SHA-256 of the run's identity and its mixing weights (edges and weights, in canonical order)."""
     e = network.edges
-    h = hashlib.sha256(b"privdl/v1/salt\x1f" + context.encode())
+    h = hashlib.sha256(b"privdl/v1/salt\x1f" + len(context.encode()).to_bytes(8, "little") + context.encode())
     for t in (e.src, e.dst, e.weight, e.self_weight):
-        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+        a = t.detach().cpu().contiguous().numpy()
+        h.update(f"{a.dtype.str}{a.shape}".encode() + a.tobytes())  # framed: no two W hash alike
     return h.digest()
 
 
@@ -289,36 +290,41 @@ def needed_pairs(network, groups: Sequence[tuple[int, ...]]) -> list[tuple[int, 
 
 
 def _stored(store: SecretStore, part: int, held: list[int], transport) -> dict[int, dict] | None:
-    """The held agents' stored secrets when every process has all of its agents' (a run started again), None when
-    none has any (a new run); refused when some have and some lack theirs (the run released rounds under secrets
-    that are lost). Two control operations decide it for every process at once."""
-    have, lack = store.present(held)
-    anyone_lacks = transport.agree_max(part, int(bool(lack)))
-    anyone_has = transport.agree_max(part, int(bool(have)))
+    """The held agents' stored secrets when every agent of the run has its final file (rounds may have been released
+    under them: replay), None when setup never finished anywhere (no final file, or a crash while renaming: every
+    file not final is pending — nothing was released; the stale files are removed and the run agrees anew).
+    Refused when some final files exist and some agent has neither file: rounds may have been released under
+    secrets that are now lost. Three control operations decide it for every process at once."""
+    final, pending, none = store.state(held)
+    anyone_lacks = transport.agree_max(part, int(bool(pending or none)))
+    anyone_final = transport.agree_max(part, int(bool(final)))
+    anyone_lost = transport.agree_max(part, int(bool(none)))
     if not anyone_lacks:
         return {i: store.load(i) for i in held}
-    if not anyone_has:
+    if not anyone_final or not anyone_lost:
+        store.discard(held)
         return None
-    where = (f"the secrets of agent{'s' if len(lack) > 1 else ''} {', '.join(map(str, lack))} are missing here "
-             f"({store.path(lack[0])})" if lack else "other processes lack their agents' secret files")
-    raise KeyStoreError(f"{where}, while other agents of the run have theirs in {store.folder}: the run released "
-                        "rounds under secrets that are now lost, and agreeing anew would release them again with new "
-                        f"noise. Restore the missing files, or delete {store.folder} (and the run's checkpoints) to "
-                        "start the run over as a new release")
+    where = (f"the secrets of agent{'s' if len(none) > 1 else ''} {', '.join(map(str, none))} are missing here "
+             f"({store.path(none[0])})" if none else "other processes lack their agents' secret files")
+    raise KeyStoreError(f"{where}, while the run's setup had finished (other agents' files in {store.folder} are "
+                        "final): rounds may have been released under the lost secrets, and agreeing anew would "
+                        f"release them again with new noise. Restore the missing files, or delete {store.folder} (and "
+                        "the run's checkpoints) to start the run over as a new release")
 
 
 def agree(*, part: int, placement: Placement, owner: np.ndarray, network, groups: Sequence[Sequence[int]],
           transport, public: KeySource, context: str, entropy: Callable[[str], bytes] | None = None,
-          keep: bool = False, identities: Identities | None = None, store: SecretStore | str | os.PathLike | None = None
-          ) -> AgreedKeys:
+          keep: bool = False, identities: Identities | None = None, store: str | os.PathLike | None = None,
+          store_identity: dict | None = None) -> AgreedKeys:
     """Run the key agreement for the agents of ``placement`` (slice ``part``; ``owner[i]``: the slice holding agent
     i) over ``transport``; every slice calls it at the same point with the same ``network``, ``groups`` (the
     mechanism's seed groups: :func:`shared_groups`) and ``context`` (the run's identity); ``public`` gives the
     public keys (the run's root source: the common initial model). ``identities``: sign every announced X25519 key
-    and check every received one against the roster. ``store`` (a folder): load the agents' secrets from it when
-    every process has them (a run started again: nothing is exchanged), else agree and write them there before
-    returning — every process returns only once all have written theirs, so no round is released under secrets
-    that are not on disk. ``keep``: record every secret, for :meth:`AgreedKeys.secrets` (tests that scan the wire).
+    and check every received one against the roster. ``store`` (a folder, :mod:`privdl.runtime.keystore`): load the
+    agents' secrets from it when every agent has them (a run started again: nothing is exchanged), else agree and
+    write them there in two phases before returning — every process returns only once all have committed theirs, so
+    no round is released under secrets that are not on disk; ``store_identity`` (config digest, source, inputs) must
+    match the files'. ``keep``: record every secret, for :meth:`AgreedKeys.secrets` (tests that scan the wire).
     ``entropy(label)`` gives 32 random bytes (default: the operating system's)."""
     draw = entropy or random_entropy
     n = network.n
@@ -330,8 +336,8 @@ def agree(*, part: int, placement: Placement, owner: np.ndarray, network, groups
             raise ValidationError(f"a seed group {list(g)} names agents outside 0..{n - 1}")
     pairs = needed_pairs(network, groups)
     salt = salt_of(context, network)
-    if store is not None and not isinstance(store, SecretStore):
-        store = SecretStore(store, salt=salt)
+    if store is not None:
+        store = SecretStore(store, salt=salt, identity=store_identity)
     if store is not None:
         stored = _stored(store, part, held, transport)
         if stored is not None:
@@ -427,13 +433,16 @@ def agree(*, part: int, placement: Placement, owner: np.ndarray, network, groups
     if store is not None:
         for i in held:
             store.save(i, out.export(i))
-        transport.agree_max(part, 0)  # every process has written its agents' secrets: only now may rounds run
+        transport.agree_max(part, 0)  # phase 1: every process has its agents' pending files
+        store.commit(held)
+        transport.agree_max(part, 0)  # phase 2: every file is final: only now may rounds run
     return out
 
 
 def agree_alone(*, network, mechanism, public: KeySource, context: str,
                 entropy: Callable[[str], bytes] | None = None, identities: Identities | None = None,
-                store: SecretStore | str | os.PathLike | None = None, keep: bool = False) -> AgreedKeys:
+                store: str | os.PathLike | None = None, store_identity: dict | None = None,
+                keep: bool = False) -> AgreedKeys:
     """Agreed keys of a run whose agents are all in this process (the simulator): the same derivation, every
     exchange local."""
     from privdl.comm.sliced import Transport
@@ -442,7 +451,8 @@ def agree_alone(*, network, mechanism, public: KeySource, context: str,
     n = network.n
     return agree(part=0, placement=Placement(n, tuple(range(n))), owner=np.zeros(n, dtype=np.int64),
                  network=network, groups=shared_groups(mechanism, n), transport=Transport(1), public=public,
-                 context=context, entropy=entropy, identities=identities, store=store, keep=keep)
+                 context=context, entropy=entropy, identities=identities, store=store, store_identity=store_identity,
+                 keep=keep)
 
 
 def _aad(group: tuple[int, ...], member: int) -> bytes:

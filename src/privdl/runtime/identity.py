@@ -118,7 +118,12 @@ class Roster:
             raise IdentityError(f"roster {self.path} has no key for agent {missing[0]}"
                                 + (f" (nor for {len(missing) - 1} other agents)" if len(missing) > 1 else "")
                                 + f"; the run has {n} agents")
-        self.owner_of = {raw: agent for agent, raw in self.keys.items()}
+        self.owner_of: dict[bytes, int] = {}
+        for agent, raw in sorted(self.keys.items()):
+            if raw in self.owner_of:
+                raise IdentityError(f"roster {self.path} gives agents {self.owner_of[raw]} and {agent} the same key "
+                                    f"({fingerprint(raw)}…): one identity could announce keys for both")
+            self.owner_of[raw] = agent
 
     def name(self, public: bytes) -> str:
         """Who an Ed25519 key is in this roster."""

@@ -22,7 +22,7 @@ from privdl.errors import PrivdlError, ValidationError
 from privdl.keys import HeldKeys, Keys, RootKeys, drawn
 from privdl.placement import Placement, partition
 from privdl.runtime.agreement import agree, config_options, keys_facts, shared_groups
-from privdl.comm.sliced import Wire
+from privdl.comm.sliced import TransportError, Wire
 from privdl.runtime.transport import _CODE as CODES, DTYPES, HEADER, DistTransport, broadcast_ints
 from privdl.simulator.checkpoint import Checkpoints, RunState
 from privdl.simulator.engine import Recorder, recorded_rounds, stateful
@@ -160,7 +160,8 @@ class _Coordinator:
 
 
 def run_one_distributed(spec, components, *, rank: int, world: int, timeout: float, checkpoints=None,
-                        resume: bool = False, on_step=None, secrets: Path | None = None):
+                        resume: bool = False, on_step=None, secrets: Path | None = None,
+                        secrets_identity: dict | None = None):
     """One run as this process's slice; process 0 returns (records, final models, accesses, seconds, extra).
     ``secrets``: the folder of an agreed-key run's agent secrets (each process writes and reads its agents')."""
     from privdl.experiment.runner import observers
@@ -202,7 +203,8 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     began = time.perf_counter()
     source = root if not agreed else agree(part=rank, placement=p, owner=owner, network=c.network,
                                            groups=shared_groups(c.mechanism, n), transport=transport, public=root,
-                                           context=spec.run_id, store=secrets, **config_options(cfg, n, p.agents))
+                                           context=spec.run_id, store=secrets, store_identity=secrets_identity,
+                                           **config_options(cfg, n, p.agents))
     setup = time.perf_counter() - began
     keys = Keys(HeldKeys(source, p.held), n)
     start = time.perf_counter()
@@ -281,7 +283,7 @@ __all__ = ["placements_for", "run_one_distributed", "init_process_group"]
 
 
 #: process 0's orders to the others, one int64 pair (order, index of the run in the distinct runs) each
-END, RUN, WAIT = 0, 1, 2
+END, RUN, WAIT, ABORT = 0, 1, 2, 3
 
 
 def _orders(cfg: dict, store, unique: list, todo: list[int], *, timeout: float, say):
@@ -329,7 +331,7 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
     from privdl.experiment.config import expand
     from privdl.experiment.runner import (ExperimentSummary, check_inputs_unchanged, checkpoint_identity,
                                          distinct_runs, finished_run, intra_op_threads, nonfinite_metrics,
-                                         secrets_folder)
+                                         secrets_folder, secrets_identity)
     from privdl.runtime.keystore import forget
     from privdl.experiment.store import ResultStore
 
@@ -339,10 +341,14 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
     unique = distinct_runs(runs, None)  # the same list, in the same order, on every process
     orders = None
     if rank == 0:
-        store.claim(cfg)
-        store.check_writable()
-        todo = [i for i, r in enumerate(unique) if not store.is_done(r.run_id)]
-        check_inputs_unchanged(store, (r for i, r in enumerate(unique) if i not in todo))
+        try:
+            store.claim(cfg)
+            store.check_writable()
+            todo = [i for i, r in enumerate(unique) if not store.is_done(r.run_id)]
+            check_inputs_unchanged(store, (r for i, r in enumerate(unique) if i not in todo))
+        except BaseException:  # tell the others at once (they wait for process 0's first order), then say why
+            broadcast_ints([ABORT, -1], 2, what="the next run")
+            raise
         if progress:
             print(f"{cfg.get('name', 'experiment')}: {len(todo)} of {len(unique)} runs to do on {world} processes",
                   file=sys.stderr, flush=True)
@@ -361,6 +367,8 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
             saved = None
         if kind == END:
             break
+        if kind == ABORT:
+            raise TransportError(f"process {rank}: process 0 stopped before the first run (its error says why)")
         if kind == WAIT:
             continue
         if kind != RUN or not 0 <= i < len(unique):
@@ -380,7 +388,8 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
             secrets = secrets_folder(store.run_dir(spec.run_id))  # each process: its agents' files (agreed keys)
             with intra_op_threads(spec.config, c.task, c.network.n, c.mechanism.need):  # the runner's thread rule
                 got = run_one_distributed(spec, c, rank=rank, world=world, timeout=timeout, checkpoints=ck,
-                                          resume=resume, secrets=secrets)
+                                          resume=resume, secrets=secrets,
+                                          secrets_identity=secrets_identity(spec))
             saved = (secrets, placements_for(spec.config, c.network.n, world)[rank].agents)
             if rank == 0:
                 rows, final, accesses, seconds, extra = got

@@ -188,6 +188,7 @@ def simulate_sliced(
     tasks: Sequence[Task] | None = None, sources: Sequence[KeySource] | None = None,
     checkpoints: Checkpoints | None = None, resume: bool = False, agreed: bool = False, context: str = "",
     entropy: Callable[[str], bytes] | None = None, keep_secrets: bool = False, identities=None, store=None,
+    store_identity: dict | None = None,
 ) -> SimulationResult:
     """Run ``algorithm`` with ``mechanism`` as K slices (``placements``, or ``slices`` contiguous blocks), one
     thread each, joined by an in-process transport. Same arguments and result as :func:`privdl.simulate` (keys from
@@ -268,7 +269,7 @@ def simulate_sliced(
                 mine = agreed_sources[k] = agree(part=k, placement=p, owner=owner, network=network, groups=groups,
                                                  transport=transport, public=source, context=context,
                                                  entropy=entropy, keep=keep_secrets, identities=identities,
-                                                 store=store)
+                                                 store=store, store_identity=store_identity)
                 setup[k] = time.perf_counter() - began
             keys = Keys(mine if sources is not None and not agreed else HeldKeys(mine, p.held), n)
             finals[k], accesses[k], seconds[k], meters[k] = run_slice(
