@@ -220,7 +220,7 @@ def test_a_run_that_lost_some_secrets_is_refused_not_agreed_again(tmp_path):
     ("other_run", "is of another run"),
     ("other_source", "agent-0.json of agent 0 was written by a run with another source"),
     ("readable", r"agent-2.json of agent 2 may be read by other users \(mode 0644\)"),
-])
+], ids=["swap", "truncate", "other_run", "other_source", "readable"])
 def test_a_bad_secret_file_is_refused_by_name(tmp_path, damage, words):
     """Another agent's file, a truncated one, another run's, one written by other privdl code (a replay would send
     the same noise on other values), one others may read: each refused, naming the file and the agent."""
