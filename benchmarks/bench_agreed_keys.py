@@ -87,8 +87,8 @@ def setup(args) -> None:
     from privdl.mechanisms import make_mechanism
     from privdl.network import Network
     from privdl.placement import partition
-    from privdl.runtime.agreement import agree, shared_groups
-    from privdl.runtime.identity import Identities, Roster, generate
+    from privdl.agreement import agree, shared_groups
+    from privdl.agreement.identity import Identities, Roster, generate
     from privdl.simulator.sliced import owners_of
 
     n, k = args.agents, args.slices

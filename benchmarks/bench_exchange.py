@@ -96,7 +96,7 @@ def _setup_worker(rank, world, port, n, family, out):
     from privdl.mechanisms import make_mechanism
     from privdl.network import Network
     from privdl.placement import partition
-    from privdl.runtime.agreement import agree, shared_groups
+    from privdl.agreement import agree, shared_groups
     from privdl.runtime.transport import DistTransport
     from privdl.simulator.sliced import owners_of
 

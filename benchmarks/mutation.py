@@ -42,7 +42,7 @@ SUITE = ["tests/test_mechanism_properties.py", "tests/test_privacy_path.py", "te
 #: for the others
 KEY_SUITE = ["tests/test_agreed_keys.py", "tests/test_identity.py", "tests/test_agreed_resume.py",
              "tests/test_agreement.py", "tests/test_checkpoint.py"]
-KEY_FILES = ("src/privdl/keys.py", "src/privdl/runtime/", "src/privdl/simulator/engine.py",
+KEY_FILES = ("src/privdl/keys.py", "src/privdl/agreement/", "src/privdl/runtime/", "src/privdl/simulator/engine.py",
              "src/privdl/simulator/checkpoint.py", "src/privdl/simulator/sliced.py", "src/privdl/experiment/runner.py")
 
 M = "src/privdl/mechanisms/"
@@ -53,9 +53,9 @@ T = "src/privdl/tasks/base.py"
 Z = M + "zip_dl.py"
 #: the agreed-key path (issue 43): keys, agreement, identities, stored secrets, checkpoints, the backends' key setup
 K = "src/privdl/keys.py"
-AG = "src/privdl/runtime/agreement.py"
-ID = "src/privdl/runtime/identity.py"
-KS = "src/privdl/runtime/keystore.py"
+AG = "src/privdl/agreement/__init__.py"
+ID = "src/privdl/agreement/identity.py"
+KS = "src/privdl/agreement/keystore.py"
 EN = "src/privdl/simulator/engine.py"
 RU = "src/privdl/experiment/runner.py"
 SL = "src/privdl/simulator/sliced.py"

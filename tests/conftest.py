@@ -131,7 +131,7 @@ def agree_slices(net, groups, placements, *, entropy=None, transport=None, ident
 
     from privdl.comm.sliced import Transport
     from privdl.keys import RootKeys
-    from privdl.runtime.agreement import agree
+    from privdl.agreement import agree
     from privdl.simulator.sliced import owners_of
 
     n = net.n

@@ -28,7 +28,7 @@ from privdl.comm.sliced import Transport
 from privdl.keys import KEY256, Keys, RootKeys, fold, normal, stream, uniform
 from privdl.network import Network
 from privdl.placement import partition
-from privdl.runtime.agreement import NONCE, WRAPPED, agree_alone, salt_of, seeded_entropy, wrap_key
+from privdl.agreement import NONCE, WRAPPED, agree_alone, salt_of, seeded_entropy, wrap_key
 from tests.conftest import agree_slices
 
 N = 6
@@ -241,7 +241,7 @@ def test_the_pair_secret_is_bound_to_both_public_keys(net, direction):
 def test_keys_are_bound_to_the_mixing_weights(net, tmp_path):
     """The salt names the run and its W: the same run id and the same entropy on a W with one weight moved give other
     keys for every agent, pair and group, and secrets stored under one W are refused under the other."""
-    from privdl.runtime.keystore import KeyStoreError
+    from privdl.agreement.keystore import KeyStoreError
 
     w = net.dense().copy()
     a, b = _edges(net)[0]

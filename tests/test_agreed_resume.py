@@ -29,8 +29,8 @@ from privdl.experiment.store import ResultStore
 from privdl.keys import Keys, RootKeys
 from privdl.mechanisms import make_mechanism
 from privdl.network import Network
-from privdl.runtime.agreement import TEST_ENTROPY, agree_alone
-from privdl.runtime.keystore import KeyStoreError
+from privdl.agreement import TEST_ENTROPY, agree_alone
+from privdl.agreement.keystore import KeyStoreError
 from privdl.schedules import make_schedule
 from privdl.simulator import simulate
 from privdl.simulator.checkpoint import MAGIC, CheckpointError, Checkpoints, _write
@@ -185,7 +185,7 @@ def test_no_secret_or_key_of_a_run_is_in_its_files_or_its_output(tmp_path, monke
     res = CliRunner().invoke(app, ["run", str(cfg), "--out", str(tmp_path / "out"), "--resume", "--no-plot"])
     assert res.exit_code == 0, res.output
     from privdl.experiment.build import build
-    from privdl.runtime.agreement import config_options
+    from privdl.agreement import config_options
 
     c = build(spec.config)
     source = agree_alone(network=c.network, mechanism=c.mechanism, public=RootKeys(spec.config["seed"]),

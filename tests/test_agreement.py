@@ -1,5 +1,5 @@
 """Agreed keys (runtime.keys = "agreed"): X25519 between the agents that share randomness, HKDF per purpose and
-holders, group secrets wrapped with ChaCha20-Poly1305 (privdl.runtime.agreement).
+holders, group secrets wrapped with ChaCha20-Poly1305 (privdl.agreement).
 
 What is checked against independent facts: the two ends of every edge derive the same key although each process
 computes it alone (so DECOR's pairwise terms sum to zero over the network, to rounding); a Whisper group's members
@@ -23,7 +23,7 @@ from privdl.keys import KEY256, HeldKeys, Keys, RootKeys, fold, normal
 from privdl.mechanisms import make_mechanism
 from privdl.network import Network
 from privdl.placement import partition
-from privdl.runtime.agreement import agree, agree_alone, seeded_entropy, shared_groups
+from privdl.agreement import agree, agree_alone, seeded_entropy, shared_groups
 from privdl.schedules import make_schedule
 from privdl.simulator import simulate
 from privdl.simulator.sliced import owners_of, simulate_sliced

@@ -21,8 +21,8 @@ from privdl.cli import app
 from privdl.comm.sliced import Transport
 from privdl.network import Network
 from privdl.placement import partition
-from privdl.runtime.agreement import seeded_entropy
-from privdl.runtime.identity import Identities, IdentityError, Roster, generate
+from privdl.agreement import seeded_entropy
+from privdl.agreement.identity import Identities, IdentityError, Roster, generate
 from tests.conftest import agree_slices
 
 N = 6

@@ -31,8 +31,9 @@ from privdl.network import Network
 from privdl.placement import Placement, partition
 from privdl.schedules import make_schedule
 from privdl.simulator import simulate
-from privdl.simulator.sliced import HeldTask, simulate_sliced
+from privdl.simulator.sliced import simulate_sliced
 from privdl.tasks import make_task
+from privdl.tasks.held import HeldTask
 
 N, ROUNDS, SEED = 5, 3, 11
 VARIANTS = {

@@ -20,7 +20,7 @@ Two layers:
 
 Speed against ``torch.randn`` from one (unkeyed) generator: BENCHMARKS.md, "keyed draws".
 
-**256-bit keys** (:data:`KEY256`, the keys of runs with agreed keys, :mod:`privdl.runtime.agreement`): a key is then
+**256-bit keys** (:data:`KEY256`, the keys of runs with agreed keys, :mod:`privdl.agreement`): a key is then
 one numpy element of 32 random bytes instead of a uint64, and the same functions take either — the kind of the key
 decides the generator, so an agreed run cannot draw from a 64-bit key by accident. A 256-bit key is qualified
 (requester, counter) one way, with BLAKE2b-256 keyed by the key (a PRF: :func:`fold`), and its draws are the

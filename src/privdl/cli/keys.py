@@ -23,7 +23,7 @@ def generate(
     DIR/identities/agent-<i>.pem (each agent's private key, mode 0600: copy to each host only its agents' files).
     Then set runtime.identity = "ed25519", runtime.roster = "DIR/roster.json", runtime.identity_dir =
     "DIR/identities"."""
-    from privdl.runtime.identity import generate as make
+    from privdl.agreement.identity import generate as make
 
     try:
         roster, folder = make(agents, out)

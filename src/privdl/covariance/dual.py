@@ -252,7 +252,7 @@ def check_device(device: str | None) -> str | None:
     sees one; a CUDA device torch does not see is refused)."""
     if device is None:
         return None
-    from privdl.simulator.engine import resolve_device  # (here: the simulator's mechanisms import this module)
+    from privdl.device import resolve_device  # (torch only once a device is named)
 
     try:
         dev = resolve_device(device)

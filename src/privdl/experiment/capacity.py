@@ -9,8 +9,8 @@ import math
 import numpy as np
 import torch
 
+from privdl.device import resolve_device
 from privdl.mechanisms.base import ClippedSum
-from privdl.simulator.engine import resolve_device
 
 #: numbers (model state plus one step's batch) a stacked batch may hold on the CPU, for the automatic
 #: ``batch_replicas`` (≈ 256 MB in float64)

@@ -27,6 +27,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import privdl
+from privdl.agreement import agree_alone, config_options, keys_facts
 from privdl.errors import ConfigError, PrivdlError, ValidationError
 from privdl.experiment.build import Components, build, build_algorithm, build_network, build_task, input_files
 from privdl.experiment.capacity import batch_inputs, capacity, runs_on_cpu
@@ -37,7 +38,6 @@ from privdl.mechanisms.stack import may_stack, need_signature
 from privdl.keys import Keys, RootKeys
 from privdl.placement import partition
 from privdl.keys import drawn
-from privdl.runtime.agreement import agree_alone, config_options, keys_facts
 from privdl.privacy.ledger import statement
 from privdl.simulator import Replica, simulate, simulate_replicas, stackable
 from privdl.simulator.checkpoint import Checkpoints
@@ -230,7 +230,7 @@ def run_one(spec: RunSpec, on_step: Callable[[int], None] | None = None, *,
             resume: bool = False, secrets: Path | None = None) -> tuple[list[tuple[int, str, float]], dict]:
     """One run, alone: its rows (iteration, metric, value) and its manifest. ``checkpoints``: the run's checkpoint
     folder (written every ``runtime.checkpoint_every`` rounds); ``resume`` continues from the last one there.
-    ``secrets``: the folder of an agreed-key run's agent secrets (:mod:`privdl.runtime.keystore`: a run started again
+    ``secrets``: the folder of an agreed-key run's agent secrets (:mod:`privdl.agreement.keystore`: a run started again
     replays what it released)."""
     c = components or build(spec.config)
     with intra_op_threads(spec.config, c.task, c.network.n, c.mechanism.need):
@@ -245,7 +245,7 @@ def secrets_folder(run_dir: Path) -> Path:
 
 def secrets_identity(spec: RunSpec) -> dict:
     """What an agreed-key run's stored secrets are bound to besides its salt: a replay is safe only under the same
-    configuration, privdl source and input files (:mod:`privdl.runtime.keystore`)."""
+    configuration, privdl source and input files (:mod:`privdl.agreement.keystore`)."""
     return {**checkpoint_identity(spec), "inputs": input_files(spec.config)}
 
 

@@ -18,15 +18,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from privdl.agreement import agree, config_options, keys_facts, shared_groups
 from privdl.errors import PrivdlError, ValidationError
 from privdl.keys import HeldKeys, Keys, RootKeys, drawn
 from privdl.placement import Placement, partition
-from privdl.runtime.agreement import agree, config_options, keys_facts, shared_groups
 from privdl.comm.sliced import TransportError, Wire
 from privdl.runtime.transport import _CODE as CODES, DTYPES, HEADER, DistTransport, broadcast_ints
 from privdl.simulator.checkpoint import Checkpoints, RunState
 from privdl.simulator.engine import Recorder, recorded_rounds, stateful
-from privdl.simulator.sliced import HeldTask, NetworkBytes, owners_of, run_slice
+from privdl.simulator.sliced import NetworkBytes, owners_of, run_slice
+from privdl.tasks.held import HeldTask
 
 #: tags of the coordinator's messages (never algorithm payloads)
 RECORD, FINAL, ACCESSES, SAVED = "privdl/record", "privdl/final", "privdl/accesses", "privdl/saved"
@@ -327,12 +328,12 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
     import sys
     import shutil
 
+    from privdl.agreement.keystore import forget
     from privdl.experiment.build import build
     from privdl.experiment.config import expand
     from privdl.experiment.runner import (ExperimentSummary, check_inputs_unchanged, checkpoint_identity,
                                          distinct_runs, finished_run, intra_op_threads, nonfinite_metrics,
                                          secrets_folder, secrets_identity)
-    from privdl.runtime.keystore import forget
     from privdl.experiment.store import ResultStore
 
     started = time.perf_counter()

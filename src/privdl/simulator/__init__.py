@@ -3,11 +3,11 @@
 from privdl.simulator.access import GradientOracle
 from privdl.simulator.checkpoint import CheckpointError, Checkpoints, RunState
 from privdl.simulator.engine import (
-    Replica, ReplicaResult, SimulationResult, recorded_rounds, resolve_device, simulate, simulate_replicas,
+    Replica, ReplicaResult, SimulationResult, recorded_rounds, simulate, simulate_replicas,
     stackable,
 )
 from privdl.simulator.sliced import simulate_sliced
 
 __all__ = ["CheckpointError", "Checkpoints", "GradientOracle", "Replica", "ReplicaResult", "RunState",
-           "SimulationResult", "recorded_rounds", "resolve_device", "simulate", "simulate_replicas",
+           "SimulationResult", "recorded_rounds", "simulate", "simulate_replicas",
            "simulate_sliced", "stackable"]

@@ -22,6 +22,7 @@ import torch
 from privdl.algorithms.base import Algorithm, StepContext
 from privdl.comm import Comm, Observer, StackedComm, make_comm
 from privdl.comm.observers import AgentBytes
+from privdl.device import resolve_device
 from privdl.errors import ValidationError
 from privdl.keys import Keys
 from privdl.mechanisms.base import GradientMechanism, MechanismEnv
@@ -49,17 +50,6 @@ def recorded_rounds(iterations: int, eval_every: int) -> list[int]:
     pts.add(iterations)
     return sorted(pts)
 
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``"auto"`` → cuda when torch sees one, else cpu; anything else as given, checked to exist."""
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValidationError(f"device {str(device)!r} asked for, but this torch ({torch.__version__}) sees no CUDA "
-                              "device; use device 'cpu' or 'auto'")
-    return dev
 
 
 class Recorder:

@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from privdl.agreement import agree, shared_groups
 from privdl.algorithms.base import Algorithm
 from privdl.comm import Observer
 from privdl.comm.observers import AgentBytes, add_per_tag, per_tag_of_state, totals_of
@@ -32,51 +33,12 @@ from privdl.keys import HeldKeys, Keys, KeySource, RootKeys
 from privdl.mechanisms.base import GradientMechanism
 from privdl.network.network import Network
 from privdl.placement import Placement, partition
-from privdl.runtime.agreement import agree, shared_groups
 from privdl.schedules import Schedule
 from privdl.simulator.access import GradientOracle
 from privdl.simulator.checkpoint import Checkpoints, RunState
 from privdl.simulator.engine import Recorder, SimulationResult, _loop, checkpoint_hooks, recorded_rounds, stateful
 from privdl.tasks.base import Task
-
-
-class HeldTask:
-    """A slice's view of a task: :meth:`Task.restrict` to its agents (its own round state; a supervised task keeps
-    only their examples), and data access refused for any agent the slice does not hold (everything else — shapes,
-    the loss, public counts — is the task's)."""
-
-    def __init__(self, task: Task, placement: Placement) -> None:
-        self._task = task.restrict(placement.agents)  # its own round state; only its agents' examples
-        self._placement = placement
-
-    def __getattr__(self, name: str):
-        return getattr(self._task, name)
-
-    def _check(self, agents: torch.Tensor) -> None:
-        a = torch.as_tensor(agents).reshape(-1).cpu().numpy()
-        if a.size and not self._placement.held[a % self._placement.n].all():
-            other = int(a[~self._placement.held[a % self._placement.n]][0])
-            raise ValidationError(f"a slice holding agents {list(self._placement.agents)} asked for the data of "
-                                  f"agent {other}")
-
-    def gather(self, agents, index):
-        self._check(agents)
-        return self._task.gather(agents, index)
-
-    def sample(self, draws, agents):
-        self._check(agents)
-        return self._task.sample(draws, agents)
-
-    def sample_subset(self, draws, agents, size):
-        self._check(agents)
-        return self._task.sample_subset(draws, agents, size)
-
-    def sample_lot(self, draws, agents, rates, *, length=None):
-        self._check(agents)
-        return self._task.sample_lot(draws, agents, rates, length=length)
-
-    def at_round(self, t: int) -> None:
-        self._task.at_round(t)
+from privdl.tasks.held import HeldTask
 
 
 class NetworkBytes:
@@ -198,11 +160,11 @@ def simulate_sliced(
     and its control operations. ``checkpoints`` / ``resume``: as :func:`privdl.simulate` — each slice writes its
     own agents' files, and the last slice to finish a checkpointed round writes the recorder's file, which
     completes the round. ``agreed``: each slice's keys come from key agreement with the other slices
-    (:func:`privdl.runtime.agreement.agree`, salted with ``context``, the run's identity; ``entropy`` for tests)
+    (:func:`privdl.agreement.agree`, salted with ``context``, the run's identity; ``entropy`` for tests)
     instead of the root seed; ``result.extra`` then holds the setup bytes and the setup time, whether the secrets
     were loaded from ``store`` (``restored``; the folder of the run's agent secrets: a run started again replays
     its released rounds), and with ``keep_secrets`` the slices' key sources, ``key_sources``, for an audit of the
-    wire. ``identities`` (:class:`privdl.runtime.identity.Identities` of every agent) authenticate the exchange."""
+    wire. ``identities`` (:class:`privdl.agreement.identity.Identities` of every agent) authenticate the exchange."""
     n = network.n
     if task.n != n:
         raise ValidationError(f"the task has {task.n} agents, the network {n}")
@@ -316,4 +278,4 @@ def simulate_sliced(
     return SimulationResult(recorder.records[0], final.cpu().clone(), wall, iterations, acc, extra)
 
 
-__all__ = ["HeldTask", "NetworkBytes", "owners_of", "run_slice", "simulate_sliced"]
+__all__ = ["NetworkBytes", "owners_of", "run_slice", "simulate_sliced"]

@@ -1,6 +1,6 @@
 """Agent identities (``runtime.identity = "ed25519"``): long-term Ed25519 keys that authenticate the key exchange.
 
-Without identities the X25519 exchange of :mod:`privdl.runtime.agreement` protects against passive attackers only:
+Without identities the X25519 exchange of :mod:`privdl.agreement` protects against passive attackers only:
 anyone who can rewrite a link during setup, or any process of the run, may announce an X25519 key "for" an agent it
 does not hold and stand in the middle. With identities every agent has an Ed25519 key pair; a **roster** (a public
 file, the same on every host) gives each agent's public key, and each process holds the private keys of its agents

@@ -4,8 +4,8 @@ Agreed keys come from fresh randomness at setup. If a run stopped after some rou
 started again, every round it had released would be released a second time — on the same data and state, with new
 independent noise and new lots — while the ledger counts each round once. So right after the agreement every process
 writes each of its agents' secrets (its own 256-bit secret, the pairwise secrets of its pairs, the group secrets it
-holds: :meth:`privdl.runtime.agreement.AgreedKeys.export`) to ``<folder>/agent-<i>.json`` (mode 0600 in a folder of
-mode 0700, written atomically), and no round runs until every process has (:func:`privdl.runtime.agreement.agree`).
+holds: :meth:`privdl.agreement.AgreedKeys.export`) to ``<folder>/agent-<i>.json`` (mode 0600 in a folder of
+mode 0700, written atomically), and no round runs until every process has (:func:`privdl.agreement.agree`).
 A run that starts again — resumed from a checkpoint, or from round 0 after a crash — loads them instead of agreeing:
 every round it runs again draws the noise and lots it drew the first time. The runner removes the folder once the
 run's results are saved. The secrets are never written to a manifest, a result or a log.
@@ -14,7 +14,7 @@ run's results are saved. The secrets are never written to a manifest, a result o
 each renames them to ``agent-<i>.json``; rounds start only once every process has renamed. So a final file anywhere
 means every process wrote its pending ones, and rounds may have been released only if every file is final:
 :meth:`SecretStore.state` tells a crash during setup (nothing released: agree anew) from secrets lost after it
-(refused by :func:`privdl.runtime.agreement.agree`).
+(refused by :func:`privdl.agreement.agree`).
 
 **Replay is safe only if the recomputation is the same.** Each file names its run: the salt (run id and W) and the
 run's identity (``identity``: the configuration's digest, the privdl source, the input files' digests) — a replay

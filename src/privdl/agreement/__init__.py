@@ -7,7 +7,7 @@ At the start of a run every process (or slice) runs :func:`agree` for the agents
    randomness — every edge of the network, and (leader, member) for the seed groups of more than two — the two
    ends exchange public keys: one message per pair of processes, over the run's own transport (never the rendezvous
    store), then each end computes the shared secret. Pairs inside one process agree locally. With identities
-   (``runtime.identity = "ed25519"``, :mod:`privdl.runtime.identity`) each public key travels with its agent's
+   (``runtime.identity = "ed25519"``, :mod:`privdl.agreement.identity`) each public key travels with its agent's
    Ed25519 signature over (salt, agent, key) and is checked against the roster before it is used.
 2. **HKDF, bound to the transcript.** ``P_ab = HKDF-SHA256(X25519(a, b), salt, info="privdl/v1/pair/<a>-<b>" ‖
    pk_a ‖ pk_b)`` (a < b; both public keys in the derivation, as libsodium's ``crypto_kx``), with
@@ -23,7 +23,7 @@ At the start of a run every process (or slice) runs :func:`agree` for the agents
    requester and the counter are folded in one way (BLAKE2b-256) and the numbers are ChaCha20's keystream under the
    result (:mod:`privdl.keys`) — no step of the path has fewer than 256 bits. DECOR's two ends of an edge draw the
    same numbers (their terms cancel) and a Whisper group's members the same seed noise (the covariance is R).
-5. **Persisted** (:mod:`privdl.runtime.keystore`): given a store, each process writes its agents' secrets (mode
+5. **Persisted** (:mod:`privdl.agreement.keystore`): given a store, each process writes its agents' secrets (mode
    0600) before any round runs, and a run started again loads them instead of agreeing — it replays the rounds it
    had released (same noise, same lots) rather than releasing them again with new noise. Each agent's checkpoint
    files are sealed with an HMAC under ``HKDF(O_i, salt, "privdl/v1/checkpoint/<i>")``.
@@ -59,12 +59,12 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from cryptography.exceptions import InvalidTag
 
+from privdl.agreement.identity import SIGNED, Identities
+from privdl.agreement.keystore import KeyStoreError, SecretStore
 from privdl.comm.sliced import SETUP, TransportError
 from privdl.errors import ValidationError
 from privdl.keys import KEY256, KeySource, fold, key256
 from privdl.placement import Placement
-from privdl.runtime.identity import SIGNED, Identities
-from privdl.runtime.keystore import KeyStoreError, SecretStore
 
 NONCE, WRAPPED = 12, 12 + 32 + 16  # ChaCha20-Poly1305 nonce; a wrapped group secret: nonce, ciphertext, tag
 PUBLIC = 32  # an X25519 public key
@@ -137,7 +137,7 @@ TEST_ENTROPY = "PRIVDL_TEST_ENTROPY"
 def config_options(cfg: dict, n: int, agents: Sequence[int]) -> dict:
     """``agree``'s ``entropy`` and ``identities`` for a run's config: the identities its ``[runtime]`` names (paths
     relative to the config's folder), loaded for ``agents``; seeded entropy when :data:`TEST_ENTROPY` is set."""
-    from privdl.runtime.identity import load
+    from privdl.agreement.identity import load
 
     raw = os.environ.get(TEST_ENTROPY)
     entropy = None
@@ -239,7 +239,7 @@ class AgreedKeys:
         return key
 
     def export(self, agent: int) -> dict:
-        """Agent ``agent``'s secrets, for its secret file (:class:`privdl.runtime.keystore.SecretStore`): its own
+        """Agent ``agent``'s secrets, for its secret file (:class:`privdl.agreement.keystore.SecretStore`): its own
         secret, the pairwise secrets of its pairs and the group secrets of its groups."""
         if agent not in self._own:
             raise ValidationError(f"agreed keys: agent {agent} is not held here")
@@ -320,7 +320,7 @@ def agree(*, part: int, placement: Placement, owner: np.ndarray, network, groups
     i) over ``transport``; every slice calls it at the same point with the same ``network``, ``groups`` (the
     mechanism's seed groups: :func:`shared_groups`) and ``context`` (the run's identity); ``public`` gives the
     public keys (the run's root source: the common initial model). ``identities``: sign every announced X25519 key
-    and check every received one against the roster. ``store`` (a folder, :mod:`privdl.runtime.keystore`): load the
+    and check every received one against the roster. ``store`` (a folder, :mod:`privdl.agreement.keystore`): load the
     agents' secrets from it when every agent has them (a run started again: nothing is exchanged), else agree and
     write them there in two phases before returning — every process returns only once all have committed theirs, so
     no round is released under secrets that are not on disk; ``store_identity`` (config digest, source, inputs) must
