@@ -120,11 +120,12 @@ def _cleanup(proc: subprocess.Popen, pids: list[int]) -> None:
 # ---- finding 4: no pickle on any network path -----------------------------------------------------------------------
 def test_no_object_collective_or_unpickling_in_the_sources():
     """No call (an attribute or a name, not a word in a docstring) of torch.distributed's object collectives anywhere
-    in privdl; no pickle, marshal or torch.load in the runtime (what the processes exchange over TCP)."""
+    in privdl; no pickle, marshal or torch.load in the runtime and the key agreement (what the processes exchange over
+    TCP)."""
     found = []
     for path in sorted(SRC.rglob("*.py")):
         tree = ast.parse(path.read_text())
-        runtime = "runtime" in path.relative_to(SRC).parts
+        runtime = bool({"runtime", "agreement"} & set(path.relative_to(SRC).parts))
         for node in ast.walk(tree):
             name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
             if name in OBJECT_CALLS or (runtime and name in ("pickle", "marshal", "dill", "cloudpickle")):
