@@ -239,7 +239,7 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     ("agreed_sliced_root_keys", SL, "keys = Keys(mine if sources is not None and not agreed else HeldKeys(mine, p.held), n)",
      "keys = Keys(mine if sources is not None and not agreed else HeldKeys(source, p.held), n)",
      "agreed keys switched off in the sliced backend's slices"),
-    ("agreed_runs_stacked", RU, '''            or cfg.get("runtime", {}).get("keys", "root") != "root"):''',
+    ("agreed_runs_stacked", RU, '''            or runtime.keys != "root"):''',
      '''            or False):''', "agreed runs of a sweep planned on one replica axis (root keys)"),
     ("resume_reagrees", AG, "            return AgreedKeys.restore(stored, public=public, salt=salt, n=n)\n",
      "            pass\n", "a run started again agrees new keys (re-releases its rounds with new noise)"),

@@ -23,6 +23,7 @@ ROOMS = [
     "registry",       # named builders (topologies, tasks, mechanisms, ...)
     "private_file",   # files only their owner may read
     "placement",      # which agents an engine holds
+    "runtime_spec",   # the [runtime] table, typed (RuntimeSpec): every reader of it is above
     "device",         # which torch device a run's ``device`` names
     "schedules",      # step sizes
     "keys",           # keyed draws and key sources

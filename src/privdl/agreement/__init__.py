@@ -1,5 +1,8 @@
 """Agreed keys (``runtime.keys = "agreed"``): the run's shared randomness comes from key exchange between the agents
-that share it, not from the root seed in the config (../shared/RUNTIME.md, "Keys").
+that share it, not from the root seed in the config (../shared/RUNTIME.md, "Keys"). This package is the room of key
+agreement — the protocol here, identities in :mod:`privdl.agreement.identity`, stored secrets in
+:mod:`privdl.agreement.keystore` — below the simulator, the sliced backend, the runner and the runtime that use it
+(docs/ARCHITECTURE.md, "Rooms and their order").
 
 At the start of a run every process (or slice) runs :func:`agree` for the agents it holds:
 
@@ -65,6 +68,7 @@ from privdl.comm.sliced import SETUP, TransportError
 from privdl.errors import ValidationError
 from privdl.keys import KEY256, KeySource, fold, key256
 from privdl.placement import Placement
+from privdl.runtime_spec import RuntimeSpec
 
 NONCE, WRAPPED = 12, 12 + 32 + 16  # ChaCha20-Poly1305 nonce; a wrapped group secret: nonce, ciphertext, tag
 PUBLIC = 32  # an X25519 public key
@@ -146,16 +150,16 @@ def config_options(cfg: dict, n: int, agents: Sequence[int]) -> dict:
             entropy = seeded_entropy(int(raw))
         except ValueError:
             raise ValidationError(f"{TEST_ENTROPY} must be an integer (a test's entropy root), got {raw!r}") from None
-    return {"entropy": entropy, "identities": load(cfg.get("runtime", {}), n, agents, cfg.get("base_dir"))}
+    return {"entropy": entropy, "identities": load(RuntimeSpec.of(cfg), n, agents, cfg.get("base_dir"))}
 
 
 def keys_facts(cfg: dict, *, restored: bool, draws: dict[str, int], gathered: str = "process 0") -> dict:
     """The manifest's ``keys`` section: the key mode, identities, where the entropy came from, whether the secrets
     were loaded from the run's store (a run started again), and the numbers drawn per generator."""
-    runtime = cfg.get("runtime", {})
-    if runtime.get("keys", "root") != "agreed":
+    runtime = RuntimeSpec.of(cfg)
+    if not runtime.agreed:
         return {"mode": "root", "secret": False, "draws": draws}
-    identity = runtime.get("identity", "none")
+    identity = runtime.identity
     return {"mode": "agreed", "identity": identity, "key_bits": 256,
             "entropy": (f"seeded from {TEST_ENTROPY} (a test: the secrets are not secret)"
                         if os.environ.get(TEST_ENTROPY) else "operating system"),

@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives.serialization import (Encoding, NoEncryption
                                                           load_pem_private_key)
 
 from privdl.errors import PrivdlError
+from privdl.runtime_spec import RuntimeSpec
 
 ROSTER_FORMAT = "privdl-roster/1"
 #: bytes of one signed announcement: the signer's Ed25519 public key and its signature
@@ -185,14 +186,14 @@ class Identities:
                                 f"{self.roster.path}") from None
 
 
-def load(runtime: dict, n: int, agents: Iterable[int], base_dir: str | None = None) -> Identities | None:
-    """The identities a ``[runtime]`` table asks for (None for ``identity = "none"``), paths relative to the
+def load(runtime: RuntimeSpec, n: int, agents: Iterable[int], base_dir: str | None = None) -> Identities | None:
+    """The identities a run's ``[runtime]`` asks for (None for ``identity = "none"``), paths relative to the
     config's folder."""
-    if runtime.get("identity", "none") == "none":
+    if runtime.identity == "none":
         return None
 
     def path(key: str) -> Path:
-        value = runtime.get(key)
+        value = getattr(runtime, key)
         if not value:
             raise IdentityError(f"runtime.identity = \"ed25519\" needs runtime.{key} (privdl keys generate --agents N "
                                 "--out DIR writes DIR/roster.json and DIR/identities)")

@@ -46,6 +46,7 @@ import torch
 
 from privdl.errors import ValidationError
 from privdl.mechanisms.rms import RandomMatrixStepSize
+from privdl.runtime_spec import RuntimeSpec
 
 
 def spectrum_facts(W: np.ndarray) -> dict[str, float]:
@@ -282,7 +283,7 @@ def with_error_bounds(cfg: dict, c, rows: list[tuple[int, str, float]]
     if c.algorithm.name not in THEOREMS or c.algorithm.rms is None:
         return rows, None
     x0 = None
-    if cfg.get("runtime", {}).get("keys", "root") != "agreed":  # the common start, a public draw of the run's root
+    if not RuntimeSpec.of(cfg).agreed:  # the common start, a public draw of the run's root
         x0 = c.task.init_params(Keys(int(cfg["seed"]), c.network.n).generator("init"))
     bounds, reasons = run_error_bounds(c.algorithm, c.network, c.task, c.schedule, x0,
                                        mechanism=cfg.get("mechanism", {}).get("name", "none"),

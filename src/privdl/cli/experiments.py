@@ -33,18 +33,19 @@ def run(
     """Run (or resume) every run of an experiment's sweep; write results.csv, manifests and plots. Finished runs
     are always kept; with --resume, unfinished ones continue from the last round every agent checkpointed."""
     from privdl.experiment import load_config, plot_experiment, run_experiment
+    from privdl.runtime_spec import RuntimeSpec
 
     try:
         # --procs K selects the distributed runtime (before the config is checked: its [runtime] keys need it)
         set_ = [*set_, "runtime.backend=\"dist\""] if procs is not None else list(set_)
         cfg = load_config(config, set_)
         out = out or Path("results") / config.stem
-        runtime = cfg.get("runtime", {})
-        if procs is not None or runtime.get("backend") == "dist":
+        runtime = RuntimeSpec.of(cfg)
+        if procs is not None or runtime.backend == "dist":
             from privdl.runtime import launch
             from privdl.runtime.launch import processes_for
 
-            k = procs or runtime.get("procs") or processes_for(cfg) or 2
+            k = procs or runtime.procs or processes_for(cfg) or 2
             summary = launch(config, procs=k, out=out, overrides=[*set_, f"runtime.procs={k}"], resume=resume,
                              progress=not quiet)
         else:

@@ -44,6 +44,7 @@ from privdl.mechanisms import MECHANISMS
 from privdl.network.mixing import MIXING_RULES
 from privdl.network.topology import TOPOLOGIES
 from privdl.registry import OneOf, annotated_choices, annotated_recorded, one_of
+from privdl.runtime_spec import DEFAULT_SLICES, RuntimeSpec
 from privdl.schedules import SCHEDULES
 from privdl.tasks import TASKS
 
@@ -500,7 +501,7 @@ def _runtime(table: Any) -> dict:
     if backend == "simulator" and split:
         raise ConfigError("runtime.slices / runtime.assignment split a run: set runtime.backend = \"sliced\"")
     if backend == "sliced" and "slices" not in out and "assignment" not in out:
-        out["slices"] = 2
+        out["slices"] = DEFAULT_SLICES
     return out
 
 
@@ -594,7 +595,7 @@ def identity(effective: dict) -> dict:
     before it existed: a config naming ``accountant = "rdp"`` for ``dp_sgd`` is the run made before PLD was the
     default, the same config without it (resolved to "pld") another run."""
     out = without_locations(_without_legacy({k: v for k, v in effective.items() if k not in NOT_IDENTITY}))
-    keys = effective.get("runtime", {}).get("keys", "root")
+    keys = RuntimeSpec.of(effective).keys
     if keys != "root":
         out["keys"] = keys
     return out

@@ -39,6 +39,7 @@ from privdl.keys import Keys, RootKeys
 from privdl.placement import partition
 from privdl.keys import drawn
 from privdl.privacy.ledger import statement
+from privdl.runtime_spec import RuntimeSpec
 from privdl.simulator import Replica, simulate, simulate_replicas, stackable
 from privdl.simulator.checkpoint import Checkpoints
 from privdl.simulator.sliced import simulate_sliced
@@ -123,7 +124,7 @@ def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[i
     final = {m: v for t, m, v in rows if t == last}
     ledger = statement(c.mechanism, c.algorithm, iterations=cfg["iterations"], edges=c.network.edges,
                        accesses=accesses)
-    agreed = cfg.get("runtime", {}).get("keys", "root") == "agreed"
+    agreed = RuntimeSpec.of(cfg).agreed
     return {
         "run_id": spec.run_id,
         "status": "complete",
@@ -216,7 +217,7 @@ def run_checkpoints(specs: Sequence[RunSpec], n: int, folders: Sequence[Path] | 
                     resume: bool) -> Checkpoints | None:
     """The checkpoints of a run (or of the runs of a stacked batch) when its config asks for them
     (``runtime.checkpoint_every``) and the runner gives their folders; without ``resume`` old ones are removed."""
-    every = specs[0].config.get("runtime", {}).get("checkpoint_every")
+    every = RuntimeSpec.of(specs[0].config).checkpoint_every
     if not every or folders is None:
         return None
     ck = Checkpoints(folders, [checkpoint_identity(s) for s in specs], n=n, every=int(every))
@@ -260,16 +261,16 @@ def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None
                                                          and math.isfinite(ledger.epsilon) else {})}
         rows = [(0, k, v) for k, v in facts.items()]
         return rows, manifest(spec, c, seconds=time.perf_counter() - start, rows=rows, accesses=None)
-    runtime = cfg.get("runtime", {})
-    if runtime.get("backend") == "dist":
+    runtime = RuntimeSpec.of(cfg)
+    if runtime.backend == "dist":
         raise ValidationError("runtime.backend = \"dist\" runs in several processes: start it with privdl run CONFIG "
                               "(which launches runtime.procs processes) or torchrun ... -m privdl.runtime CONFIG")
     resumed = ck.latest() if (ck is not None and resume) else None
-    agreed = runtime.get("keys", "root") == "agreed"
+    agreed = runtime.agreed
     before = drawn()
     restored = False
-    if runtime.get("backend", "simulator") == "sliced":
-        placements = partition(c.network.n, slices=runtime.get("slices"), assignment=runtime.get("assignment"))
+    if runtime.backend == "sliced":
+        placements = partition(c.network.n, slices=runtime.slices, assignment=runtime.assignment)
         if cfg.get("device", "cpu") != "cpu":
             raise ValidationError("runtime.backend = \"sliced\" runs on the CPU; remove device or set it to \"cpu\"")
         options = config_options(cfg, c.network.n, range(c.network.n)) if agreed else {}
@@ -277,7 +278,7 @@ def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None
                                  schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
                                  placements=placements, eval_every=cfg["eval_every"], gradient=cfg["gradient"],
                                  on_step=on_step, observers=observers(cfg, c, c.network.n), checkpoints=ck,
-                                 resume=resume, timeout=float(runtime.get("timeout", 120.0)), agreed=agreed,
+                                 resume=resume, timeout=runtime.timeout, agreed=agreed,
                                  context=spec.run_id, store=secrets, store_identity=secrets_identity(spec),
                                  **options)
         placement = {"backend": "sliced", "slices": [list(p.agents) for p in placements],
@@ -330,7 +331,7 @@ def _run_batch(specs: Sequence[RunSpec], parts: Sequence[Components], on_step: C
                ck: Checkpoints | None = None,
                resume: bool = False) -> list[tuple[list[tuple[int, str, float]], dict]]:
     cfg = specs[0].config
-    if any(s.config.get("runtime", {}).get("keys", "root") == "agreed" for s in specs):
+    if any(RuntimeSpec.of(s.config).agreed for s in specs):
         raise ValidationError("runs with agreed keys are not stacked: each agrees its own keys (run_one)")
     resumed = ck.latest() if (ck is not None and resume) else None
     before = drawn()
@@ -400,9 +401,10 @@ def _alone(cfg: dict, algorithms: dict[str, tuple[bool, bool]]) -> bool:
     there (0.88–0.92×: the R·E-row lot draws and sorts leave the caches; BENCHMARKS.md, "Example-level grids
     stacked"), while one run per process keeps ``--jobs`` balanced; ``batch_replicas`` > 1 or a GPU stacks it.
     ``algorithms`` caches (stackable, cross) by config."""
+    runtime = RuntimeSpec.of(cfg)
     if (not cfg.get("train", True) or cfg.get("batch_replicas") == 1 or not may_stack(cfg["mechanism"].get("name"))
-            or cfg.get("runtime", {}).get("backend", "simulator") != "simulator"
-            or cfg.get("runtime", {}).get("keys", "root") != "root"):
+            or runtime.backend != "simulator"
+            or runtime.keys != "root"):
         return True
     key = json.dumps(cfg["algorithm"], sort_keys=True, default=str)
     if key not in algorithms:
@@ -506,7 +508,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                     nonfinite[spec.run_id] = man["nonfinite_metrics"] = bad
             store.save_runs([(spec.run_id, rows, man) for spec, rows, man in items])
             for spec, _, _ in items:  # a saved run needs no checkpoint, nor its agents' secrets
-                if spec.config.get("runtime", {}).get("checkpoint_every"):
+                if RuntimeSpec.of(spec.config).checkpoint_every:
                     shutil.rmtree(store.run_dir(spec.run_id) / "checkpoints", ignore_errors=True)
                 shutil.rmtree(secrets_folder(store.run_dir(spec.run_id)), ignore_errors=True)
             tally.add([spec.run_id for spec, _, _ in items])

@@ -98,11 +98,11 @@ def main(argv: list[str] | None = None) -> None:
         import torch.distributed as dist
 
         from privdl.experiment import load_config
-        from privdl.runtime.launch import DEFAULT_TIMEOUT
         from privdl.runtime.worker import init_process_group, run_experiment_distributed
+        from privdl.runtime_spec import RuntimeSpec
 
         cfg = load_config(args.config, [*args.overrides, 'runtime.backend="dist"'])  # what torchrun starts
-        timeout = float(cfg.get("runtime", {}).get("timeout", DEFAULT_TIMEOUT))
+        timeout = RuntimeSpec.of(cfg).timeout
         init_process_group(rank=rank, world=world, init_method="env://", timeout=timeout)
         # torchrun's --max-restarts starts every worker again after a failure: continue from the checkpoints
         restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0

@@ -23,9 +23,8 @@ import traceback
 from pathlib import Path
 
 from privdl.errors import PrivdlError
+from privdl.runtime_spec import RuntimeSpec
 
-#: seconds a receive may wait before the run stops with an error naming the silent peer (runtime.timeout)
-DEFAULT_TIMEOUT = 120.0
 #: seconds the other workers get, after the first failure, to stop on their own and say why before they are stopped
 GRACE = 3.0
 #: Linux's prctl option that sends a signal to this process when its parent (the thread that started it) ends
@@ -82,7 +81,7 @@ def _worker(rank: int, world: int, port: int, config: str, overrides: list[str],
     torch.set_num_threads(threads)
     try:
         cfg = load_config(config, overrides)
-        timeout = float(cfg.get("runtime", {}).get("timeout", DEFAULT_TIMEOUT))
+        timeout = RuntimeSpec.of(cfg).timeout
         init_process_group(rank=rank, world=world, init_method=f"tcp://127.0.0.1:{port}", timeout=timeout)
         summary = run_experiment_distributed(cfg, out, rank=rank, world=world, timeout=timeout, resume=resume,
                                              progress=progress)
@@ -196,7 +195,7 @@ def failure(procs: int, errors: list, codes: list[int | None], stopped: list[int
 
 def processes_for(cfg: dict) -> int | None:
     """The processes ``runtime.agents_per_process`` asks for (its first run's network), or None."""
-    per = cfg.get("runtime", {}).get("agents_per_process")
+    per = RuntimeSpec.of(cfg).agents_per_process
     if not per:
         return None
     from privdl.experiment.build import build_network
@@ -207,11 +206,14 @@ def processes_for(cfg: dict) -> int | None:
     return -(-n // per)
 
 
-def check_transport(runtime: dict, procs: int, gpus: int | None = None) -> None:
+def check_transport(runtime: RuntimeSpec | dict, procs: int, gpus: int | None = None) -> None:
     """Refuse a transport this machine cannot give the processes: NCCL needs one GPU per process (it refuses two
     ranks on one GPU: "Duplicate GPU detected"), and the runtime moves its messages with gloo (GPU tensors staged
-    through the CPU)."""
-    if runtime.get("transport", "gloo") != "nccl":
+    through the CPU). ``runtime``: the run's :class:`~privdl.runtime_spec.RuntimeSpec`, or its ``[runtime]``
+    table."""
+    if isinstance(runtime, dict):
+        runtime = RuntimeSpec.of_table(runtime)
+    if runtime.transport != "nccl":
         return
     if gpus is None:
         import torch
@@ -236,16 +238,16 @@ def _check(config: str | Path, overrides: list[str], procs: int) -> None:
     import json
 
     cfg = load_config(config, overrides)
-    check_transport(cfg.get("runtime", {}), procs)
+    check_transport(RuntimeSpec.of(cfg), procs)
     seen: set[str] = set()
     for spec in expand(cfg)[0]:
         c = spec.config
         if c.get("device", "cpu") not in ("cpu", None):
             raise PrivdlError("the distributed runtime runs its processes on the CPU (gloo); a run on a GPU is not "
                               "built yet: remove device or set it to \"cpu\"")
+        runtime = RuntimeSpec.of(c)
         key = json.dumps([c["network"], c["seed"] if c["network"].get("seed") == "run" else None,
-                          c.get("runtime", {}).get("assignment"),
-                          c.get("runtime", {}).get("agents_per_process")], sort_keys=True, default=str)
+                          runtime.assignment, runtime.agents_per_process], sort_keys=True, default=str)
         if key not in seen:
             seen.add(key)
             placements_for(c, build_network(c["network"], c["seed"], c.get("base_dir")).n, procs)
@@ -285,4 +287,4 @@ def launch(config: str | Path, *, procs: int, out: str | Path, overrides: list[s
     return ExperimentSummary(out=Path(out), **fields)
 
 
-__all__ = ["DEFAULT_TIMEOUT", "GRACE", "check_transport", "die_with", "free_port", "launch", "supervise"]
+__all__ = ["GRACE", "check_transport", "die_with", "free_port", "launch", "supervise"]

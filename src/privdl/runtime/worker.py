@@ -24,6 +24,7 @@ from privdl.keys import HeldKeys, Keys, RootKeys, drawn
 from privdl.placement import Placement, partition
 from privdl.comm.sliced import TransportError, Wire
 from privdl.runtime.transport import _CODE as CODES, DTYPES, HEADER, DistTransport, broadcast_ints
+from privdl.runtime_spec import RuntimeSpec
 from privdl.simulator.checkpoint import Checkpoints, RunState
 from privdl.simulator.engine import Recorder, recorded_rounds, stateful
 from privdl.simulator.sliced import NetworkBytes, owners_of, run_slice
@@ -38,8 +39,8 @@ GENERATORS = ("chacha20", "splitmix64", "philox")
 
 def placements_for(cfg: dict, n: int, world: int) -> list[Placement]:
     """The placement of every process: a pure function of the config, the network's size and the world size."""
-    runtime = cfg.get("runtime", {})
-    per = runtime.get("agents_per_process")
+    runtime = RuntimeSpec.of(cfg)
+    per = runtime.agents_per_process
     if per:
         blocks = [list(range(lo, min(n, lo + per))) for lo in range(0, n, per)]
         if len(blocks) != world:
@@ -49,7 +50,7 @@ def placements_for(cfg: dict, n: int, world: int) -> list[Placement]:
     if world > n:
         raise ValidationError(f"{world} processes for {n} agents: every process must hold at least one agent "
                               f"(use at most {n} processes)")
-    parts = partition(n, slices=None if runtime.get("assignment") else world, assignment=runtime.get("assignment"))
+    parts = partition(n, slices=None if runtime.assignment else world, assignment=runtime.assignment)
     if len(parts) != world:
         raise ValidationError(f"runtime.assignment has {len(parts)} parts for {world} processes")
     return parts
@@ -199,7 +200,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
                 o.load_state_dict(d)
     coordinator = _Coordinator(transport, placements, complete, checkpoints, recorder, network_bytes, watchers)
     root = RootKeys(int(cfg["seed"]))
-    agreed = cfg.get("runtime", {}).get("keys", "root") == "agreed"
+    agreed = RuntimeSpec.of(cfg).agreed
     before = drawn()
     began = time.perf_counter()
     source = root if not agreed else agree(part=rank, placement=p, owner=owner, network=c.network,
@@ -378,7 +379,7 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
         began = time.perf_counter()
         try:
             c = build(spec.config)
-            every = spec.config.get("runtime", {}).get("checkpoint_every")
+            every = RuntimeSpec.of(spec.config).checkpoint_every
             ck = None
             if every:  # every process writes its agents' files into the run's folder (a folder all of them see)
                 ck = Checkpoints([store.run_dir(spec.run_id) / "checkpoints"], [checkpoint_identity(spec)],
