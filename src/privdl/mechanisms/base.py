@@ -372,7 +372,9 @@ class Chain(GradientMechanism):
         self.members = members
         self.name = "chain(" + ", ".join(m.name for m in members) + ")"
         self.need = first.need
-        dp = [m for m in members if m.delta]
+        # the members that add noise state the chain's DP (accountant, δ, target ε) — not those with a δ > 0: a
+        # pure-DP member's δ is 0
+        dp = [m for m in members if type(m).step_events is not GradientMechanism.step_events]
         self.delta = dp[0].delta if dp else 0.0
         self.accountant_name = dp[0].accountant_name if dp else "none"
         self.target_epsilon = dp[0].target_epsilon if dp else None

@@ -1,4 +1,5 @@
-"""Privacy accounting: events, accountants (agent level: paper/tight; example level: RDP/PLD), and the ledger.
+"""Privacy accounting: events (a public registry, :data:`EVENTS`; your own type with :func:`register_event`),
+accountants (agent level: paper/tight; example level and any dp_accounting event: RDP/PLD), and the ledger.
 
 Every numeric function is keyword-only: ``rdp_epsilon(noise_multiplier=..., sample_rate=..., steps=...,
 delta=...)``, ``get_accountant("tight").bound(epsilon=..., delta=..., clip=..., steps=...)``.
@@ -20,7 +21,8 @@ from privdl.privacy.agent_accountant import (
     tight_epsilon,
 )
 from privdl.privacy.events import (
-    GaussianEvent, NonPrivateEvent, ObfuscationEvent, PrivacyEvent, SubsampledGaussianEvent,
+    EVENTS, GaussianEvent, LaplaceEvent, NonPrivateEvent, ObfuscationEvent, PrivacyEvent, PureLaplaceEvent,
+    SubsampledGaussianEvent, register_event,
 )
 from privdl.privacy.example_accountant import (
     PldAccountant, RdpAccountant, calibrate_noise_multiplier, example_epsilon, pld_epsilon, rdp_epsilon,
@@ -28,8 +30,9 @@ from privdl.privacy.example_accountant import (
 from privdl.privacy.ledger import Ledger, non_private
 
 __all__ = [
-    "ACCOUNTANTS", "AGENT_ACCOUNTANTS", "AgentAccountant", "GaussianEvent", "Ledger", "NonPrivateEvent",
-    "ObfuscationEvent", "PldAccountant", "PrivacyEvent", "RdpAccountant", "SubsampledGaussianEvent",
+    "ACCOUNTANTS", "AGENT_ACCOUNTANTS", "AgentAccountant", "EVENTS", "GaussianEvent", "LaplaceEvent", "Ledger",
+    "NonPrivateEvent", "ObfuscationEvent", "PldAccountant", "PrivacyEvent", "PureLaplaceEvent", "RdpAccountant",
+    "SubsampledGaussianEvent", "register_event",
     "UnsupportedEventError", "calibrate_noise_multiplier", "check_budget", "example_epsilon", "gdp_delta",
     "gdp_epsilon", "gdp_mu", "get_accountant", "non_private", "paper_bound", "paper_epsilon",
     "paper_simplified_bound", "pld_epsilon", "rdp_epsilon", "tight_bound",

@@ -1,7 +1,8 @@
-"""The accountants, by name: ``tight`` and ``paper`` (agent-level Gaussian events), ``rdp`` and ``pld`` (Gaussian and
-Poisson-subsampled Gaussian events: Rényi DP, privacy loss distributions). Each says which events it supports
-(``supports``) and composes a list of them (``account(events, delta=...)``). A ledger names the accountant it was
-accounted with, and ``privdl account --manifest`` re-accounts it with that one."""
+"""The accountants, by name: ``tight`` and ``paper`` (agent-level Gaussian events), ``rdp`` and ``pld`` (Rényi DP,
+privacy loss distributions: Gaussian, Poisson-subsampled Gaussian and Laplace events, and any registered event type
+whose DpEvent dp_accounting's accountant of that name composes; at δ = 0 the basic composition of pure-DP events).
+Each says which events it supports (``supports``) and composes a list of them (``account(events, delta=...)``). A
+ledger names the accountant it was accounted with, and ``privdl account --manifest`` re-accounts it with that one."""
 
 from __future__ import annotations
 

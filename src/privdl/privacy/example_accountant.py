@@ -38,6 +38,12 @@ against RDP").
 tested and as fast to calibrate (well below the 2 s per calibration the issue set as the bar); every reproduction
 names ``accountant = "rdp"``, the accountant its seed's committed numbers were made with, and a run's config records
 the accountant it used (:class:`privdl.registry.Recorded`).
+
+**Other events.** As accountants of ledgers (:class:`RdpAccountant`, :class:`PldAccountant`) both take every event
+whose DpEvent dp_accounting's accountant of their name composes — the Laplace mechanism
+(:class:`~privdl.privacy.events.PureLaplaceEvent`) and a registered event type of a user's among them — and at
+δ = 0 (pure DP) both state the basic composition Σ count·ε₀ of pure events, refusing any other (its ε at δ = 0 is
+infinite; the RDP conversion would say ∞ for every event, the PLD's a discretised upper bound of the same sum).
 """
 
 from __future__ import annotations
@@ -54,7 +60,9 @@ from scipy import optimize
 
 from privdl.errors import ValidationError
 from privdl.privacy.agent_accountant import UnsupportedEventError
-from privdl.privacy.events import GaussianEvent, PrivacyEvent, SubsampledGaussianEvent
+from privdl.privacy.events import (
+    PrivacyEvent, SubsampledGaussianEvent, account_pure, claims_no_guarantee, is_non_private,
+)
 
 #: Orders used by the accountant (Opacus' default set: 1.1 … 10.9 in steps of 0.1, then 12 … 63).
 DEFAULT_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))
@@ -209,8 +217,11 @@ def _steps(event: dp_accounting.DpEvent) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _scale(events: tuple[dp_accounting.DpEvent, ...], delta: float) -> float:
-    """The RDP ε of ``events`` at :data:`SCALE_ORDERS`: the scale of the PLD's adaptive interval."""
+    """The RDP ε of ``events`` at :data:`SCALE_ORDERS`: the scale of the PLD's adaptive interval (∞, hence the
+    coarsest interval, for a DpEvent the RDP accountant does not take)."""
     accountant = _DpRdpAccountant(list(SCALE_ORDERS))
+    if not all(accountant.supports(e) for e in events):  # a DpEvent only the PLD takes: the coarsest interval
+        return math.inf
     for e in events:
         accountant.compose(e)
     return float(accountant.get_epsilon(delta))
@@ -331,22 +342,35 @@ def _calibrate_pld(epsilon: float, sample_rate: float, steps: int, delta: float,
     return sigma
 
 
+@functools.lru_cache(maxsize=4096)  # DpEvents are frozen, hashable values; a ledger asks once per agent
+def _dp_supports(name: str, event: dp_accounting.DpEvent) -> bool:
+    """Whether dp_accounting's accountant ``name`` ("rdp" or "pld") can compose ``event``."""
+    accountant = _DpRdpAccountant(list(DEFAULT_ORDERS)) if name == "rdp" else _DpPldAccountant()
+    return accountant.supports(event)
+
+
 class _ExampleAccountant:
-    """What both example-level accountants share: the events they take (Gaussian and Poisson-subsampled Gaussian)
-    and the checks on a composition's input."""
+    """What both example-level accountants share: the events they take — every event whose DpEvent dp_accounting's
+    accountant of the same name supports (Gaussian, Poisson-subsampled Gaussian, Laplace, a registered event type's
+    own; never one that claims no guarantee or is non-private: the ledger states those without an accountant) —,
+    the checks on a composition's input, and δ = 0: pure DP, the basic composition of pure events
+    (:func:`privdl.privacy.events.account_pure`; any other event is refused there, its ε being infinite)."""
 
     name = ""
 
     def supports(self, event: PrivacyEvent) -> bool:
-        return isinstance(event, (GaussianEvent, SubsampledGaussianEvent))
+        if claims_no_guarantee(event) or is_non_private(event):
+            return False
+        return _dp_supports(self.name, event.to_dp_event())
 
     def _check(self, events: list[PrivacyEvent], delta: float) -> None:
-        if not 0 < delta < 1:
-            raise ValidationError(f"delta must be in (0, 1), got {delta}")
+        if not 0 <= delta < 1:
+            raise ValidationError(f"delta must be in [0, 1) (0: pure DP), got {delta!r}")
         for e in events:
             if not self.supports(e):
-                raise UnsupportedEventError(f"the {self.name} accountant supports Gaussian and subsampled Gaussian "
-                                            f"events; got {e.kind}")
+                raise UnsupportedEventError(f"the {self.name} accountant supports the events dp_accounting's "
+                                            f"{self.name.upper()} accountant supports (Gaussian, subsampled "
+                                            f"Gaussian, Laplace, ...); got {e.kind}")
 
 
 class RdpAccountant(_ExampleAccountant):
@@ -358,8 +382,10 @@ class RdpAccountant(_ExampleAccountant):
                  "2020, via dp_accounting")
 
     def account(self, events: list[PrivacyEvent], *, delta: float) -> float:
-        """ε at ``delta`` of the composition of ``events``."""
+        """ε at ``delta`` of the composition of ``events`` (δ = 0: pure DP, the basic composition)."""
         self._check(events, delta)
+        if delta == 0:
+            return account_pure(events, self.name)
         if len(events) == 1 and isinstance(events[0], SubsampledGaussianEvent):
             e = events[0]
             return _rdp(float(e.noise_multiplier), float(e.sample_rate), int(e.count), float(delta),
@@ -381,6 +407,9 @@ class PldAccountant(_ExampleAccountant):
                  "al. 2022), pessimistic discretisation adapted to the events' RDP ε, via dp_accounting")
 
     def account(self, events: list[PrivacyEvent], *, delta: float) -> float:
-        """ε at ``delta`` of the composition of ``events``."""
+        """ε at ``delta`` of the composition of ``events`` (δ = 0: pure DP, the basic composition — the PLD's own
+        ε at δ = 0 is the same, rounded up to its discretisation)."""
         self._check(events, delta)
+        if delta == 0:
+            return account_pure(events, self.name)
         return _pld_of(tuple(e.to_dp_event() for e in events), float(delta), None)[0]

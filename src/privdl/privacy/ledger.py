@@ -3,11 +3,18 @@
 Written into every manifest (``privacy_ledger``), it can be re-accounted from its events alone
 (:meth:`Ledger.reaccount`, ``privdl account --manifest``). ε per agent:
 
-* ∞ if the agent's data was used without protection (:class:`NonPrivateEvent`);
+* ∞ if the agent's data was used without protection (:class:`NonPrivateEvent`, or any event whose DpEvent is
+  non-private: :func:`~privdl.privacy.events.is_non_private`);
 * ``None`` — *no DP guarantee*, never a number — if it went through a mechanism that claims none
-  (:class:`ObfuscationEvent`);
+  (:class:`~privdl.privacy.events.ObfuscationEvent`, :class:`~privdl.privacy.events.LaplaceEvent`:
+  :func:`~privdl.privacy.events.claims_no_guarantee`);
 * 0 if its data was never read;
-* otherwise the accountant's ε of the composition of its events.
+* otherwise the accountant's ε of the composition of its events — at δ = 0 (pure DP: every event pure, e.g.
+  :class:`~privdl.privacy.events.PureLaplaceEvent`) the basic composition Σ count·ε₀, which every accountant that
+  takes the events states.
+
+Any registered event type (:func:`privdl.privacy.events.register_event`) can stand in a ledger, and its manifest form
+(:meth:`Ledger.to_dict`) carries the schema version :data:`LEDGER_SCHEMA`.
 
 A ledger may state a ``notion`` other than plain DP of everything the agent sends (Zip-DL's and Muffliato's pairwise
 network DP: against one curious, non-colluding agent); its guarantee then names it, and statements beside it name
@@ -27,9 +34,14 @@ from typing import Sequence
 import numpy as np
 
 from privdl.privacy.events import (
-    NO_GUARANTEE, GaussianEvent, NonPrivateEvent, ObfuscationEvent, PrivacyEvent, SubsampledGaussianEvent, accesses,
-    event_from_dict, event_to_dict, merge,
+    GaussianEvent, NonPrivateEvent, PrivacyEvent, SubsampledGaussianEvent, accesses,
+    claims_no_guarantee, event_from_dict, event_to_dict, is_non_private, merge,
 )
+
+#: the version of the ledger's JSON form (:meth:`Ledger.to_dict`, ``"schema"``; the stability contract is in
+#: :mod:`privdl.privacy.events`): raised only when that form changes in a way an older privdl cannot read. A ledger
+#: without it was written before versions were recorded and has version 1's form.
+LEDGER_SCHEMA = 1
 
 
 def _epsilons(accountant: str, delta: float, events: Sequence[list[PrivacyEvent]]) -> list[float | None]:
@@ -39,9 +51,9 @@ def _epsilons(accountant: str, delta: float, events: Sequence[list[PrivacyEvent]
     out: list[float | None] = [0.0] * len(events)
     todo = []
     for i, evs in enumerate(events):
-        if any(isinstance(e, NonPrivateEvent) for e in evs):
+        if any(is_non_private(e) for e in evs):
             out[i] = math.inf
-        elif any(isinstance(e, NO_GUARANTEE) for e in evs):
+        elif any(claims_no_guarantee(e) for e in evs):
             out[i] = None
         elif evs:
             todo.append(i)
@@ -197,7 +209,7 @@ class Ledger:
         return rows
 
     def to_dict(self) -> dict:
-        return {"unit": self.unit, "mechanism": self.mechanism, "accountant": self.accountant,
+        return {"schema": LEDGER_SCHEMA, "unit": self.unit, "mechanism": self.mechanism, "accountant": self.accountant,
                 "epsilon": _num(self.epsilon), "delta": self.delta, "steps": self.steps,
                 "guarantee": self.guarantee, "target_epsilon": self.target_epsilon, "noise": self.noise,
                 "note": self.note, "per_agent": self.per_agent(),
@@ -206,7 +218,9 @@ class Ledger:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Ledger":
-        """A ledger from its manifest form (the stored ε's are kept as stated; :meth:`reaccount` recomputes them)."""
+        """A ledger from its manifest form (the stored ε's are kept as stated; :meth:`reaccount` recomputes them).
+        A ledger of a newer schema than :data:`LEDGER_SCHEMA` is refused, naming both."""
+        check_schema(data.get("schema"))
         rows = data.get("per_agent")
         if rows is None:
             raise ValueError("this ledger has no per-agent events (written by privdl < 0.2); it cannot be "
@@ -216,6 +230,20 @@ class Ledger:
         return cls(data["unit"], data["mechanism"], data["accountant"], float(data["delta"]), events,
                    data.get("noise", {}), data.get("note", ""), data.get("target_epsilon"), eps,
                    [cls.from_dict(b) for b in data.get("beside", [])], data.get("notion", ""))
+
+
+def check_schema(schema: object, path: str = "privacy_ledger[0]") -> int:
+    """The schema version of a stored ledger (absent: written before versions were recorded, read as 1); one this
+    privdl cannot read (newer, or not a version) is a ValueError naming both."""
+    if schema is None:
+        return 1
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema < 1:
+        raise ValueError(f"{path}.schema = {schema!r}: must be a ledger schema version (an integer >= 1)")
+    if schema > LEDGER_SCHEMA:
+        raise ValueError(f"{path}.schema = {schema}: this ledger was written by a newer privdl (ledger schema "
+                         f"{schema}); this privdl reads schema {LEDGER_SCHEMA} and earlier: upgrade privdl to "
+                         "re-account it")
+    return schema
 
 
 def _num(v: float | None) -> float | str | None:
@@ -245,4 +273,4 @@ def statement(mechanism, algorithm, *, iterations: int, edges, accesses=None) ->
     return ledger
 
 
-__all__ = ["Ledger", "non_private", "statement"]
+__all__ = ["LEDGER_SCHEMA", "Ledger", "check_schema", "non_private", "statement"]

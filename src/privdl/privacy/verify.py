@@ -5,7 +5,10 @@ Two checks, in order:
 
 1. **Fields** (:func:`check_fields`): every field the ledger writes has its type and range — counts integers ≥ 1,
    precisions, sensitivities and noise multipliers finite and > 0, sample rates in (0, 1], δ in [0, 1), ε a number
-   ≥ 0, ``"inf"`` or null — and no NaN anywhere. A bad one is a :class:`LedgerFieldError` naming it by its JSON path,
+   ≥ 0, ``"inf"`` or null — and no NaN anywhere; every event of a registered kind
+   (:data:`privdl.privacy.events.EVENTS`: a user's event type too, its fields checked by their declared types); a
+   finite ε at δ = 0 (pure DP) only over pure-DP events; a schema version (``"schema"``) this privdl reads
+   (absent: an older ledger, read as version 1). A bad one is a :class:`LedgerFieldError` naming it by its JSON path,
    e.g. ``privacy_ledger[0].per_agent[3].events[1].count``.
 2. **Agreement** (:func:`verify_ledger`): the manifest states, per agent, its accesses, noise multiplier(s), sample
    rate(s), δ and ε beside the events they came from, and the worst ε and the steps for the whole run. Every stated
@@ -32,8 +35,9 @@ from dataclasses import MISSING, dataclass, fields
 from typing import Callable
 
 from privdl.errors import ValidationError
-from privdl.privacy.events import EVENT_TYPES, GaussianEvent, SubsampledGaussianEvent, accesses
-from privdl.privacy.ledger import Ledger
+from privdl.privacy.events import EVENTS, GaussianEvent, SubsampledGaussianEvent, accesses, event_from_dict, \
+    pure_epsilon
+from privdl.privacy.ledger import Ledger, check_schema
 
 #: relative tolerance of every comparison of a stated number with the re-accounted one (module doc: why)
 REL_TOL = 1e-9
@@ -130,9 +134,10 @@ def _check_event(path: str, event: object) -> None:
     if not isinstance(event, dict):
         raise _fail(path, event, "an event object")
     kind = event.get("kind")
-    if kind not in EVENT_TYPES:
-        raise _fail(f"{path}.kind", kind, f"one of {', '.join(EVENT_TYPES)}")
-    declared = {f.name: f for f in fields(EVENT_TYPES[kind])}
+    if kind not in EVENTS:
+        raise _fail(f"{path}.kind", kind, f"a registered event kind: one of {', '.join(EVENTS.names())} (an event "
+                                          "type of your own: import the module that registers it)")
+    declared = {f.name: f for f in fields(EVENTS.get(kind))}
     for key in event:
         if key != "kind" and key not in declared:
             raise LedgerFieldError(f"{path}.{key}: a {kind} event has no field {key!r} (fields: "
@@ -144,6 +149,17 @@ def _check_event(path: str, event: object) -> None:
             continue
         check = _BY_NAME.get(name) or _BY_TYPE.get(getattr(f.type, "__name__", str(f.type)), _positive)
         check(f"{path}.{name}", event[name])
+
+
+def _pure(path: str, where: str, event: dict) -> None:
+    """A ledger stating a finite ε at δ = 0 (pure DP) holds pure-DP events only (a Gaussian's ε at δ = 0 is ∞)."""
+    try:
+        pure = pure_epsilon(event_from_dict(event))
+    except (TypeError, ValueError) as exc:
+        raise LedgerFieldError(f"{where}: {exc}") from None
+    if pure is None:
+        raise LedgerFieldError(f"{path}.delta = 0 states pure DP, but {where} ({event['kind']}) is not a pure-DP "
+                               "event (its ε at δ = 0 is infinite): δ or the event was edited")
 
 
 def _no_nan(path: str, value: object) -> None:
@@ -165,6 +181,10 @@ def check_fields(data: object, path: str = "privacy_ledger[0]") -> None:
 
     if not isinstance(data, dict):
         raise _fail(path, type(data).__name__, "a ledger object")
+    try:
+        check_schema(data.get("schema"), path)
+    except ValueError as exc:
+        raise LedgerFieldError(str(exc)) from None
     _no_nan(path, data)
     for key in ("unit", "mechanism", "accountant", "delta", "epsilon", "per_agent"):
         if key not in data:
@@ -177,9 +197,7 @@ def check_fields(data: object, path: str = "privacy_ledger[0]") -> None:
     _epsilon(f"{path}.epsilon", data["epsilon"])
     if data["unit"] == "none":
         _require(lambda v: v == 0, "0 (a ledger without DP states no δ)")(f"{path}.delta", data["delta"])
-    elif data["epsilon"] not in (None, "inf"):  # a finite ε is at some δ > 0
-        _require(lambda v: 0 < v < 1, "a δ in (0, 1)")(f"{path}.delta", data["delta"])
-    else:
+    else:  # δ = 0 with a finite ε states pure DP: checked against the events below
         _require(lambda v: 0 <= v < 1, "a δ in [0, 1)")(f"{path}.delta", data["delta"])
     _optional(_positive)(f"{path}.target_epsilon", data.get("target_epsilon"))
     _optional(_accesses)(f"{path}.steps", data.get("steps"))
@@ -204,6 +222,8 @@ def check_fields(data: object, path: str = "privacy_ledger[0]") -> None:
             raise _fail(f"{where}.events", type(row["events"]).__name__, "a list of events")
         for k, event in enumerate(row["events"]):
             _check_event(f"{where}.events[{k}]", event)
+            if data["unit"] != "none" and data["delta"] == 0 and data["epsilon"] not in (None, "inf"):
+                _pure(path, f"{where}.events[{k}]", event)
     beside = data.get("beside", [])
     if not isinstance(beside, list):
         raise _fail(f"{path}.beside", type(beside).__name__, "a list of ledgers")
@@ -306,7 +326,8 @@ def _verify(data: dict, path: str, out: list[Mismatch]) -> Ledger:
                                                         f"re-account to ε = {_show(eps)} at δ = {again.delta:g} "
                                                         f"({again.accountant} accountant): one of "
                                                         f"{kinds or 'its (no) events'} was edited, or δ"))
-    if rows and len(differ) == len(rows) and len(rows) > 1:
+    read = sum(1 for events in again.events if events)  # an agent whose data was never read has ε = 0 at any δ
+    if len(differ) == read > 1:
         out.insert(first, Mismatch(f"{path}.delta", f"every agent's ε differs from the stated one: δ = "
                                                     f"{again.delta:g} or the accountant ({again.accountant!r}) was "
                                                     "edited, or the accounting library is another version"))
