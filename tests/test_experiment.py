@@ -70,6 +70,68 @@ def test_wrong_type_and_unknown_names_in_config(tmp_path):
         expand(load_config(_write(tmp_path), ["task.name='svm'"]))
 
 
+#: a config with one name made unknown and a sweep over a key of that section: (what is replaced, by what, the sweep,
+#: the error). The unknown name is reported as such, with the valid names, before any sweep key is checked (issue 45:
+#: it said "sweep key ... valid keys: name").
+UNKNOWN_NAMES = [
+    ('name = "dp_sgd"', 'name = "dp_sgdd"', '"mechanism.epsilon" = [1.0, 2.0]',
+     r"mechanism\.name: unknown mechanism 'dp_sgdd'; valid names: .*dp_sgd.*whisper"),
+    ('name = "dsgd"', 'name = "admm"', '"algorithm.gamma" = [0.1, 0.2]',
+     r"algorithm\.name: unknown algorithm 'admm'; valid names: .*dsgd.*dsgt"),
+    ('name = "constant"', 'name = "cosine"', '"schedule.eta" = [0.1, 0.2]',
+     r"schedule\.name: unknown schedule 'cosine'; valid names: .*constant"),
+    ('name = "logistic"', 'name = "svm"', '"task.batch_size" = [4, 8]',
+     r"task\.name: unknown task 'svm'; valid names: .*logistic"),
+    ('dataset = "breast_cancer"', 'dataset = "cifar1000"', '"task.batchsize" = [4, 8]',
+     r"key 'task\.dataset': unknown name 'cifar1000'; valid names: .*breast_cancer"),
+    ('topology = "ring"', 'topology = "moebius"', '"network.p" = [0.5, 0.8]',
+     r"network\.topology: unknown topology 'moebius'; valid names: .*erdos_renyi.*ring"),
+    ('accountant = "rdp"', 'accountant = "renyi"', '"mechanism.epsilonn" = [1.0, 2.0]',
+     r"key 'mechanism\.accountant': unknown name 'renyi'; valid names: .*pld.*rdp"),
+]
+NAMED = """
+iterations = 5
+[network]
+topology = "ring"
+n = 4
+[task]
+name = "logistic"
+dataset = "breast_cancer"
+batch_size = 4
+[algorithm]
+name = "dsgd"
+[mechanism]
+name = "dp_sgd"
+accountant = "rdp"
+clip = 1.0
+lot_size = 4
+noise_multiplier = 1.0
+[schedule]
+name = "constant"
+eta = 0.1
+[sweep]
+"""
+
+
+@pytest.mark.parametrize("old,new,sweep,error", UNKNOWN_NAMES, ids=[u[1] for u in UNKNOWN_NAMES])
+def test_an_unknown_name_is_reported_before_the_keys_swept_over_it(tmp_path, old, new, sweep, error):
+    assert NAMED.count(old) == 1
+    with pytest.raises(ConfigError, match=error) as err:
+        load_config(_write(tmp_path, NAMED.replace(old, new) + sweep + "\n"))
+    assert "sweep key" not in str(err.value)
+
+
+@pytest.mark.parametrize("sweep,error", [
+    ('"mechanism.name" = ["none", "nope"]\n"mechanism.epsilon" = [1.0, 2.0]', "unknown mechanism 'nope'"),
+    ('[[sweep.privacy]]\nlabel = "x"\nmechanism = { name = "nope", epsilon = 1.0 }', "unknown mechanism 'nope'"),
+    ('"task.dataset" = ["breast_cancer", "nope"]\n"task.batchsize" = [4]', "key 'task.dataset': unknown name 'nope'"),
+])
+def test_an_unknown_name_given_by_the_sweep_itself_comes_first_too(tmp_path, sweep, error):
+    with pytest.raises(ConfigError, match=error) as err:
+        load_config(_write(tmp_path, NAMED + sweep + "\n"))
+    assert "sweep key" not in str(err.value)
+
+
 def test_results_csv_manifest_and_ledger(tmp_path):
     out = tmp_path / "out"
     s = run_experiment(load_config(_write(tmp_path)), out, progress=False)

@@ -17,7 +17,7 @@ Keys valid for a component are its builder's keyword parameters. A key no compon
 error naming the key; a key that only some swept components accept is dropped for the others (so the non-private
 run of an ε sweep is run once). Every name a key refers to (topology, mixing rule, task, dataset, partition,
 algorithm, optimizer, mechanism, accountant, schedule, ...) is checked when the config is loaded, with the valid
-names in the error.
+names in the error — before the sweep's keys, so an unknown name whose keys a sweep sets is reported as unknown.
 """
 
 from __future__ import annotations
@@ -336,6 +336,39 @@ def _component_keys(section: str, name: str) -> dict[str, inspect.Parameter]:
     return builder_params(SECTIONS[section].get(name), INJECTED[section])
 
 
+def _named_component_keys(section: str, name: Any) -> dict[str, inspect.Parameter]:
+    """The keys of the component ``name`` of ``section``; an unregistered name is a ConfigError naming it with the
+    valid names."""
+    try:
+        return _component_keys(section, name)
+    except PrivdlError as exc:
+        raise ConfigError(f"{section}.{'topology' if section == 'network' else 'name'}: {exc}") from None
+
+
+def _check_names(points: list[tuple[dict, dict, set[str]]]) -> None:
+    """Every name of every grid point — each section's component (topology, task, algorithm, mechanism, schedule)
+    and every key whose value is a registered name (dataset, partition, accountant, optimizer, mixing rule, ...) —
+    is registered: checked before the sweep's keys, so that an unknown name is reported as such, with the valid
+    names, and not as a sweep key no component of the experiment accepts."""
+    for merged, _, _ in points:
+        for section in ["network", *SECTIONS]:
+            table = merged.get(section, {})
+            if not isinstance(table, dict):
+                continue  # _resolve reports it
+            if section == "network" and table.get("file"):
+                params: dict[str, inspect.Parameter] = {}
+            else:
+                name_key = "topology" if section == "network" else "name"
+                default = "erdos_renyi" if section == "network" else DEFAULT_NAMES[section]
+                params = _named_component_keys(section, table.get(name_key, default))
+            for key, value in table.items():
+                dotted = f"{section}.{key}"
+                if dotted in FIXED_CHOICES:
+                    _check_choice(dotted, value, [FIXED_CHOICES[dotted]])
+                elif key in params:
+                    _check_choice(dotted, value, annotated_choices(params[key].annotation))
+
+
 def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
     """Validate one merged config and keep only the keys its components accept."""
     out: dict[str, Any] = {}
@@ -392,10 +425,7 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
                                   f"from a file; valid keys: {', '.join(sorted(allowed))}")
             out[section] = {k: v for k, v in table.items() if k in allowed}
             continue
-        try:
-            params = _component_keys(section, name)
-        except PrivdlError as exc:
-            raise ConfigError(f"{section}.{name_key}: {exc}") from None
+        params = _named_component_keys(section, name)
         fixed = NETWORK_FIXED if section == "network" else {"name": (str, None)}
         resolved: dict[str, Any] = {name_key: name}
         for key, value in table.items():
@@ -633,6 +663,7 @@ def expand(cfg: dict) -> tuple[list[RunSpec], list[str]]:
     """All grid points of an experiment (deduplicated; several may share one run_id) and its sweep axes."""
     axes = [a.name for a in _axes(cfg)]
     points = _grid(cfg)
+    _check_names(points)  # an unknown name first: its keys would otherwise be "not a key of any component"
     used = _keys_accepted_anywhere(points)
     _check_swept_keys(points, used)
     runs: dict[tuple, RunSpec] = {}
