@@ -6,8 +6,8 @@ thread of the pool needs, and every parallel region waits for a thread the syste
 per call, even for calls on a few hundred numbers (the evaluation's binary cross-entropy enters the pool). privdl
 now (1) runs a run on one thread when its largest tensor of a round is below ATen's grain of 32 768 elements
 (``privdl.experiment.runner.auto_threads``: no kernel would be split, the pool could only cost) and (2) sets
-``GOMP_SPINCOUNT=3000`` when the user set no wait policy (``privdl/__init__.py``): idle threads spin tens of µs,
-then sleep.
+``GOMP_SPINCOUNT=3000`` when the user set no wait policy (``privdl/process_defaults.py``, set by the ``privdl``
+command this benchmark runs): idle threads spin tens of µs, then sleep.
 
 Two workloads through ``privdl run`` (one run each; the run's own seconds from its manifest, and the CPU seconds of
 the whole process), each alone and beside ``--busy`` processes that spin on the CPU:

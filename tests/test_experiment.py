@@ -421,7 +421,9 @@ def test_version_flag_and_the_manifest_say_which_code_and_libraries_ran(tmp_path
 
 _FAULTS = """
 import resource, sys
-import privdl, torch
+import privdl.process_defaults
+privdl.process_defaults.apply()  # what the privdl command does first
+import torch
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(8):
     torch.ones(16 * 2**20)  # 64 MiB, written once, freed
@@ -430,9 +432,10 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def test_privdl_puts_large_tensors_on_huge_pages_unless_told_not_to():
-    """Where the kernel gives huge pages on request, with privdl imported first (as the command line does), 8 fresh
-    64 MiB tensors take a small fraction of the 8 × 16 384 page faults of 4 KiB pages (PyTorch's THP_MEM_ALLOC_ENABLE, which privdl turns on by default), and a
-    user's THP_MEM_ALLOC_ENABLE=0 is kept."""
+    """Where the kernel gives huge pages on request, with privdl's process defaults applied first (as the privdl
+    command does), 8 fresh 64 MiB tensors take a small fraction of the 8 × 16 384 page faults of 4 KiB pages
+    (PyTorch's THP_MEM_ALLOC_ENABLE, which the command turns on by default), and a user's THP_MEM_ALLOC_ENABLE=0 is
+    kept."""
     import os
     import subprocess
     import sys

@@ -23,19 +23,98 @@ SMALL = {"iterations": 5, "eval_every": 5, "seeds": 2, "network": {"topology": "
 CHOICES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 
 
-def _policy(extra: dict[str, str]) -> list[str]:
-    """GOMP_SPINCOUNT and OMP_WAIT_POLICY as a fresh Python sees them after importing privdl."""
-    env = {k: v for k, v in os.environ.items() if k not in CHOICES} | extra
-    code = "import os, privdl; print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))"
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          check=True).stdout.split()
+#: a fresh Python that imports privdl (and the modules that load torch) and says whether its environment changed
+IMPORT = """
+import json, os
+before = dict(os.environ)
+import privdl, privdl.privacy, privdl.experiment, privdl.runtime, privdl.cli
+import torch
+print(json.dumps({k: [before.get(k), os.environ.get(k)] for k in set(before) | set(os.environ)
+                  if before.get(k) != os.environ.get(k)}))
+"""
+
+#: the privdl command's entry with its command replaced by a report: the variables it sees and whether torch had
+#: loaded by then
+COMMAND = """
+import os, sys
+import privdl.cli as cli
+cli.app = lambda: print(os.environ.get("GOMP_SPINCOUNT"), os.environ.get("OMP_WAIT_POLICY"),
+                        os.environ.get("THP_MEM_ALLOC_ENABLE"), "torch" in sys.modules)
+cli.main()
+"""
 
 
-def test_importing_privdl_sets_a_short_spin_unless_the_user_chose_a_policy():
-    assert _policy({}) == ["3000", "None"]
-    assert _policy({"OMP_WAIT_POLICY": "ACTIVE"}) == ["None", "ACTIVE"]
-    assert _policy({"GOMP_SPINCOUNT": "7"}) == ["7", "None"]
-    assert _policy({"KMP_BLOCKTIME": "0"}) == ["None", "None"]
+def _clean(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in (*CHOICES, "THP_MEM_ALLOC_ENABLE")} | (extra or {})
+
+
+def _python(code: str, extra: dict[str, str] | None = None) -> str:
+    return subprocess.run([sys.executable, "-c", code], env=_clean(extra), capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_importing_privdl_changes_no_environment_variable():
+    assert json.loads(_python(IMPORT)) == {}
+
+
+def test_the_privdl_command_sets_a_short_spin_and_huge_pages_before_torch_unless_the_user_chose():
+    assert _python(COMMAND).split() == ["3000", "None", "1", "False"]
+    assert _python(COMMAND, {"OMP_WAIT_POLICY": "ACTIVE"}).split() == ["None", "ACTIVE", "1", "False"]
+    assert _python(COMMAND, {"GOMP_SPINCOUNT": "7"}).split() == ["7", "None", "1", "False"]
+    assert _python(COMMAND, {"KMP_BLOCKTIME": "0"}).split() == ["None", "None", "1", "False"]
+    assert _python(COMMAND, {"THP_MEM_ALLOC_ENABLE": "0"}).split() == ["3000", "None", "0", "False"]
+
+
+def test_a_runtime_worker_sets_them_before_torch_loads():
+    """``python -m privdl.runtime`` (what torchrun starts) sets them as its first act; its package loads no torch
+    before that."""
+    code = ("import os, runpy, sys\nsys.argv = ['privdl.runtime', '--help']\n"
+            "import privdl.runtime\nloaded = 'torch' in sys.modules\n"
+            "try:\n    runpy.run_module('privdl.runtime', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print(loaded, os.environ.get('GOMP_SPINCOUNT'), os.environ.get('THP_MEM_ALLOC_ENABLE'))")
+    assert _python(code).split()[-3:] == ["False", "3000", "1"]
+
+
+def test_processes_privdl_starts_get_them_and_the_starting_process_keeps_its_own(tmp_path, monkeypatch):
+    """``--jobs`` helpers (run_parallel) and ``--procs`` workers (launch) start with the command's settings while a
+    user's process that starts them keeps its environment."""
+    import multiprocessing.context
+
+    from privdl.experiment.runner import run_parallel
+    from privdl.process_defaults import for_children
+    from privdl.runtime import launch
+
+    for var in (*CHOICES, "THP_MEM_ALLOC_ENABLE"):
+        monkeypatch.delenv(var, raising=False)
+    before = dict(os.environ)
+    with for_children() as added:
+        assert added == {"THP_MEM_ALLOC_ENABLE": "1", "GOMP_SPINCOUNT": "3000"}
+        seen = subprocess.run([sys.executable, "-c", "import os; print(os.environ['GOMP_SPINCOUNT'])"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        assert seen == ["3000"]
+    assert dict(os.environ) == before
+
+    class Started(Exception):
+        pass
+
+    started: list[dict] = []
+
+    def record(process):  # what a spawned process would inherit, then no process at all
+        started.append({k: os.environ.get(k) for k in ("GOMP_SPINCOUNT", "THP_MEM_ALLOC_ENABLE")})
+        raise Started
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "_Popen", staticmethod(record))
+    config = tmp_path / "exp.toml"
+    config.write_text('iterations = 2\n[network]\ntopology = "ring"\nn = 4\n[task]\nname = "quadratic"\n'
+                      '[schedule]\nname = "constant"\neta = 0.01\n')
+    from privdl.experiment import load_config
+
+    with pytest.raises(Started):
+        run_parallel(load_config(config), tmp_path / "jobs", jobs=2, progress=False)
+    with pytest.raises(Started):
+        launch(config, procs=2, out=tmp_path / "procs")
+    assert started == [{"GOMP_SPINCOUNT": "3000", "THP_MEM_ALLOC_ENABLE": "1"}] * 2
+    assert dict(os.environ) == before
 
 
 def _threads_used(tmp_path, name, cfg):

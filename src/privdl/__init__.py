@@ -3,29 +3,12 @@
 The agent axis: every per-agent quantity is a tensor whose leading axis is the agent. See README.md.
 """
 
-import os as _os
-
 __version__ = "0.1.0"
 
-# Large tensors on transparent huge pages: PyTorch's own switch, read at its first allocation of 2 MiB or more, so it
-# acts when privdl is imported before torch allocates a large tensor (always through the ``privdl`` command). Fresh
-# activations otherwise cost one page fault per 4 KiB; a seed-004 CPU run takes 12–16× fewer faults and runs 1.14×
-# faster at one thread where the kernel offers huge pages on request (BENCHMARKS.md). Nothing else changes: no value,
-# no result. A value the user has set, e.g. THP_MEM_ALLOC_ENABLE=0, is kept; --jobs helpers inherit it.
-_os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-
-# Idle intra-op threads spin briefly, then sleep: torch's CPU wheel runs its thread pool on libgomp, whose idle threads
-# spin 300 000 times before they sleep. Alone on the machine that costs nothing; beside other busy processes (several
-# sweeps at once) a thread that spins holds a core that the pool's other thread needs, and every parallel region
-# waits for a thread the system has descheduled: a CNN run took 3.1× longer beside two busy processes than alone,
-# 2.2× with 3000 spins (tens of µs: still enough to catch a step's next parallel region, so no cost alone); passive
-# waiting (no spin) costs 1.4× alone.
-# Measured in BENCHMARKS.md, "A run beside busy processes". libgomp reads the variable when torch loads it, so this
-# acts when privdl is imported before torch (always through the ``privdl`` command). Results do not change (only
-# how idle threads wait). A user's own choice wins: any of these variables set leaves the policy alone. (Small runs
-# take one thread and no pool at all: privdl.experiment.runner.auto_threads.)
-if not any(k in _os.environ for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")):
-    _os.environ["GOMP_SPINCOUNT"] = "3000"
+# Importing privdl changes no environment variable. The thread and page settings privdl's own processes run with
+# (GOMP_SPINCOUNT, THP_MEM_ALLOC_ENABLE: BENCHMARKS.md) are set by its entry points before torch loads — the privdl
+# command, ``python -m privdl.runtime`` workers, and the --jobs / --procs processes they spawn:
+# privdl.process_defaults, whose ``apply()`` a script of your own may call before importing torch.
 
 _SOURCE_HASH: str | None = None
 

@@ -10,8 +10,14 @@ from privdl.cli.common import _progress_log, _warning_line, app
 
 
 def main() -> None:
+    """The ``privdl`` command (console script and ``python -m privdl.cli``): privdl's process defaults first
+    (:mod:`privdl.process_defaults`: huge pages, a short OpenMP spin — before any command imports torch; importing
+    this package does not load it), then the command."""
     import warnings
 
+    from privdl.process_defaults import apply
+
+    apply()
     warnings.showwarning = _warning_line
     _progress_log()
     app()

@@ -37,6 +37,7 @@ from privdl.experiment.store import ResultStore
 from privdl.mechanisms.stack import may_stack, need_signature
 from privdl.keys import Keys, RootKeys
 from privdl.placement import partition
+from privdl.process_defaults import for_children
 from privdl.keys import drawn
 from privdl.privacy.ledger import statement
 from privdl.runtime_spec import RuntimeSpec
@@ -714,8 +715,9 @@ def run_parallel(cfg: dict, out: str | Path, *, jobs: int, progress: bool | Call
     helpers = [context.Process(target=_helper, daemon=True,
                                args=(cfg, str(out), shard, share, warnings.showwarning, os.getpid(), resume))
                for _ in range(jobs - 1)]
-    for h in helpers:
-        h.start()
+    with for_children():  # the helpers start with the privdl command's settings; this process keeps its own
+        for h in helpers:
+            h.start()
     torch.set_num_threads(share)
     try:
         run_experiment(cfg, out, progress=progress, shard=shard, resume=resume,

@@ -4,6 +4,17 @@ hosts ``torchrun --nnodes H --node-rank h --nproc-per-node k --master-addr A --m
 CONFIG --out DIR``. docs/ARCHITECTURE.md, "The distributed runtime"."""
 
 from privdl.runtime.launch import launch
-from privdl.runtime.transport import DistTransport
+
+# torch is loaded with the transport, on first use: ``python -m privdl.runtime`` sets privdl's process defaults
+# (privdl.process_defaults) before it loads
+
+
+def __getattr__(name: str) -> object:
+    if name == "DistTransport":
+        from privdl.runtime.transport import DistTransport
+
+        return DistTransport
+    raise AttributeError(f"module 'privdl.runtime' has no attribute {name!r}")
+
 
 __all__ = ["DistTransport", "launch"]

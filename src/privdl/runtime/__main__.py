@@ -5,7 +5,8 @@ anything starts: a bad value is one clear error, not a traceback or a wait for t
 An error is written to torchrun's error file (``TORCHELASTIC_ERROR_FILE``, what ``@record`` writes), so the summary
 torchrun prints last shows its message, and the process exits with a one-line ``error (process r of w): ...``. The
 worker dies with its torchrun agent (:func:`privdl.runtime.launch.die_with`). Process 0 ends with the runner's
-summary line (``N runs (X executed, Y already done) in S s → results.csv``)."""
+summary line (``N runs (X executed, Y already done) in S s → results.csv``). Started as a program, it sets privdl's
+process defaults first (:mod:`privdl.process_defaults`), as the ``privdl`` command does; imported, it sets nothing."""
 
 from __future__ import annotations
 
@@ -14,7 +15,12 @@ import os
 import sys
 from pathlib import Path
 
-from torch.distributed.elastic.multiprocessing.errors import record
+if __name__ == "__main__":  # a worker process (torchrun, python -m): privdl's process defaults before torch loads
+    from privdl.process_defaults import apply
+
+    apply()
+
+from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 
 
 def process_environment(env: dict | None = None) -> tuple[int, int]:

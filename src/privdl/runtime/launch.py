@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 
 from privdl.errors import PrivdlError
+from privdl.process_defaults import for_children
 from privdl.runtime_spec import RuntimeSpec
 
 #: seconds the other workers get, after the first failure, to stop on their own and say why before they are stopped
@@ -275,8 +276,9 @@ def launch(config: str | Path, *, procs: int, out: str | Path, overrides: list[s
                                                  resume, threads, messages, progress, os.getpid()), daemon=False)
                for r in range(procs)]
     try:
-        for w in workers:
-            w.start()
+        with for_children():  # privdl's process defaults for the workers, not for this (perhaps a user's) process
+            for w in workers:
+                w.start()
         summary, errors, stopped, _ = supervise(workers, messages)
     finally:  # an interrupted launcher (Ctrl-C, an error here) leaves no worker behind
         _stop([w for w in workers if w.pid is not None])

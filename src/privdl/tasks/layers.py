@@ -14,9 +14,9 @@ over a lot), where torch's own kernels are slow on CPU:
 
 Both are ``torch.autograd.Function`` s with vmap rules, first and second derivatives and forward-mode rules, so any
 torch.func composition (per-example gradients, Hessians, jvp) works on them. The formulas make 2–3 fresh tensors
-where ATen's kernels make one, so they pay off on huge pages (privdl's default, ``privdl/__init__.py``): a
-seed-004 run at one thread is 1.14× faster with them there, 0.96–1.08× on 4 KiB pages. BENCHMARKS.md has the
-timings.
+where ATen's kernels make one, so they pay off on huge pages (the privdl command's default,
+``privdl.process_defaults``): a seed-004 run at one thread is 1.14× faster with them there, 0.96–1.08× on 4 KiB
+pages. BENCHMARKS.md has the timings.
 """
 
 from __future__ import annotations
