@@ -22,6 +22,7 @@ ROOMS = [
     "errors",         # the exceptions every room raises
     "registry",       # named builders (topologies, tasks, mechanisms, ...)
     "private_file",   # files only their owner may read
+    "process_defaults",  # the environment privdl's own processes start with (standard library only)
     "placement",      # which agents an engine holds
     "runtime_spec",   # the [runtime] table, typed (RuntimeSpec): every reader of it is above
     "device",         # which torch device a run's ``device`` names
