@@ -61,6 +61,8 @@ class Transport:
         self._agree: dict[int, list[int]] = {}
         self._agreed: dict[int, int] = {}  # per control operation: slices that have read its result
         self._agree_seq = [0] * self.parts
+        self._gathered: dict[int, dict[int, tuple]] = {}  # per gather: the slices' (header, value) so far
+        self._gather_seq = [0] * self.parts
         self.failed: tuple[int, BaseException] | None = None
         self.payload_bytes = np.zeros((self.parts, self.parts), dtype=np.int64)
         self.setup_bytes = 0
@@ -143,6 +145,43 @@ class Transport:
             if self._agreed[seq] == self.parts:  # every slice has its answer: forget the operation
                 del self._agree[seq], self._agreed[seq]
             return out
+
+
+    def gather(self, part: int, t: int, tag: str, value: torch.Tensor,
+               shapes: Sequence[tuple[int, ...]]) -> list[torch.Tensor] | None:
+        """Every slice's ``value`` of round ``t`` at slice 0, in slice order (its own first; ``shapes[k]``: the
+        shape slice k sends, checked with the dtype and the tag); the others hand theirs over (a copy, counted as
+        control bytes) and go on: None. Every slice calls it at the same point of its run; the coordinator's
+        operation (:class:`privdl.simulator.coordinator.Coordinator`), never a Comm's payload."""
+        header = (t, tag, -1, str(value.dtype), tuple(value.shape))
+        with self._cond:
+            seq = self._gather_seq[part]
+            self._gather_seq[part] += 1
+            if part:
+                copy = value.detach().clone()
+                self.control_bytes += copy.numel() * copy.element_size()
+                if self.tap is not None:
+                    self.tap(repr(header).encode() + copy.cpu().contiguous().numpy().tobytes())
+                self._gathered.setdefault(seq, {})[part] = (header, copy)
+                self._cond.notify_all()
+                return None
+            deadline = time.monotonic() + self.timeout
+            while len(self._gathered.get(seq, ())) < self.parts - 1:
+                self._check_failed(part)
+                if time.monotonic() > deadline:
+                    missing = [k for k in range(1, self.parts) if k not in self._gathered.get(seq, {})]
+                    raise TransportError(f"slice 0 waited {self.timeout:g} s for {_describe(header)} from slice "
+                                         f"{missing[0]}; nothing arrived")
+                self._cond.wait(0.05)
+            got = self._gathered.pop(seq, {})
+        out = [value]
+        for k in range(1, self.parts):
+            want = (t, tag, -1, str(value.dtype), tuple(shapes[k]))
+            if got[k][0] != want:
+                raise TransportError(f"slice 0 expected {_describe(want)} from slice {k}, received "
+                                     f"{_describe(got[k][0])}")
+            out.append(got[k][1])
+        return out
 
 
 def _describe(header: tuple) -> str:

@@ -2,7 +2,8 @@
 
 The same three operations as the in-process :class:`privdl.comm.sliced.Transport` — ``send``, ``recv``,
 ``agree_max`` — plus ``flush``, so :class:`privdl.comm.sliced.SliceComm` (and every algorithm and mechanism
-above it) runs unchanged (../shared/RUNTIME.md, facts 1–6):
+above it) runs unchanged, and the same ``gather`` (every process's tensor at process 0, over ``send`` / ``recv``),
+so the one :class:`privdl.simulator.coordinator.Coordinator` serves threads and processes alike (../shared/RUNTIME.md, facts 1–6):
 
 * every payload is preceded by a fixed-size header (round, tag, sequence, dtype, shape) that the receiver compares
   with what it expects before it receives the payload — gloo checks neither sizes nor dtypes and would fill a
@@ -155,6 +156,18 @@ class DistTransport:
         pending, self._pending = self._pending, []
         for work, _, _, dst, header in pending:
             self._wait(work, dst, header, "sending")
+
+    def gather(self, part: int, t: int, tag: str, value: torch.Tensor,
+               shapes: list[tuple[int, ...]]) -> list[torch.Tensor] | None:
+        """Every process's ``value`` of round ``t`` at process 0, in rank order (its own first; ``shapes[k]``: the
+        shape process k sends), received one process at a time; the others send theirs (control bytes) and get
+        None. The coordinator's operation (:class:`privdl.simulator.coordinator.Coordinator`)."""
+        if part:
+            self.send(part, 0, (t, tag, -1, str(value.dtype), tuple(value.shape)), value)
+            self.flush(part)
+            return None
+        return [value] + [self.recv(k, 0, (t, tag, -1, str(value.dtype), tuple(shapes[k])))
+                          for k in range(1, self.parts)]
 
     def agree_max(self, part: int, value: int) -> int:
         t = torch.tensor([int(value)], dtype=torch.int64)

@@ -25,14 +25,14 @@ from privdl.placement import Placement, partition
 from privdl.comm.sliced import TransportError, Wire
 from privdl.runtime.transport import _CODE as CODES, DTYPES, HEADER, DistTransport, broadcast_ints
 from privdl.runtime_spec import RuntimeSpec
-from privdl.simulator.checkpoint import Checkpoints, RunState
-from privdl.simulator.engine import Recorder, recorded_rounds, stateful
-from privdl.simulator.sliced import NetworkBytes, owners_of, run_slice
+from privdl.simulator.checkpoint import Checkpoints
+from privdl.simulator.coordinator import BYTES, DRAWS, Coordinator
+from privdl.simulator.engine import recorded_rounds
+from privdl.simulator.sliced import owners_of, run_slice
 from privdl.tasks.held import HeldTask
 
-#: tags of the coordinator's messages (never algorithm payloads)
-RECORD, FINAL, ACCESSES, SAVED = "privdl/record", "privdl/final", "privdl/accesses", "privdl/saved"
-BYTES, WIRE, DRAWS = "privdl/bytes", "privdl/wire", "privdl/draws"
+#: tag of the wire's messages for observers (never algorithm payloads; the coordinator's: privdl.simulator.coordinator)
+WIRE = "privdl/wire"
 #: the generators whose numbers a run counts (privdl.keys.DRAWN), in the order process 0 receives them
 GENERATORS = ("chacha20", "splitmix64", "philox")
 
@@ -97,70 +97,6 @@ class DistWire:
             self.merge.part(seq, t, tag, (index[0], index[1].to(kind), index[2].to(kind), payload))
 
 
-class _Coordinator:
-    """Process 0 gathers; the others send. One instance per run."""
-
-    def __init__(self, transport: DistTransport, placements: list[Placement], on_record, checkpoints, recorder,
-                 network_bytes: NetworkBytes, watchers: list):
-        self.transport, self.placements, self.bytes, self.watchers = transport, placements, network_bytes, watchers
-        self.rank, self.world = transport.rank, transport.parts
-        self.on_record, self.checkpoints, self.recorder = on_record, checkpoints, recorder
-
-    def _gather(self, tag: str, t: int, x: torch.Tensor) -> torch.Tensor | None:
-        """The held rows of every process in one tensor (process 0), or None (the others, after sending)."""
-        mine = self.placements[self.rank].held_rows
-        if self.rank:
-            rows = x[mine.to(x.device)]
-            self.transport.send(self.rank, 0, (t, tag, -1, str(rows.dtype), tuple(rows.shape)), rows)
-            self.transport.flush(self.rank)
-            return None
-        full = x.clone()
-        for r in range(1, self.world):
-            theirs = self.placements[r].held_rows
-            header = (t, tag, -1, str(x.dtype), (int(theirs.numel()), *x.shape[1:]))
-            full[theirs.to(x.device)] = self.transport.recv(r, 0, header).to(x.device)
-        return full
-
-    def _counts(self, tag: str, t: int, rows: list[list[int]]) -> list | None:
-        """Every process's rows of integers (process 0: the list of each process's), or None (the others, after
-        sending). Every process has the same number of rows (its meter's tags, in the same order everywhere)."""
-        mine = torch.tensor(rows, dtype=torch.int64) if rows else torch.zeros((0, 3), dtype=torch.int64)
-        if self.rank:
-            self.transport.send(self.rank, 0, (t, tag, -1, str(mine.dtype), tuple(mine.shape)), mine)
-            self.transport.flush(self.rank)
-            return None
-        return [rows] + [self.transport.recv(r, 0, (t, tag, -1, str(mine.dtype), tuple(mine.shape))).tolist()
-                         for r in range(1, self.world)]
-
-    def record(self, t: int, x: torch.Tensor, totals: tuple[int, int]) -> None:
-        full = self._gather(RECORD, t, x)
-        counts = self._counts(BYTES, t, [list(totals)])
-        if full is not None:
-            self.bytes.record([c[0] for c in counts])
-            self.on_record(t, full)
-
-    def per_tag(self, tag: str, t: int, per_tag: dict) -> dict | None:
-        """The network's per-tag byte counts since the (re)start, added up at process 0 (the others: None)."""
-        names = list(per_tag)
-        rows = [[v["bytes_sent"], v["bytes_received"], v["messages"]] for v in per_tag.values()]
-        got = self._counts(tag, t, rows)
-        if got is None:
-            return None
-        return self.bytes.add([{name: dict(zip(("bytes_sent", "bytes_received", "messages"), row))
-                                for name, row in zip(names, part)} for part in got])
-
-    def saved(self, t: int, per_tag: dict) -> None:
-        """Every process wrote its agents' files of round t (and sent its meter's counts); process 0 then writes
-        the recorder's (completing it)."""
-        counts = self.per_tag(SAVED, t, per_tag)
-        if counts is None:
-            return
-        self.bytes.at_checkpoint = counts
-        records, sums, counts_ = self.recorder.state()
-        self.checkpoints.save_run(RunState(t, None, 0, torch.zeros(0), records, sums, counts_,
-                                           [o.state_dict() for o in stateful(self.watchers)]))
-
-
 def run_one_distributed(spec, components, *, rank: int, world: int, timeout: float, checkpoints=None,
                         resume: bool = False, on_step=None, secrets: Path | None = None,
                         secrets_identity: dict | None = None):
@@ -179,26 +115,14 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     p = placements[rank]
     transport = DistTransport(rank, world, [q.agents for q in placements], timeout=timeout)
     marks = set(recorded_rounds(cfg["iterations"], cfg["eval_every"] or cfg["iterations"]))
-    network_bytes = NetworkBytes()
-    watchers = [*watching, network_bytes]  # the simulator's order: observers, then the meter
-    recorder = Recorder(c.task, watchers, 1, n) if rank == 0 else None
+    coordinator = Coordinator(transport, rank, placements, task=c.task, observers=watching, checkpoints=checkpoints)
     wire = DistWire(rank, world, transport, watching) if watching else None
-
-    def complete(t: int, x: torch.Tensor) -> None:
-        c.task.at_round(t)
-        recorder(t, x)
-
     last = None
     if checkpoints is not None and resume:
         latest = checkpoints.latest() if rank == 0 else None
         got = broadcast_ints([-1 if latest is None else latest], 1, what="the round to resume from")
         last = None if got[0] < 0 else got[0]  # control: the round every agent has, decided once (an int64 tensor)
-        if last is not None and rank == 0:
-            st = checkpoints.load_run(last, RunState(last, None, 0, torch.zeros(0)))
-            recorder.load(st.records, st.sums, st.counts)
-            for o, d in zip(stateful(watchers), st.observers):
-                o.load_state_dict(d)
-    coordinator = _Coordinator(transport, placements, complete, checkpoints, recorder, network_bytes, watchers)
+        coordinator.load(last)
     root = RootKeys(int(cfg["seed"]))
     agreed = RuntimeSpec.of(cfg).agreed
     before = drawn()
@@ -217,9 +141,8 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
         on_step=on_step if rank == 0 else None, checkpoints=checkpoints, resume=resume, last=last,
         saved=coordinator.saved)
     after = drawn()
-    draws = coordinator._counts(DRAWS, cfg["iterations"], [[after[k] - before[k] for k in GENERATORS]])
-    models = coordinator._gather(FINAL, cfg["iterations"], final)
-    counts = coordinator._gather(ACCESSES, cfg["iterations"], accesses.reshape(-1, 1))
+    draws = coordinator.counts(DRAWS, cfg["iterations"], [[after[k] - before[k] for k in GENERATORS]])
+    ends = coordinator.finals(cfg["iterations"], final, accesses)
     seconds = time.perf_counter() - start
     sent = torch.zeros(3, world, dtype=torch.int64)
     sent[0, rank] = int(transport.payload_bytes.sum())
@@ -238,7 +161,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
              "bytes": per_tag,
              "keys": keys_facts(cfg, restored=bool(getattr(source, "restored", False)), gathered="process 0",
                                 draws={k: sum(int(part[0][j]) for part in draws) for j, k in enumerate(GENERATORS)})}
-    return recorder.records[0], models.cpu(), counts.reshape(-1), seconds, extra
+    return coordinator.records, ends[0].cpu(), ends[1].reshape(-1), seconds, extra
 
 
 def _attempt_store(world: int, timeout: float):

@@ -10,7 +10,8 @@ transcript's messages, the accesses behind the ledger — equals ``simulate(...,
 keys or rows beyond what the Comm delivers.
 
 Metrics are evaluated as the simulator evaluates them, on the agents' models gathered at the recorded rounds (the
-evaluation data are the task's, held by the coordinator that writes results).
+evaluation data are the task's, held by the coordinator that writes results: slice 0's
+:class:`privdl.simulator.coordinator.Coordinator`, the same code the distributed runtime's processes run).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 from privdl.agreement import agree, shared_groups
 from privdl.algorithms.base import Algorithm
 from privdl.comm import Observer
-from privdl.comm.observers import AgentBytes, add_per_tag, per_tag_of_state, totals_of
+from privdl.comm.observers import AgentBytes
 from privdl.comm.sliced import SliceComm, Transport, Wire
 from privdl.errors import ValidationError
 from privdl.keys import HeldKeys, Keys, KeySource, RootKeys
@@ -35,63 +36,11 @@ from privdl.network.network import Network
 from privdl.placement import Placement, partition
 from privdl.schedules import Schedule
 from privdl.simulator.access import GradientOracle
-from privdl.simulator.checkpoint import Checkpoints, RunState
-from privdl.simulator.engine import Recorder, SimulationResult, _loop, checkpoint_hooks, recorded_rounds, stateful
+from privdl.simulator.checkpoint import Checkpoints
+from privdl.simulator.coordinator import BYTES, Coordinator, NetworkBytes
+from privdl.simulator.engine import SimulationResult, _loop, checkpoint_hooks, recorded_rounds
 from privdl.tasks.base import Task
 from privdl.tasks.held import HeldTask
-
-
-class NetworkBytes:
-    """The coordinator's byte counts: the slices' meters (each counts its agents' ends,
-    :class:`privdl.comm.observers.AgentBytes`) added up — their totals at every recorded round (``bytes_sent`` /
-    ``bytes_received``), their per-tag counts at checkpoints and at the end — on top of the network's per-tag counts
-    at the checkpoint a resumed run started from (``base``). Its state: the counts at the last checkpoint."""
-
-    def __init__(self) -> None:
-        self.base: dict = {}
-        self.now = np.zeros(2, dtype=np.int64)
-        self.at_checkpoint: dict = {}
-
-    def record(self, totals: Sequence[tuple[int, int]]) -> None:
-        self.now = totals_of(self.base) + np.sum(np.asarray(totals, dtype=np.int64).reshape(-1, 2), axis=0)
-
-    def add(self, per_tags: Sequence[dict]) -> dict:
-        """The network's per-tag counts: the base and the slices' since the (re)start."""
-        return add_per_tag(self.base, *per_tags)
-
-    def metrics(self, t: int, rows: slice) -> dict[str, float]:
-        return {"bytes_sent": float(self.now[0]), "bytes_received": float(self.now[1])}
-
-    def state_dict(self) -> dict:
-        return {"kind": "bytes", "rows": None, "base": self.at_checkpoint}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.base = per_tag_of_state(state)
-        self.now, self.at_checkpoint = totals_of(self.base), dict(self.base)
-
-
-class _Gather:
-    """Collects every slice's rows of the models (and its meter's totals) at a recorded round; the last slice to
-    arrive assembles them."""
-
-    def __init__(self, parts: int, placements: Sequence[Placement],
-                 on_complete: Callable[[int, torch.Tensor, list], None]):
-        self.parts, self.placements, self.on_complete = parts, placements, on_complete
-        self._lock = threading.Lock()
-        self._rounds: dict[int, list] = {}
-
-    def put(self, part: int, t: int, x: torch.Tensor, counts: tuple[int, int]) -> None:
-        rows = self.placements[part].held_rows
-        with self._lock:
-            got = self._rounds.setdefault(t, [])
-            got.append((rows, x[rows.to(x.device)].clone(), counts))
-            if len(got) < self.parts:
-                return
-            del self._rounds[t]
-            full = torch.empty((x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
-            for r, v, _ in got:
-                full[r.to(x.device)] = v
-            self.on_complete(t, full, [c for _, _, c in got])
 
 
 def run_slice(*, part: int, placement: Placement, owner: np.ndarray, network: Network, task: Task, keys: Keys,
@@ -158,8 +107,8 @@ def simulate_sliced(
     a slice's task that lacks the other agents' data); by default each gets a :class:`HeldTask` view of ``task``
     and ``HeldKeys`` of the root source. ``result.extra`` holds the transport's payload bytes per pair of slices
     and its control operations. ``checkpoints`` / ``resume``: as :func:`privdl.simulate` — each slice writes its
-    own agents' files, and the last slice to finish a checkpointed round writes the recorder's file, which
-    completes the round. ``agreed``: each slice's keys come from key agreement with the other slices
+    own agents' files, and slice 0, once every slice has saved a checkpointed round, writes the recorder's file,
+    which completes the round (:class:`privdl.simulator.coordinator.Coordinator`, as in the distributed runtime). ``agreed``: each slice's keys come from key agreement with the other slices
     (:func:`privdl.agreement.agree`, salted with ``context``, the run's identity; ``entropy`` for tests)
     instead of the root seed; ``result.extra`` then holds the setup bytes and the setup time, whether the secrets
     were loaded from ``store`` (``restored``; the folder of the run's agent secrets: a run started again replays
@@ -183,39 +132,11 @@ def simulate_sliced(
     transport = Transport(parts, timeout=timeout)
     wire = Wire(parts, observers) if observers else None
     marks = set(recorded_rounds(iterations, eval_every or iterations))
-    bytes_ = NetworkBytes()
-    watchers = [*observers, bytes_]  # the simulator's order: observers, then the meter
-    recorder = Recorder(task, watchers, 1, n)
-
-    def complete(t: int, x: torch.Tensor, counts: list) -> None:
-        bytes_.record(counts)
-        if metrics:
-            task.at_round(t)
-            recorder(t, x)
-
-    gather = _Gather(parts, placements, complete)
+    coordinators = [Coordinator(transport, k, placements, task=task, observers=observers, checkpoints=checkpoints,
+                                metrics=metrics) for k in range(parts)]
     last = checkpoints.latest() if (checkpoints is not None and resume) else None
-    if last is not None:  # the coordinator's part of the checkpoint: records and observers
-        st = checkpoints.load_run(last, RunState(last, None, 0, torch.zeros(0)))
-        recorder.load(st.records, st.sums, st.counts)
-        for o, d in zip(stateful(watchers), st.observers):
-            o.load_state_dict(d)
-    arrived: dict[int, list] = {}
-    lock = threading.Lock()
-
-    def saved(t: int, per_tag: dict) -> None:  # every slice wrote its files of round t: the last completes it
-        with lock:
-            arrived.setdefault(t, []).append(per_tag)
-            if len(arrived[t]) < parts:
-                return
-            bytes_.at_checkpoint = bytes_.add(arrived.pop(t))
-            records, sums, counts = recorder.state()
-            checkpoints.save_run(RunState(t, None, 0, torch.zeros(0), records, sums, counts,
-                                          [o.state_dict() for o in stateful(watchers)]))
-    finals: list[torch.Tensor | None] = [None] * parts
-    accesses: list[torch.Tensor | None] = [None] * parts
-    seconds = [0.0] * parts
-    meters: list = [None] * parts
+    coordinators[0].load(last)  # the coordinator's part of the checkpoint: records and observers
+    ends: dict = {}  # slice 0's: the final models, accesses and per-tag bytes of every slice
     errors: list[BaseException | None] = [None] * parts
     memo = {id(task): task, id(network): network}
     groups = shared_groups(mechanism, n) if agreed else []
@@ -234,12 +155,16 @@ def simulate_sliced(
                                                  store=store, store_identity=store_identity)
                 setup[k] = time.perf_counter() - began
             keys = Keys(mine if sources is not None and not agreed else HeldKeys(mine, p.held), n)
-            finals[k], accesses[k], seconds[k], meters[k] = run_slice(
+            final, accesses, _, meter = run_slice(
                 part=k, placement=p, owner=owner, network=network, task=tasks[k] if tasks is not None else
                 HeldTask(task, p), keys=keys, mechanism=copy.deepcopy(mechanism, dict(memo)), algorithm=algorithm,
                 schedule=schedule, iterations=iterations, x0=x0, gradient=gradient, marks=marks, transport=transport,
-                wire=wire, record=lambda t, x, c: gather.put(k, t, x, c), on_step=on_step if k == 0 else None,
-                checkpoints=checkpoints, resume=resume, last=last, saved=saved)
+                wire=wire, record=coordinators[k].record, on_step=on_step if k == 0 else None,
+                checkpoints=checkpoints, resume=resume, last=last, saved=coordinators[k].saved)
+            got = coordinators[k].finals(iterations, final, accesses)
+            per_tag = coordinators[k].per_tag(BYTES, iterations, meter.per_tag())
+            if got is not None:
+                ends.update(final=got[0], accesses=got[1], bytes=per_tag)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, and stops the other slices
             errors[k] = exc
             transport.fail(k, exc)
@@ -262,20 +187,15 @@ def simulate_sliced(
     for e in errors:
         if e is not None:
             raise e
-    final = torch.empty_like(finals[0])
-    acc = torch.zeros_like(accesses[0])
-    for p, f, a in zip(placements, finals, accesses):
-        rows = p.held_rows
-        final[rows] = f[rows]
-        acc[rows] = a[rows]
     extra = {"slices": parts, "payload_bytes": int(transport.payload_bytes.sum()),
-             "control_messages": transport.control_messages, "bytes": bytes_.add([m.per_tag() for m in meters])}
+             "control_messages": transport.control_messages, "bytes": ends["bytes"]}
     if agreed:
         extra.update(setup_bytes=transport.setup_bytes, setup_seconds=max(setup),
                      restored=all(src.restored for src in agreed_sources))
         if keep_secrets:
             extra["key_sources"] = agreed_sources
-    return SimulationResult(recorder.records[0], final.cpu().clone(), wall, iterations, acc, extra)
+    return SimulationResult(coordinators[0].records, ends["final"].cpu().clone(), wall, iterations, ends["accesses"],
+                            extra)
 
 
-__all__ = ["NetworkBytes", "owners_of", "run_slice", "simulate_sliced"]
+__all__ = ["NetworkBytes", "owners_of", "run_slice", "simulate_sliced"]  # NetworkBytes: the coordinator's

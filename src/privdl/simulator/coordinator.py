@@ -1,0 +1,150 @@
+"""The coordinator of a run split into slices — threads of the sliced backend or processes of the distributed
+runtime alike: slice 0 gathers the held rows at the recorded rounds and at the end, adds up the slices' byte counts,
+records the metrics (as the simulator computes them, on the gathered models) and completes every checkpoint (the
+slices write their agents' files; slice 0, once every slice has saved round t, writes the recorder's, which makes
+the round complete). It talks to the other slices through one method of its transport,
+``gather(part, t, tag, value, shapes)`` — every slice's tensor at slice 0, the others get None —, which the
+in-process :class:`privdl.comm.sliced.Transport` (a hand-over under its lock: the others do not wait) and the
+runtime's :class:`privdl.runtime.transport.DistTransport` (point-to-point to process 0) both have: threads and
+processes run the same code.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from privdl.comm import Observer
+from privdl.comm.observers import add_per_tag, per_tag_of_state, totals_of
+from privdl.placement import Placement
+from privdl.simulator.checkpoint import Checkpoints, RunState
+from privdl.simulator.engine import Recorder, stateful
+from privdl.tasks.base import Task
+
+#: tags of the coordinator's messages (control: never algorithm payloads)
+RECORD, FINAL, ACCESSES, SAVED = "privdl/record", "privdl/final", "privdl/accesses", "privdl/saved"
+BYTES, DRAWS = "privdl/bytes", "privdl/draws"
+#: a per-tag count's columns, in the order they travel
+COUNTS = ("bytes_sent", "bytes_received", "messages")
+
+
+class NetworkBytes:
+    """The coordinator's byte counts: the slices' meters (each counts its agents' ends,
+    :class:`privdl.comm.observers.AgentBytes`) added up — their totals at every recorded round (``bytes_sent`` /
+    ``bytes_received``), their per-tag counts at checkpoints and at the end — on top of the network's per-tag counts
+    at the checkpoint a resumed run started from (``base``). Its state: the counts at the last checkpoint."""
+
+    def __init__(self) -> None:
+        self.base: dict = {}
+        self.now = np.zeros(2, dtype=np.int64)
+        self.at_checkpoint: dict = {}
+
+    def record(self, totals: Sequence[tuple[int, int]]) -> None:
+        self.now = totals_of(self.base) + np.sum(np.asarray(totals, dtype=np.int64).reshape(-1, 2), axis=0)
+
+    def add(self, per_tags: Sequence[dict]) -> dict:
+        """The network's per-tag counts: the base and the slices' since the (re)start."""
+        return add_per_tag(self.base, *per_tags)
+
+    def metrics(self, t: int, rows: slice) -> dict[str, float]:
+        return {"bytes_sent": float(self.now[0]), "bytes_received": float(self.now[1])}
+
+    def state_dict(self) -> dict:
+        return {"kind": "bytes", "rows": None, "base": self.at_checkpoint}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.base = per_tag_of_state(state)
+        self.now, self.at_checkpoint = totals_of(self.base), dict(self.base)
+
+
+class Coordinator:
+    """Slice ``part``'s end of the coordination of one run over ``transport``; ``placements``: every slice's.
+    Slice 0 holds the recorder (the metrics of ``task`` and ``observers``, then the network's byte counts, in the
+    simulator's order) and writes the run's part of the checkpoints; the others send. One instance per slice and run;
+    every slice calls the same methods at the same points of its run. ``metrics`` False: byte counts only."""
+
+    def __init__(self, transport, part: int, placements: Sequence[Placement], *, task: Task,
+                 observers: Sequence[Observer] = (), checkpoints: Checkpoints | None = None,
+                 metrics: bool = True) -> None:
+        self.transport, self.part, self.placements = transport, int(part), list(placements)
+        self.task, self.checkpoints, self.metrics = task, checkpoints, metrics
+        self.bytes = NetworkBytes()
+        self.watchers = [*observers, self.bytes]  # the simulator's order: observers, then the meter
+        n = self.placements[0].n
+        self.recorder = Recorder(task, self.watchers, 1, n) if self.part == 0 else None
+
+    def load(self, last: int | None) -> None:
+        """Resume from the checkpoint of round ``last`` (None: a fresh start): slice 0 loads the records and the
+        observers' state."""
+        if last is None or self.part:
+            return
+        st = self.checkpoints.load_run(last, RunState(last, None, 0, torch.zeros(0)))
+        self.recorder.load(st.records, st.sums, st.counts)
+        for o, d in zip(stateful(self.watchers), st.observers):
+            o.load_state_dict(d)
+
+    def rows(self, tag: str, t: int, x: torch.Tensor) -> torch.Tensor | None:
+        """Every slice's held rows of ``x`` (rows = agents) in one tensor at slice 0, or None (the others)."""
+        mine = self.placements[self.part].held_rows
+        shapes = [(int(p.held_rows.numel()), *x.shape[1:]) for p in self.placements]
+        got = self.transport.gather(self.part, t, tag, x[mine.to(x.device)], shapes)
+        if got is None:
+            return None
+        full = x.clone()
+        for p, value in zip(self.placements[1:], got[1:]):
+            full[p.held_rows.to(x.device)] = value.to(x.device)
+        return full
+
+    def counts(self, tag: str, t: int, rows: list[list[int]]) -> list[list[list[int]]] | None:
+        """Every slice's rows of integers at slice 0 (a list per slice), or None (the others). Every slice has the
+        same number of rows (e.g. its meter's tags, in the same order everywhere)."""
+        mine = torch.tensor(rows, dtype=torch.int64) if rows else torch.zeros((0, 3), dtype=torch.int64)
+        got = self.transport.gather(self.part, t, tag, mine, [tuple(mine.shape)] * len(self.placements))
+        return None if got is None else [rows] + [g.tolist() for g in got[1:]]
+
+    def per_tag(self, tag: str, t: int, per_tag: dict) -> dict | None:
+        """The network's per-tag byte counts since the (re)start, added up at slice 0 (the others: None)."""
+        names = list(per_tag)
+        got = self.counts(tag, t, [[v[k] for k in COUNTS] for v in per_tag.values()])
+        if got is None:
+            return None
+        return self.bytes.add([{name: dict(zip(COUNTS, row)) for name, row in zip(names, part)} for part in got])
+
+    def record(self, t: int, x: torch.Tensor, totals: tuple[int, int]) -> None:
+        """A recorded round: the models and the meters' (sent, received) totals go to slice 0, which records."""
+        full = self.rows(RECORD, t, x)
+        counts = self.counts(BYTES, t, [list(totals)])
+        if full is None:
+            return
+        self.bytes.record([c[0] for c in counts])
+        if self.metrics:
+            self.task.at_round(t)
+            self.recorder(t, full)
+
+    def saved(self, t: int, per_tag: dict) -> None:
+        """This slice wrote its agents' files of round t (``per_tag``: its meter's counts); slice 0, once every
+        slice has, writes the recorder's, completing the round."""
+        counts = self.per_tag(SAVED, t, per_tag)
+        if counts is None:
+            return
+        self.bytes.at_checkpoint = counts
+        records, sums, totals = self.recorder.state()
+        self.checkpoints.save_run(RunState(t, None, 0, torch.zeros(0), records, sums, totals,
+                                           [o.state_dict() for o in stateful(self.watchers)]))
+
+    def finals(self, t: int, final: torch.Tensor, accesses: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The end of the run: every slice's final models and access counts (per row) at slice 0, or None."""
+        models = self.rows(FINAL, t, final)
+        counts = self.rows(ACCESSES, t, accesses.reshape(-1, 1))
+        return None if models is None else (models, counts.reshape(accesses.shape))
+
+    @property
+    def records(self) -> list[tuple[int, str, float]]:
+        """The run's metrics (slice 0)."""
+        return self.recorder.records[0]
+
+
+__all__ = ["Coordinator", "NetworkBytes"]
