@@ -108,7 +108,7 @@ class AgentBytes:
     totals since round 0) at recorded rounds.
 
     State (checkpoints): per row and tag, so a stacked batch's state splits into its runs' (:func:`slice_state`) and
-    joins again (:func:`join_states`); a coordinator's state (:class:`privdl.simulator.sliced.NetworkBytes`) holds
+    joins again (:func:`join_states`); a coordinator's state (:class:`privdl.simulator.coordinator.NetworkBytes`) holds
     per-tag totals only (``base``), which a resumed run adds to what it counts from there."""
 
     CACHE = 32  # (src, dst) pairs whose degree counts are kept (the edges' tensors: the same objects every call)

@@ -40,6 +40,7 @@ from typing import Any
 
 from privdl.algorithms import ALGORITHMS
 from privdl.errors import ConfigError, PrivdlError
+from privdl.experiment.backends import BACKENDS
 from privdl.mechanisms import MECHANISMS
 from privdl.network.mixing import MIXING_RULES
 from privdl.network.topology import TOPOLOGIES
@@ -103,7 +104,6 @@ RUNTIME_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "roster": (str, None),
     "identity_dir": (str, None),
 }
-RUNTIME_BACKENDS = ("simulator", "sliced", "dist")
 RUNTIME_KEYS = ("root", "agreed")
 RUNTIME_IDENTITIES = ("none", "ed25519")
 RUNTIME_TRANSPORTS = ("gloo", "nccl")
@@ -484,8 +484,8 @@ def _runtime(table: Any) -> dict:
         out[key] = value
     split = "slices" in out or "assignment" in out
     backend = out.setdefault("backend", "sliced" if split else "simulator")
-    if backend not in RUNTIME_BACKENDS:
-        raise ConfigError(f"runtime.backend must be one of {', '.join(RUNTIME_BACKENDS)}, got {backend!r}")
+    if backend not in BACKENDS:
+        raise ConfigError(f"runtime.backend must be one of {', '.join(BACKENDS.names())}, got {backend!r}")
     if out.get("keys", "root") not in RUNTIME_KEYS:
         raise ConfigError(f"runtime.keys must be one of {', '.join(RUNTIME_KEYS)} (root: from the run's seed, "
                           f"reproducible; agreed: X25519 key agreement between the agents), got {out['keys']!r}")

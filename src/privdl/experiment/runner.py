@@ -27,23 +27,21 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import privdl
-from privdl.agreement import agree_alone, config_options, keys_facts
+from privdl.agreement import keys_facts
 from privdl.errors import ConfigError, PrivdlError, ValidationError
+from privdl.experiment.backends import BACKENDS, backend_of, observers
 from privdl.experiment.build import Components, build, build_algorithm, build_network, build_task, input_files
 from privdl.experiment.capacity import batch_inputs, capacity, runs_on_cpu
 from privdl.experiment.config import RunSpec, expand
 from privdl.experiment.progress import Lines, Tally, format_duration, run_cost  # noqa: F401 (re-exported)
 from privdl.experiment.store import ResultStore
 from privdl.mechanisms.stack import may_stack, need_signature
-from privdl.keys import Keys, RootKeys
-from privdl.placement import partition
 from privdl.process_defaults import for_children
 from privdl.keys import drawn
 from privdl.privacy.ledger import statement
 from privdl.runtime_spec import RuntimeSpec
-from privdl.simulator import Replica, simulate, simulate_replicas, stackable
+from privdl.simulator import Replica, simulate_replicas, stackable
 from privdl.simulator.checkpoint import Checkpoints
-from privdl.simulator.sliced import simulate_sliced
 
 
 #: seconds between two looks at the runs other processes hold, while this process waits for them
@@ -175,21 +173,6 @@ def device_info(device: torch.device) -> dict:
     return out
 
 
-#: the eavesdropper's sliding window (rounds) when the config does not say
-EAVESDROPPER_WINDOW = 100
-
-
-def observers(cfg: dict, c: Components, rows: int) -> list:
-    """The observers a run carries: seed 002's eavesdropper on tasks with a known target w*(t)
-    (``eavesdropper_window`` rounds; 0 turns it off)."""
-    window = cfg.get("eavesdropper_window", EAVESDROPPER_WINDOW)
-    if not window or not callable(getattr(c.task, "optimum", None)):
-        return []
-    from privdl.comm.eavesdropper import Eavesdropper
-
-    return [Eavesdropper(rows, window=window, target=c.task.optimum, wire=c.algorithm.wire)]
-
-
 def finished_run(spec: RunSpec, c: Components, rows: list[tuple[int, str, float]], **facts
                  ) -> tuple[list[tuple[int, str, float]], dict]:
     """A finished run's rows and manifest (:func:`manifest` with ``facts``): a DSG-RMS / EDSG-RMS run's rows gain
@@ -262,48 +245,12 @@ def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None
                                                          and math.isfinite(ledger.epsilon) else {})}
         rows = [(0, k, v) for k, v in facts.items()]
         return rows, manifest(spec, c, seconds=time.perf_counter() - start, rows=rows, accesses=None)
-    runtime = RuntimeSpec.of(cfg)
-    if runtime.backend == "dist":
-        raise ValidationError("runtime.backend = \"dist\" runs in several processes: start it with privdl run CONFIG "
-                              "(which launches runtime.procs processes) or torchrun ... -m privdl.runtime CONFIG")
+    agreed = RuntimeSpec.of(cfg).agreed
     resumed = ck.latest() if (ck is not None and resume) else None
-    agreed = runtime.agreed
     before = drawn()
-    restored = False
-    if runtime.backend == "sliced":
-        placements = partition(c.network.n, slices=runtime.slices, assignment=runtime.assignment)
-        if cfg.get("device", "cpu") != "cpu":
-            raise ValidationError("runtime.backend = \"sliced\" runs on the CPU; remove device or set it to \"cpu\"")
-        options = config_options(cfg, c.network.n, range(c.network.n)) if agreed else {}
-        result = simulate_sliced(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
-                                 schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
-                                 placements=placements, eval_every=cfg["eval_every"], gradient=cfg["gradient"],
-                                 on_step=on_step, observers=observers(cfg, c, c.network.n), checkpoints=ck,
-                                 resume=resume, timeout=runtime.timeout, agreed=agreed,
-                                 context=spec.run_id, store=secrets, store_identity=secrets_identity(spec),
-                                 **options)
-        placement = {"backend": "sliced", "slices": [list(p.agents) for p in placements],
-                      "payload_bytes": result.extra["payload_bytes"],
-                      "control_messages": result.extra["control_messages"]}
-        if agreed:
-            placement.update(setup_bytes=result.extra["setup_bytes"],
-                             setup_seconds=result.extra["setup_seconds"])
-            restored = result.extra["restored"]
-    else:
-        keys = None
-        if agreed:
-            began = time.perf_counter()
-            source = agree_alone(network=c.network, mechanism=c.mechanism, public=RootKeys(int(cfg["seed"])),
-                                 context=spec.run_id, store=secrets, store_identity=secrets_identity(spec),
-                                 **config_options(cfg, c.network.n, range(c.network.n)))
-            keys, restored, setup = Keys(source, c.network.n), source.restored, time.perf_counter() - began
-        result = simulate(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
-                          schedule=c.schedule, iterations=cfg["iterations"], seed=None if agreed else cfg["seed"],
-                          keys=keys,
-                          eval_every=cfg["eval_every"], gradient=cfg["gradient"], sparse=c.sparse, on_step=on_step,
-                          device=cfg.get("device", "cpu"), observers=observers(cfg, c, c.network.n),
-                          checkpoints=ck, resume=resume)
-        placement = {"backend": "simulator", "setup_seconds": setup} if agreed else None
+    ran = backend_of(cfg).run(spec, c, on_step=on_step, checkpoints=ck, resume=resume, secrets=secrets,
+                              store_identity=secrets_identity(spec) if agreed else None)
+    result, placement, restored = ran.result, ran.placement, ran.restored
     after = drawn()
     records, out = finished_run(spec, c, result.records, seconds=result.seconds, accesses=result.accesses,
                                 keys=keys_facts(cfg, restored=restored,
@@ -404,7 +351,7 @@ def _alone(cfg: dict, algorithms: dict[str, tuple[bool, bool]]) -> bool:
     ``algorithms`` caches (stackable, cross) by config."""
     runtime = RuntimeSpec.of(cfg)
     if (not cfg.get("train", True) or cfg.get("batch_replicas") == 1 or not may_stack(cfg["mechanism"].get("name"))
-            or runtime.backend != "simulator"
+            or not BACKENDS.get(runtime.backend).stacks
             or runtime.keys != "root"):
         return True
     key = json.dumps(cfg["algorithm"], sort_keys=True, default=str)

@@ -3,7 +3,8 @@
 The same three operations as the in-process :class:`privdl.comm.sliced.Transport` — ``send``, ``recv``,
 ``agree_max`` — plus ``flush``, so :class:`privdl.comm.sliced.SliceComm` (and every algorithm and mechanism
 above it) runs unchanged, and the same ``gather`` (every process's tensor at process 0, over ``send`` / ``recv``),
-so the one :class:`privdl.simulator.coordinator.Coordinator` serves threads and processes alike (../shared/RUNTIME.md, facts 1–6):
+so the one :class:`privdl.simulator.coordinator.Coordinator` serves threads and processes alike
+(../shared/RUNTIME.md, facts 1–6):
 
 * every payload is preceded by a fixed-size header (round, tag, sequence, dtype, shape) that the receiver compares
   with what it expects before it receives the payload — gloo checks neither sizes nor dtypes and would fill a

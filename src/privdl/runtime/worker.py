@@ -102,7 +102,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
                         secrets_identity: dict | None = None):
     """One run as this process's slice; process 0 returns (records, final models, accesses, seconds, extra).
     ``secrets``: the folder of an agreed-key run's agent secrets (each process writes and reads its agents')."""
-    from privdl.experiment.runner import observers
+    from privdl.experiment.backends import observers
 
     c, cfg = components, spec.config
     n = c.network.n

@@ -108,12 +108,13 @@ def simulate_sliced(
     and ``HeldKeys`` of the root source. ``result.extra`` holds the transport's payload bytes per pair of slices
     and its control operations. ``checkpoints`` / ``resume``: as :func:`privdl.simulate` — each slice writes its
     own agents' files, and slice 0, once every slice has saved a checkpointed round, writes the recorder's file,
-    which completes the round (:class:`privdl.simulator.coordinator.Coordinator`, as in the distributed runtime). ``agreed``: each slice's keys come from key agreement with the other slices
-    (:func:`privdl.agreement.agree`, salted with ``context``, the run's identity; ``entropy`` for tests)
-    instead of the root seed; ``result.extra`` then holds the setup bytes and the setup time, whether the secrets
-    were loaded from ``store`` (``restored``; the folder of the run's agent secrets: a run started again replays
-    its released rounds), and with ``keep_secrets`` the slices' key sources, ``key_sources``, for an audit of the
-    wire. ``identities`` (:class:`privdl.agreement.identity.Identities` of every agent) authenticate the exchange."""
+    which completes the round (:class:`privdl.simulator.coordinator.Coordinator`, as in the distributed runtime).
+    ``agreed``: each slice's keys come from key agreement with the other slices (:func:`privdl.agreement.agree`,
+    salted with ``context``, the run's identity; ``entropy`` for tests) instead of the root seed; ``result.extra``
+    then holds the setup bytes and the setup time, whether the secrets were loaded from ``store`` (``restored``; the
+    folder of the run's agent secrets: a run started again replays its released rounds), and with ``keep_secrets``
+    the slices' key sources, ``key_sources``, for an audit of the wire. ``identities``
+    (:class:`privdl.agreement.identity.Identities` of every agent) authenticate the exchange."""
     n = network.n
     if task.n != n:
         raise ValidationError(f"the task has {task.n} agents, the network {n}")
