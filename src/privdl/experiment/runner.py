@@ -450,15 +450,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
             save_all([(spec, rows, man)])
 
         def save_all(items: list[tuple[RunSpec, list, dict]]) -> None:
-            for spec, rows, man in items:
-                bad = nonfinite_metrics(rows)
-                if bad:
-                    nonfinite[spec.run_id] = man["nonfinite_metrics"] = bad
-            store.save_runs([(spec.run_id, rows, man) for spec, rows, man in items])
-            for spec, _, _ in items:  # a saved run needs no checkpoint, nor its agents' secrets
-                if RuntimeSpec.of(spec.config).checkpoint_every:
-                    shutil.rmtree(store.run_dir(spec.run_id) / "checkpoints", ignore_errors=True)
-                shutil.rmtree(secrets_folder(store.run_dir(spec.run_id)), ignore_errors=True)
+            save_finished(store, items, nonfinite)
             tally.add([spec.run_id for spec, _, _ in items])
             if on_done is not None:
                 for spec, rows, man in items:
@@ -466,9 +458,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
 
         def _execute(group: list[RunSpec]) -> None:
             iters = group[0].config["iterations"]
-            label = (f"  {len(group)} stacked runs" if len(group) > 1 else
-                     "  " + (", ".join(f"{k}={v}" for k, v in group[0].sweep.items() if v is not None)
-                             or group[0].run_id))
+            label = f"  {len(group)} stacked runs" if len(group) > 1 else "  " + run_label(group[0])
             current = bar.add_task(label, total=iters)
             every = max(1, iters // 100)
             ids = [s.run_id for s in group]  # the runs under way: the group, or the stacked chunk that runs
@@ -518,22 +508,8 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
         ran: set[str] = set()
         last_results, every = time.perf_counter(), 30.0
 
-        def claimed(group: list[RunSpec]) -> list[RunSpec]:
-            """The runs of ``group`` this process takes (one lock per run: two processes on one --out never run
-            the same run twice); runs another process holds or has finished meanwhile are left to it."""
-            mine = []
-            for s in group:
-                if take_run(store, s.run_id):
-                    mine.append(s)
-                elif store.is_done(s.run_id):  # another process finished it: it may be counted already
-                    tally.look(force=True)
-            return mine
-
-        def execute(planned: list[RunSpec]) -> None:
+        def execute(group: list[RunSpec]) -> None:
             nonlocal last_results, every
-            group = claimed(planned)
-            if not group:
-                return
             ran.update(s.run_id for s in group)
             try:
                 _execute(group)
@@ -546,24 +522,22 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                 last_results = time.perf_counter()
                 every = max(30.0, 20 * (last_results - t0))  # rewriting never takes more than 5 % of the sweep
 
-        for planned in plan(todo):
-            execute(planned)
-        held = [s for s in todo if s.run_id not in ran and not store.is_done(s.run_id)]
-        told = False
-        while wait and held:  # runs other processes hold: wait for them, and run those whose holder is gone
-            for s in held:
-                execute([s])
-            held = [s for s in held if s.run_id not in ran and not store.is_done(s.run_id)]
-            if held and not told and others_running is None:  # (its own helpers' runs: the progress counts them)
-                told = True
-                note = waiting_note(cfg, store, [s.run_id for s in held])
-                if callable(progress):
-                    progress(note)
-                elif progress:
-                    bar.console.print(note, markup=False, highlight=False)
-            if held:
+        def say(held: list[str]) -> None:
+            note = waiting_note(cfg, store, held)
+            if callable(progress):
+                progress(note)
+            elif progress:
+                bar.console.print(note, markup=False, highlight=False)
+
+        taken = take_runs(store, plan(todo), wait=wait, elsewhere=lambda _: tally.look(force=True),
+                         say=say if others_running is None else None)  # (its own helpers' runs: counted)
+        for group in taken:
+            if group:
+                execute(group)
+            else:  # runs other processes hold: wait for them (those whose holder is gone are taken over)
                 time.sleep(WAIT_POLL)
                 tally.look()
+        held = [s for s in todo if s.run_id not in ran and not store.is_done(s.run_id)]
         busy = len(held)
         while others_running is not None and others_running():
             time.sleep(0.2)
@@ -586,6 +560,70 @@ def take_run(store: ResultStore, run_id: str) -> bool:
         store.unlock(run_id)
         return False
     return True
+
+
+def take_runs(store: ResultStore, groups: Iterable[list[RunSpec]], *, wait: bool = True,
+              say: Callable[[list[str]], None] | None = None, elsewhere: Callable[[str], None] | None = None):
+    """The experiment loop's choice of runs, shared by the runner and the distributed runtime's process 0: each
+    group's runs this process takes (:func:`take_run`; a group of none is skipped, ``elsewhere(run id)`` hears of a
+    run another process finished), in order; then, with ``wait``, the runs other processes still hold, one by one as
+    their holder finishes or is gone (taken over: yielded), an empty list whenever none could be taken (the caller
+    waits a moment, or tells its peers to) and ``say`` the held runs' ids the first time (:func:`waiting_note`). The caller runs a yielded group and
+    unlocks its runs."""
+    groups = [list(g) for g in groups]
+    ran: set[str] = set()
+
+    def claim(group: list[RunSpec]) -> list[RunSpec]:
+        mine = []
+        for s in group:
+            if take_run(store, s.run_id):
+                mine.append(s)
+            elif elsewhere is not None and store.is_done(s.run_id):  # another process finished it
+                elsewhere(s.run_id)
+        ran.update(s.run_id for s in mine)
+        return mine
+
+    for group in groups:
+        mine = claim(group)
+        if mine:
+            yield mine
+    todo = [s for g in groups for s in g]
+    held = [s for s in todo if s.run_id not in ran and not store.is_done(s.run_id)]
+    told = False
+    while wait and held:
+        for s in held:
+            mine = claim([s])
+            if mine:
+                yield mine
+        held = [s for s in held if s.run_id not in ran and not store.is_done(s.run_id)]
+        if held:
+            if not told and say is not None:
+                told = True
+                say([s.run_id for s in held])
+            yield []
+
+
+def save_finished(store: ResultStore, items: Sequence[tuple[RunSpec, list, dict]], nonfinite: dict,
+                  *, secrets: bool = True) -> None:
+    """Save finished runs (spec, rows, manifest) — the experiment loop's step after a run, shared by the runner and
+    the distributed runtime's process 0: a run whose last metrics are nan/inf is named in its manifest and in
+    ``nonfinite``; then its checkpoints go and, with ``secrets``, its agents' secrets (a saved run needs neither; the
+    distributed runtime's processes forget their own agents' instead)."""
+    for spec, rows, man in items:
+        bad = nonfinite_metrics(rows)
+        if bad:
+            nonfinite[spec.run_id] = man["nonfinite_metrics"] = bad
+    store.save_runs([(spec.run_id, rows, man) for spec, rows, man in items])
+    for spec, _, _ in items:
+        if RuntimeSpec.of(spec.config).checkpoint_every:
+            shutil.rmtree(store.run_dir(spec.run_id) / "checkpoints", ignore_errors=True)
+        if secrets:
+            shutil.rmtree(secrets_folder(store.run_dir(spec.run_id)), ignore_errors=True)
+
+
+def run_label(spec: RunSpec) -> str:
+    """A run in a progress line: its sweep's values, or its id."""
+    return ", ".join(f"{k}={v}" for k, v in spec.sweep.items() if v is not None) or spec.run_id
 
 
 def waiting_note(cfg: dict, store: ResultStore, held: Sequence[str]) -> str:

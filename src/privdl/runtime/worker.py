@@ -213,31 +213,21 @@ END, RUN, WAIT, ABORT = 0, 1, 2, 3
 
 def _orders(cfg: dict, store, unique: list, todo: list[int], *, timeout: float, say):
     """Process 0's orders, one at a time: run ``unique[i]`` (this launch holds its lock), wait (runs other processes
-    sharing ``--out`` hold: ask again), or end. The runner's per-run locks (:func:`privdl.experiment.runner.take_run`),
-    so two launches on one folder never run a run twice; a run whose holder is gone is taken over and run here.
-    Each order comes with the runs taken so far."""
-    from privdl.experiment.runner import WAIT_POLL, take_run, waiting_note
+    sharing ``--out`` hold: ask again), or end — the experiment loop's choice of runs
+    (:func:`privdl.experiment.runner.take_runs`: the runner's per-run locks, so two launches on one folder never run a
+    run twice; a run whose holder is gone is taken over and run here). Each order comes with the runs taken so far."""
+    from privdl.experiment.runner import WAIT_POLL, take_runs, waiting_note
 
+    index = {unique[i].run_id: i for i in todo}
     ran: list[int] = []
-    for i in todo:
-        if take_run(store, unique[i].run_id):
-            ran.append(i)
-            yield RUN, i, ran
-    told = False
-    while True:
-        held = [i for i in todo if i not in ran and not store.is_done(unique[i].run_id)]
-        for i in held:
-            if take_run(store, unique[i].run_id):
-                ran.append(i)
-                yield RUN, i, ran
-        held = [i for i in held if i not in ran and not store.is_done(unique[i].run_id)]
-        if not held:
-            break
-        if not told:
-            told = True
-            say(waiting_note(cfg, store, [unique[i].run_id for i in held]))
-        time.sleep(min(WAIT_POLL, timeout / 4))  # the others wait in a broadcast: answer them well within the timeout
-        yield WAIT, -1, ran
+    for group in take_runs(store, [[unique[i]] for i in todo],
+                           say=lambda held: say(waiting_note(cfg, store, held))):
+        if group:
+            ran.append(index[group[0].run_id])
+            yield RUN, ran[-1], ran
+        else:
+            time.sleep(min(WAIT_POLL, timeout / 4))  # the others wait in a broadcast: answer well within the timeout
+            yield WAIT, -1, ran
     yield END, -1, ran
 
 
@@ -250,13 +240,12 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
     :class:`~privdl.experiment.runner.ExperimentSummary` (the others: None). Every decision reaches the other
     processes as integers (:func:`~privdl.runtime.transport.broadcast_ints`): nothing received is unpickled."""
     import sys
-    import shutil
 
     from privdl.agreement.keystore import forget
     from privdl.experiment.build import build
     from privdl.experiment.config import expand
     from privdl.experiment.runner import (ExperimentSummary, check_inputs_unchanged, checkpoint_identity,
-                                         distinct_runs, finished_run, intra_op_threads, nonfinite_metrics,
+                                         distinct_runs, finished_run, intra_op_threads, run_label, save_finished,
                                          secrets_folder, secrets_identity)
     from privdl.experiment.store import ResultStore
 
@@ -324,16 +313,10 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
                 man["placement"] = extra
                 if ck is not None:
                     man["checkpoints"] = {"every": ck.every, "resumed_from_round": resumed}
-                bad = nonfinite_metrics(rows)
-                if bad:
-                    nonfinite[spec.run_id] = man["nonfinite_metrics"] = bad
-                store.save_run(spec.run_id, rows, man)
-                if ck is not None:
-                    shutil.rmtree(store.run_dir(spec.run_id) / "checkpoints", ignore_errors=True)
+                save_finished(store, [(spec, rows, man)], nonfinite, secrets=False)  # each process forgets its own
                 if progress:
-                    label = ", ".join(f"{k}={v}" for k, v in spec.sweep.items() if v is not None) or spec.run_id
-                    print(f"  run {len(ran)}/{len(todo)} ({label}) done in {time.perf_counter() - began:.1f} s",
-                          file=sys.stderr, flush=True)
+                    print(f"  run {len(ran)}/{len(todo)} ({run_label(spec)}) done in "
+                          f"{time.perf_counter() - began:.1f} s", file=sys.stderr, flush=True)
         finally:
             if rank == 0:
                 store.unlock(spec.run_id)
