@@ -43,7 +43,9 @@ SUITE = ["tests/test_mechanism_properties.py", "tests/test_privacy_path.py", "te
 KEY_SUITE = ["tests/test_agreed_keys.py", "tests/test_identity.py", "tests/test_agreed_resume.py",
              "tests/test_agreement.py", "tests/test_checkpoint.py"]
 KEY_FILES = ("src/privdl/keys.py", "src/privdl/agreement/", "src/privdl/runtime/", "src/privdl/simulator/engine.py",
-             "src/privdl/simulator/checkpoint.py", "src/privdl/simulator/sliced.py", "src/privdl/experiment/runner.py")
+             "src/privdl/simulator/checkpoint.py", "src/privdl/simulator/sliced.py",
+             "src/privdl/simulator/coordinator.py", "src/privdl/experiment/runner.py",
+             "src/privdl/experiment/backends.py")
 
 M = "src/privdl/mechanisms/"
 P = "src/privdl/privacy/"
@@ -58,6 +60,7 @@ ID = "src/privdl/agreement/identity.py"
 KS = "src/privdl/agreement/keystore.py"
 EN = "src/privdl/simulator/engine.py"
 RU = "src/privdl/experiment/runner.py"
+BE = "src/privdl/experiment/backends.py"
 SL = "src/privdl/simulator/sliced.py"
 WK = "src/privdl/runtime/worker.py"
 #: (name, file, original text, mutated text, what it breaks)
@@ -232,7 +235,7 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
      "agreed keys: the pair secret not bound to the public keys"),
     ("agreed_wrap_is_pair", AG, 'return _hkdf(pair, salt, f"privdl/v1/wrap/{min(a, b)}-{max(a, b)}")', "return pair",
      "agreed keys: group secrets wrapped under the pair secret itself"),
-    ("agreed_simulator_root_keys", RU,
+    ("agreed_simulator_root_keys", BE,
      "keys, restored, setup = Keys(source, c.network.n), source.restored, time.perf_counter() - began",
      "keys, restored, setup = Keys(RootKeys(int(cfg['seed'])), c.network.n), source.restored, time.perf_counter() - began",
      "agreed keys switched off in the simulator's runner (root-key SplitMix64 draws)"),
@@ -243,10 +246,12 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
      '''            or False):''', "agreed runs of a sweep planned on one replica axis (root keys)"),
     ("resume_reagrees", AG, "            return AgreedKeys.restore(stored, public=public, salt=salt, n=n)\n",
      "            pass\n", "a run started again agrees new keys (re-releases its rounds with new noise)"),
-    ("runner_no_store", RU, "context=spec.run_id, store=secrets, store_identity=secrets_identity(spec),\n"
-     "                                 **config_options(cfg, c.network.n, range(c.network.n)))",
-     "context=spec.run_id, store=None, store_identity=secrets_identity(spec),\n"
-     "                                 **config_options(cfg, c.network.n, range(c.network.n)))",
+    ("runner_no_store", BE, "context=spec.run_id, store=secrets, store_identity=store_identity,\n"
+     "                                 **config_options(cfg, c.network.n, range(c.network.n)))\n"
+     "            keys, restored",
+     "context=spec.run_id, store=None, store_identity=store_identity,\n"
+     "                                 **config_options(cfg, c.network.n, range(c.network.n)))\n"
+     "            keys, restored",
      "the simulator's runner keeps no secrets (a restart agrees anew)"),
     ("secrets_other_run_accepted", KS, '            if data["salt"] != self.salt.hex():', "            if False:",
      "a secrets file of another run accepted"),
@@ -294,6 +299,18 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     ("roster_shared_identity_accepted", ID, "            if raw in self.owner_of:", "            if False:",
      "a roster giving two agents one identity accepted"),
 ]
+
+
+def stale(root: Path = ROOT) -> list[str]:
+    """The mutants whose ``old`` text is not found exactly once in its file under ``root`` (code moved or edited:
+    the mutant would not be applied). ``tests/test_mutation_texts.py`` keeps this empty."""
+    out = []
+    for name, rel, old, _, _ in MUTANTS:
+        path = root / rel
+        count = path.read_text().count(old) if path.is_file() else 0
+        if count != 1:
+            out.append(f"{name}: {rel} holds its text {count} times")
+    return out
 
 
 def copy_working_tree(tree: Path) -> None:

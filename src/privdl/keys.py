@@ -205,14 +205,13 @@ def _fold256(keys: np.ndarray, values: np.ndarray | int) -> np.ndarray:
     shape = k.shape
     source = np.ascontiguousarray(keys).reshape(-1)
     which = np.broadcast_to(np.arange(source.size).reshape(np.shape(keys)), shape).reshape(-1).tolist()
-    hashers = [hashlib.blake2b(digest_size=32, key=source[j].tobytes(), person=b"privdl/v2/fold")
-               for j in range(source.size)] if source.size < len(which) else None
+    def hasher(j: int):
+        return hashlib.blake2b(digest_size=32, key=source[j].tobytes(), person=b"privdl/v2/fold")
+
+    hashers = [hasher(j) for j in range(source.size)] if source.size < len(which) else None
     digests = []
     for j, value in zip(which, v.reshape(-1).tolist()):
-        if hashers is None:
-            h = hashlib.blake2b(digest_size=32, key=source[j].tobytes(), person=b"privdl/v2/fold")
-        else:
-            h = hashers[j].copy()
+        h = hasher(j) if hashers is None else hashers[j].copy()
         h.update(value.to_bytes(8, "little"))
         digests.append(h.digest())
     return np.frombuffer(b"".join(digests), dtype=KEY256).reshape(shape).copy()
