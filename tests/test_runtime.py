@@ -51,9 +51,28 @@ def _rows(folder):
     return sorted(tuple(v for k, v in r.items() if k != "run_id") for r in csv.DictReader(open(folder / "results.csv")))
 
 
-@pytest.mark.exact
-def test_a_run_on_processes_equals_the_simulator_bit_for_bit(tmp_path):
-    """privdl run --procs 3 (3 processes on loopback) writes the simulator's results.csv, digit for digit:
+#: how far a process's results may be from the simulator's. A process computes its agents' gradients on their rows
+#: alone (held rows), so an elementwise kernel (sigmoid, exp, log) meets a row's values in another SIMD position — a
+#: vector body or the loop's tail — and may round its last bit the other way: each such value differs by at most a
+#: few ulps (u = 2^-53 ≈ 1.1e-16) and a lot sum of L ≤ 40 clipped terms (‖·‖ ≤ C = 1) by at most 40 · 4u ≈ 2e-14.
+#: Twelve rounds of steps η = 0.05 on a loss whose curvature is at most β ≤ max‖x‖²/4 ≈ 8 (30 standardised
+#: features) grow it at most (1 + ηβ)^12 ≈ 1.4^12 ≈ 60-fold, to ≈ 1e-12 on the models; a metric Lipschitz in the
+#: models within a factor ~10 of its value moves it relatively by less than 1e-9 (consensus distances of ≈ 1e-5,
+#: quadratic in the models' spread, the most sensitive). Everything else — which rows, keys, lots, messages, byte
+#: counts — is exact: a key, a label or a count that differs fails.
+REL, ABS = 1e-9, 1e-12
+
+
+def _same_within_rounding(got, want):
+    assert len(got) == len(want), (len(got), len(want))
+    for a, b in zip(got, want):
+        assert a[:-1] == b[:-1], (a, b)
+        assert __import__("math").isclose(float(a[-1]), float(b[-1]), rel_tol=REL, abs_tol=ABS), (a, b)
+
+
+def test_a_run_on_processes_equals_the_simulator_to_rounding(tmp_path):
+    """privdl run --procs 3 (3 processes on loopback) writes the simulator's results.csv, to rounding (REL: each
+    process computes only its agents' rows):
     D-SGD + DECOR, DSGT + DP-SGD (lots agreed), DPDL (cross-gradients pulled and pushed), central SGD (the
     aggregator), the seed-004 authors' in-place gossip + Whisper, DSG-RMS, DiNNO + LDP; the manifest names the
     placement (EDSG-RMS: the eavesdropper's test below)."""
@@ -70,7 +89,7 @@ def test_a_run_on_processes_equals_the_simulator_bit_for_bit(tmp_path):
     for k in (3,):  # 2 processes: the kill-and-resume test below
         got = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / f"p{k}"), "--procs", str(k), "--no-plot"])
         assert got.exit_code == 0, got.output
-        assert _rows(tmp_path / f"p{k}") == _rows(tmp_path / "sim"), k
+        _same_within_rounding(_rows(tmp_path / f"p{k}"), _rows(tmp_path / "sim"))
         assert f"{len(METHODS)} runs ({len(METHODS)} executed, 0 already done) in " in " ".join(got.output.split())
     manifests = [json.loads(p.read_text()) for p in (tmp_path / "p3" / "runs").rglob("manifest.json")]
     assert len(manifests) == len(METHODS)
@@ -98,14 +117,16 @@ def _pair(rank, port, scenario, out):
         if scenario == "hung":
             time.sleep(4.5)
             return
-        t.send(1, 0, (5, "theta", 7, "torch.float64", (2, 3)), x)
+        if scenario == "dtype":  # float32 bytes where float64 ones are expected
+            x = x.float()
+        t.send(1, 0, (5, "theta", 7, str(x.dtype), tuple(x.shape)), x)
         t.flush(1)
         time.sleep(1)
         return
     started = time.perf_counter()
     try:
-        expect = ("torch.float32", (2, 3)) if scenario == "dtype" else ("torch.float64", (4, 3)) \
-            if scenario == "size" else ("torch.float64", (2, 3))
+        expect = ("torch.float64", (4, 3)) if scenario == "size" else ("torch.float64", (1, 3)) \
+            if scenario == "long" else ("torch.float64", (2, 3))
         t.recv(1, 0, (5, "theta", 7, *expect))
         out.put(("ok", "", time.perf_counter() - started))
     except TransportError as exc:
@@ -125,12 +146,14 @@ def _run_pair(scenario):
         p.start()
     for p in procs:
         p.join(30)
+    if scenario == "long":
+        return procs[0].exitcode
     return out.get()
 
 
 @pytest.mark.parametrize("scenario,match", [
-    ("dtype", r"process 0 \(agents 0, 1\) expected round 5, tag 'theta', message 7 \(torch.float32, shape \(2, 3\)\) "
-              r"from process 1 \(agents 2, 3\), received round 5, tag 'theta', message 7 \(torch.float64"),
+    ("dtype", r"process 0 \(agents 0, 1\) expected round 5, tag 'theta', message 7 \(torch.float64, shape \(2, 3\)\) "
+              r"from process 1 \(agents 2, 3\), received round 5, tag 'theta', message 7 \(torch.float32"),
     ("size", r"expected .*shape \(4, 3\).* received .*shape \(2, 3\)"),
     ("dead", r"process 1 \(agents 2, 3\) (died|did not answer).* waiting for round 5, tag 'theta'"),
     ("hung", r"process 1 \(agents 2, 3\) did not answer within 3 s while waiting for round 5, tag 'theta'"),
@@ -143,6 +166,15 @@ def test_the_transport_names_a_wrong_header_a_dead_and_a_hung_peer(scenario, mat
     assert kind == "error", message
     assert __import__("re").search(match, message), message
     assert seconds < 6
+
+
+def test_a_message_longer_than_expected_stops_the_receiver():
+    """Header and payload travel as one gloo message into a buffer of the size the receiver expects; a longer one
+    cannot be received into it: gloo aborts the receiving process ("Received data size doesn't match expected
+    size") — it stops, it never reads past its buffer or goes on with a truncated value (the launcher then names
+    the process that died)."""
+    code = _run_pair("long")
+    assert code is not None and code != 0, code
 
 
 def test_bad_runtime_launches_are_refused(tmp_path):
@@ -182,7 +214,7 @@ def test_killed_processes_resume_from_their_checkpoints_to_the_uninterrupted_run
     assert again.exit_code == 0 and "1 runs (0 executed, 1 already done) in " in " ".join(again.output.split())
     want = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "sim"), "--no-plot", "--quiet"])
     assert want.exit_code == 0, want.output
-    assert _rows(out) == _rows(tmp_path / "sim")
+    _same_within_rounding(_rows(out), _rows(tmp_path / "sim"))
     man = json.loads(next((out / "runs").rglob("manifest.json")).read_text())
     assert man["checkpoints"]["resumed_from_round"] >= 40
 
@@ -236,10 +268,9 @@ def test_agents_per_process_and_the_transport_are_checked(tmp_path):
         launch(cfg, procs=2, out=tmp_path / "o", overrides=["device=\"cuda\"", "runtime.backend=\"dist\""])
 
 
-@pytest.mark.exact
 def test_the_eavesdropper_watches_a_distributed_run(tmp_path):
     """Seed 002's streaming task (D-SGD, EDSG-RMS) on 2 processes: every process sends its part of each transmission to process 0,
-    whose eavesdropper sees the simulator's wire — results.csv, the eavesdropper's MSDs included, digit for digit;
+    whose eavesdropper sees the simulator's wire — results.csv, the eavesdropper's MSDs included, to rounding (REL);
     the wire is control traffic, not payload."""
     from pathlib import Path
 
@@ -261,7 +292,7 @@ def test_the_eavesdropper_watches_a_distributed_run(tmp_path):
     got = runner.invoke(app, ["run", str(example), "--out", str(tmp_path / "dist"), "--procs", "2", *common])
     assert got.exit_code == 0, got.output
     rows = _rows(tmp_path / "dist")
-    assert rows == _rows(tmp_path / "sim")
+    _same_within_rounding(rows, _rows(tmp_path / "sim"))
     assert {"eavesdropper_msd", "bytes_sent"} <= {r[-2] for r in rows}
     man = json.loads(next((tmp_path / "dist" / "runs").rglob("manifest.json")).read_text())
     assert man["placement"]["control_bytes"] > 0 and man["placement"]["payload_bytes"] > 0

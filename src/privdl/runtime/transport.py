@@ -6,9 +6,10 @@ above it) runs unchanged, and the same ``gather`` (every process's tensor at pro
 so the one :class:`privdl.simulator.coordinator.Coordinator` serves threads and processes alike
 (../shared/RUNTIME.md, facts 1–6):
 
-* every payload is preceded by a fixed-size header (round, tag, sequence, dtype, shape) that the receiver compares
-  with what it expects before it receives the payload — gloo checks neither sizes nor dtypes and would fill a
-  wrong-sized buffer or reinterpret the bytes;
+* every message is one gloo operation: a fixed-size header (round, tag, sequence, dtype, shape) and the payload in
+  one buffer, received into a buffer of the size the receiver expects and checked against the expected header —
+  gloo checks neither sizes nor dtypes and would fill a wrong-sized buffer or reinterpret the bytes (a message
+  longer than the buffer makes gloo abort the receiving process, which its peers and the launcher then name);
 * sends are posted asynchronously in the Comm's canonical order and all waited on before the Comm call returns
   (``flush``): no request outlives a call; receives are posted in the mirrored order;
 * ``agree_max`` is one ``all_reduce(MAX)`` of one integer (the padded lot length: control data, never a model);
@@ -21,6 +22,7 @@ so the one :class:`privdl.simulator.coordinator.Coordinator` serves threads and 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import zlib
 
@@ -84,10 +86,14 @@ class DistTransport:
         self.failed = (part, error)
 
     def send(self, src: int, dst: int, header: tuple, payload: torch.Tensor) -> None:
+        """Post one message to ``dst``: the header and the payload in one buffer (one gloo operation)."""
         self._tags[_crc(header[1])] = header[1]
         value = payload.detach().to("cpu").contiguous()  # gloo sends CPU tensors: GPU values are staged here
         h = encode(header)
-        self._pending += [(dist.isend(h, dst), h, value, dst, header), (dist.isend(value, dst), h, value, dst, header)]
+        message = torch.cat([h.view(torch.uint8), value.reshape(-1).view(torch.uint8)])
+        with self._guard(dst, header, "sending"):
+            work = dist.isend(message, dst)
+        self._pending.append((work, message, dst, header))  # the buffer kept until waited
         size, kind = value.numel() * value.element_size(), kind_of(header[1])
         if kind == "payload":
             self.payload_bytes[dst] += size
@@ -96,12 +102,20 @@ class DistTransport:
         else:
             self.control_bytes += size
         if self.tap is not None:
-            self.tap(h.numpy().tobytes() + value.numpy().tobytes())
+            self.tap(message.numpy().tobytes())
         self.header_bytes += h.numel() * h.element_size()
 
     def _wait(self, work, peer: int, header: tuple, what: str) -> None:
-        try:
+        with self._guard(peer, header, what):
             work.wait()
+
+    @contextlib.contextmanager
+    def _guard(self, peer: int, header: tuple, what: str):
+        """gloo's errors while posting or waiting on a message to or from ``peer`` as a :class:`TransportError`
+        naming both processes, the message and whether the peer died or did not answer in time (posting fails too
+        once a pair's connection broke)."""
+        try:
+            yield
         except RuntimeError as exc:
             text = str(exc)
             kind = ("died (its connection closed)" if "closed" in text.lower() or "reset" in text.lower() else
@@ -110,52 +124,52 @@ class DistTransport:
             raise TransportError(f"{self._who(self.rank)}: {self._who(peer)} {kind} while {what} "
                                  f"{self._describe(header)} ({text.splitlines()[0][:200]})") from None
 
-    def recv(self, src: int, dst: int, header: tuple) -> torch.Tensor:
+    def _post(self, src: int, header: tuple):
+        """Post the receive of one message from ``src`` of the size ``header`` announces (the receiver knows every
+        message's shape and dtype in advance: the Comm's static plan, the coordinator's shapes)."""
         self._tags[_crc(header[1])] = header[1]
-        want = encode(header)
-        got = torch.empty(HEADER, dtype=torch.int64)
-        self._wait(dist.irecv(got, src), src, header, "waiting for")
-        if not torch.equal(got, want):
+        _, _, _, dtype, shape = header
+        kind = DTYPES[_CODE[dtype]]
+        size = kind.itemsize
+        for s in shape:
+            size *= int(s)
+        buffer = torch.empty(HEADER * 8 + size, dtype=torch.uint8)
+        buffer[:HEADER * 8].zero_()
+        with self._guard(src, header, "waiting for"):
+            return src, header, buffer, dist.irecv(buffer, src)
+
+    def _take(self, dst: int, posted) -> torch.Tensor:
+        """Wait for a posted message and check its header against the expected one: a message with another round,
+        tag, sequence, dtype or shape is an error naming both (a shorter message, too: its header says so). A
+        message *longer* than expected never arrives here — gloo aborts the receiving process ("Received data size
+        doesn't match expected size"), and its peers and the launcher then name the process that died."""
+        src, header, buffer, work = posted
+        self._wait(work, src, header, "waiting for")
+        got = buffer[:HEADER * 8].view(torch.int64)
+        if not torch.equal(got, encode(header)):
             raise TransportError(f"{self._who(dst)} expected {self._describe(header)} from {self._who(src)}, "
                                  f"received {self._decode(got)}")
         _, _, _, dtype, shape = header
-        value = torch.empty(tuple(shape), dtype=DTYPES[_CODE[dtype]])
-        self._wait(dist.irecv(value, src), src, header, "receiving")
-        return value
+        return buffer[HEADER * 8:].view(DTYPES[_CODE[dtype]]).reshape(tuple(shape))
+
+    def recv(self, src: int, dst: int, header: tuple) -> torch.Tensor:
+        return self._take(dst, self._post(src, header))
 
     def exchange(self, part: int, sends: list[tuple[int, tuple, torch.Tensor]],
                  recvs: list[tuple[int, tuple]]) -> dict[int, torch.Tensor]:
-        """One Comm call's messages in two phases: every header receive posted, every send posted, every header
-        waited on and checked; then every payload receive posted (each of the dtype and shape its checked header
-        announced) and waited on. No payload receive is posted before its header is checked — gloo aborts the
-        process when a message is larger than the posted buffer — and the peers' latencies overlap in each phase.
-        Returns the payloads by sender."""
-        headers = []
-        for src, header in recvs:
-            self._tags[_crc(header[1])] = header[1]
-            got = torch.empty(HEADER, dtype=torch.int64)
-            headers.append((src, header, got, dist.irecv(got, src)))
+        """One Comm call's messages, one gloo operation each: every receive posted (of the size its expected
+        header announces), every send posted, then every receive waited on and its header checked, then every
+        send. The peers' latencies overlap. Returns the payloads by sender."""
+        posted = [self._post(src, header) for src, header in recvs]
         for dst, header, value in sends:
             self.send(part, dst, header, value)
-        for src, header, got, work in headers:
-            self._wait(work, src, header, "waiting for")
-            if not torch.equal(got, encode(header)):
-                raise TransportError(f"{self._who(part)} expected {self._describe(header)} from {self._who(src)}, "
-                                     f"received {self._decode(got)}")
-        payloads = []
-        for src, header, _, _ in headers:
-            value = torch.empty(tuple(header[4]), dtype=DTYPES[_CODE[header[3]]])
-            payloads.append((src, header, value, dist.irecv(value, src)))
-        out = {}
-        for src, header, value, work in payloads:
-            self._wait(work, src, header, "receiving")
-            out[src] = value
+        out = {p[0]: self._take(part, p) for p in posted}
         self.flush(part)
         return out
 
     def flush(self, part: int) -> None:
         pending, self._pending = self._pending, []
-        for work, _, _, dst, header in pending:
+        for work, _, dst, header in pending:
             self._wait(work, dst, header, "sending")
 
     def gather(self, part: int, t: int, tag: str, value: torch.Tensor,

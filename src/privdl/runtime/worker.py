@@ -33,8 +33,59 @@ from privdl.tasks.held import HeldTask
 
 #: tag of the wire's messages for observers (never algorithm payloads; the coordinator's: privdl.simulator.coordinator)
 WIRE = "privdl/wire"
+#: tag of each process's facts for the manifest (control)
+PROCESS = "privdl/process"
 #: the generators whose numbers a run counts (privdl.keys.DRAWN), in the order process 0 receives them
 GENERATORS = ("chacha20", "splitmix64", "philox")
+
+
+def process_started() -> float:
+    """When this process started (seconds since the epoch): from /proc on Linux (the kernel's start time of the
+    process), else when this module was first imported."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # field 22 of stat(5): start time after boot, in clock ticks
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        import os
+
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return _IMPORTED
+
+
+_IMPORTED = time.time()
+#: the facts of each process behind the manifest's ``placement.per_process`` (float64 columns; the host apart)
+PER_PROCESS = ("peak_rss_bytes", "round_seconds_median", "startup_seconds")
+HOST_BYTES = 64  # a host name travels as this many bytes (UTF-8, zero-padded; longer names cut)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size so far (getrusage; Linux reports KiB, macOS bytes)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+class RoundClock:
+    """Times the rounds of one run in this process (each round: from the end of the previous one to its end, the
+    first from the loop's start); ``median`` over them."""
+
+    def __init__(self, then) -> None:
+        self.then, self.seconds = then, []
+
+    def __call__(self, t: int) -> None:
+        now = time.perf_counter()
+        self.seconds.append(now - self.then)
+        self.then = now
+
+    @property
+    def median(self) -> float:
+        import statistics
+
+        return float(statistics.median(self.seconds)) if self.seconds else float("nan")
 
 
 def placements_for(cfg: dict, n: int, world: int) -> list[Placement]:
@@ -99,9 +150,11 @@ class DistWire:
 
 def run_one_distributed(spec, components, *, rank: int, world: int, timeout: float, checkpoints=None,
                         resume: bool = False, on_step=None, secrets: Path | None = None,
-                        secrets_identity: dict | None = None):
+                        secrets_identity: dict | None = None, since: float | None = None):
     """One run as this process's slice; process 0 returns (records, final models, accesses, seconds, extra).
-    ``secrets``: the folder of an agreed-key run's agent secrets (each process writes and reads its agents')."""
+    ``secrets``: the folder of an agreed-key run's agent secrets (each process writes and reads its agents').
+    ``since``: when this process began working towards the run (epoch seconds; default: the process's start) —
+    the start of its ``startup_seconds`` in the manifest's ``placement.per_process``."""
     from privdl.experiment.backends import observers
 
     c, cfg = components, spec.config
@@ -134,12 +187,19 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     setup = time.perf_counter() - began
     keys = Keys(HeldKeys(source, p.held), n)
     start = time.perf_counter()
+    startup = time.time() - (process_started() if since is None else since)
+    clock = RoundClock(start)
+
+    def step(t: int) -> None:
+        clock(t)
+        if on_step is not None and rank == 0:
+            on_step(t)
+
     final, accesses, _, meter = run_slice(
         part=rank, placement=p, owner=owner, network=c.network, task=HeldTask(c.task, p), keys=keys,
         mechanism=c.mechanism, algorithm=c.algorithm, schedule=c.schedule, iterations=cfg["iterations"], x0=None,
         gradient=cfg["gradient"], marks=marks, transport=transport, wire=wire, record=coordinator.record,
-        on_step=on_step if rank == 0 else None, checkpoints=checkpoints, resume=resume, last=last,
-        saved=coordinator.saved)
+        on_step=step, checkpoints=checkpoints, resume=resume, last=last, saved=coordinator.saved, held_rows=True)
     after = drawn()
     draws = coordinator.counts(DRAWS, cfg["iterations"], [[after[k] - before[k] for k in GENERATORS]])
     ends = coordinator.finals(cfg["iterations"], final, accesses)
@@ -150,6 +210,8 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     sent[2, rank] = int(transport.control_bytes)
     dist.all_reduce(sent)  # control: bytes each process sent, for the manifest
     per_tag = coordinator.per_tag(BYTES, cfg["iterations"], meter.per_tag())  # the agents' bytes per tag
+    per_process = _per_process(transport, rank, cfg["iterations"], placements,
+                               [peak_rss_bytes(), clock.median, startup])
     if rank:
         return None
     control = sent[2].sum()
@@ -157,11 +219,33 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
              "payload_bytes": int(sent[0].sum()), "payload_bytes_per_process": sent[0].tolist(),
              **({"setup_bytes": int(sent[1].sum()), "setup_seconds": setup} if agreed else {}),
              "control_messages": transport.control_messages, "control_bytes": int(control),
-             "resumed_from_round": last,
+             "resumed_from_round": last, "per_process": per_process,
              "bytes": per_tag,
              "keys": keys_facts(cfg, restored=bool(getattr(source, "restored", False)), gathered="process 0",
                                 draws={k: sum(int(part[0][j]) for part in draws) for j, k in enumerate(GENERATORS)})}
     return coordinator.records, ends[0].cpu(), ends[1].reshape(-1), seconds, extra
+
+
+def _per_process(transport: DistTransport, rank: int, t: int, placements: list[Placement],
+                 facts: list[float]) -> list[dict] | None:
+    """Every process's facts (:data:`PER_PROCESS`, its host and agents) at process 0 — control messages of a few
+    numbers each, after the rounds — as the manifest's ``placement.per_process``; the others get None."""
+    import socket
+
+    host = socket.gethostname().encode()[:HOST_BYTES]
+    mine = torch.tensor([float(v) for v in facts] + list(host.ljust(HOST_BYTES, b"\0")), dtype=torch.float64)
+    got = transport.gather(rank, t, PROCESS, mine, [tuple(mine.shape)] * len(placements))
+    if got is None:
+        return None
+    out = []
+    for k, (value, p) in enumerate(zip(got, placements)):
+        v = value.tolist()
+        facts = dict(zip(PER_PROCESS, v[:len(PER_PROCESS)]))
+        name = bytes(int(b) for b in v[len(PER_PROCESS):]).rstrip(b"\0").decode(errors="replace")
+        out.append({"rank": k, "host": name, "agents": list(p.agents), "peak_rss_bytes": int(facts["peak_rss_bytes"]),
+                    "round_seconds_median": facts["round_seconds_median"],
+                    "startup_seconds": facts["startup_seconds"]})
+    return out
 
 
 def _attempt_store(world: int, timeout: float):
@@ -271,6 +355,7 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
     ran: list[int] = []
     nonfinite: dict[str, list[str]] = {}
     saved: tuple | None = None  # (secrets folder, this process's agents) of the run process 0 saved last
+    first = True  # this process's first run: its start-up counts from the process's start
     while True:
         order = next(orders) if rank == 0 else None
         if order is not None:
@@ -289,6 +374,8 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
             raise PrivdlError(f"process {rank}: process 0 sent an unknown order ({kind}, {i})")
         spec = unique[i]
         began = time.perf_counter()
+        ordered = None if first else time.time()  # the start-up of a later run: from its order on
+        first = False
         try:
             c = build(spec.config)
             every = RuntimeSpec.of(spec.config).checkpoint_every
@@ -303,7 +390,7 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
             with intra_op_threads(spec.config, c.task, c.network.n, c.mechanism.need):  # the runner's thread rule
                 got = run_one_distributed(spec, c, rank=rank, world=world, timeout=timeout, checkpoints=ck,
                                           resume=resume, secrets=secrets,
-                                          secrets_identity=secrets_identity(spec))
+                                          secrets_identity=secrets_identity(spec), since=ordered)
             saved = (secrets, placements_for(spec.config, c.network.n, world)[rank].agents)
             if rank == 0:
                 rows, final, accesses, seconds, extra = got

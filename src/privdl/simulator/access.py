@@ -16,6 +16,7 @@ another owner's data size, so agent i's draws are the same whatever the rest of 
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -35,14 +36,17 @@ class GradientOracle:
     """Privatised gradients for the algorithm: ``oracle(models, owners=None, tag=...)`` → (m, d)."""
 
     def __init__(self, task: Task, mechanism: GradientMechanism, keys: Keys, *, gradient: str = "auto",
-                 placement: Placement | None = None, agree: Callable[[int], int] | None = None) -> None:
+                 placement: Placement | None = None, held_rows: bool = False) -> None:
         self.task, self.mechanism, self.keys = task, mechanism, keys
-        # a slice (privdl.placement): reads only its agents' data; ``agree`` gives the slices' largest lot length
+        # a slice (privdl.placement): reads only its agents' data; nothing is agreed with the other slices (an
+        # agent's lot is its own business: padded to the slice's longest lot, summed block by block). With
+        # ``held_rows`` it computes only its agents' rows (tensors of its own shape: elementwise kernels then treat
+        # a row's values in another SIMD position — a vector body or the loop's tail — whose results may differ in
+        # the last bit, e.g. sigmoid: equal to the simulator's within rounding, not bit for bit); without, every
+        # row of the network's frame (the rows held elsewhere on zero data): the simulator's kernels on the
+        # simulator's shapes, bit for bit (the sliced backend's specification, tests/test_sliced.py)
         self.placement = None if placement is None or placement.complete else placement
-        if self.placement is not None and agree is None:
-            raise ValidationError("a gradient oracle that holds only some agents needs agree= (the slices' "
-                                  "largest lot length)")
-        self.agree = agree
+        self.held_rows = bool(held_rows)
         self.calls = 0
         #: ``on_access(t, access, batch)`` sees every access's examples (round t, set by the engine): the engine's
         #: own record of what was drawn, for attacks and audits that need the true samples
@@ -118,11 +122,13 @@ class GradientOracle:
         self._everyone = everyone
         if isinstance(need, BatchGradient):
             if self.placement is not None:
-                batch = self._held("sample", owners, requesters, rows)[0]
+                idx, batch, _ = self._held("sample", owners, requesters)
+                self._batch = self._full(rows, idx, batch) if self.on_access is not None else None
+                value = self._rows(models, idx, lambda x, b, _: self._batch_grad(x, b), batch, None)
             else:
                 batch = self.task.sample(self._draws("batch", owners, requesters), self._agents(owners))
-            self._batch = batch
-            value = self._batch_grad(models, batch)
+                self._batch = batch
+                value = self._batch_grad(models, batch)
         elif isinstance(need, ClippedSum):
             value = self.clipped_sum(models, owners, requesters, need)
         else:  # pragma: no cover - the Need union is closed
@@ -136,70 +142,113 @@ class GradientOracle:
             return Draws(self.keys, purpose, self.calls)
         return Draws(self.keys, purpose, self.calls, owners.numpy(), requesters.numpy())
 
-    def _held(self, kind: str, owners: torch.Tensor, requesters: torch.Tensor, rows: int,
-              need: ClippedSum | None = None) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
-        """A slice's batch: the task samples only the rows whose data owner it holds (from their own keys); the
-        other rows get zeros (and a zero mask), so the batch has the whole network's shape — lots padded to the
-        length the slices agree on, as the simulator pads them — and each held row the simulator's values."""
+    def _held(self, kind: str, owners: torch.Tensor, requesters: torch.Tensor, need: ClippedSum | None = None,
+              block: int = 1) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, torch.Tensor | None]:
+        """A slice's batch: the positions (among the access's rows) whose data owner it holds, and their batch (and
+        lot mask) only — the task samples them from their own keys, each the simulator's examples. Lots are padded
+        to the longest of the slice's own, rounded up to a multiple of ``block`` (the simulator pads to the
+        network's longest; the padded entries have a zero mask and the sums run block by block: :meth:`_clipped`):
+        no slice waits for another's lot sizes. (None, None) when it holds no owner of the access."""
         held = torch.from_numpy(self.placement.rows_held)[owners % self.placement.rows]
         idx = held.nonzero().reshape(-1)
+        if not idx.numel():
+            return idx, None, None
         o, r = owners[idx], requesters[idx]
+        draws = Draws(self.keys, "lot" if kind == "lot" else "batch", self.calls, o.numpy(), r.numpy())
         if kind == "lot":
             rates = need.rates.reshape(-1)
-            agree = self.agree
-            if not o.numel():  # no owner of this access here: still take part in the agreement
-                return self._zeros(rows, agree(1), mask=True)
-            part, mask = self.task.sample_lot(Draws(self.keys, "lot", self.calls, o.numpy(), r.numpy()),
-                                              self._agents(o), rates.index_select(0, o % rates.numel()),
-                                              length=agree)
-        elif not o.numel():
-            return self._zeros(rows, need.batch if kind == "subset" else self.task.batch_size,
-                               mask=kind == "subset")
+            part, mask = self.task.sample_lot(draws, self._agents(o), rates.index_select(0, o % rates.numel()),
+                                              block=block)
         elif kind == "subset":
-            part, mask = self.task.sample_subset(Draws(self.keys, "batch", self.calls, o.numpy(), r.numpy()),
-                                                 self._agents(o), need.batch)
+            part, mask = self.task.sample_subset(draws, self._agents(o), need.batch)
         else:
-            part, mask = self.task.sample(Draws(self.keys, "batch", self.calls, o.numpy(), r.numpy()),
-                                          self._agents(o)), None
-        where = idx.to(part[0].device)
-        batch = tuple(torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=t.device).index_copy_(0, where, t)
-                      for t in part)
-        if mask is not None:
-            mask = torch.zeros((rows, mask.shape[1]), dtype=self.task.dtype, device=mask.device).index_copy_(
-                0, where, mask.to(self.task.dtype))
-        return batch, mask
+            part, mask = self.task.sample(draws, self._agents(o)), None
+        return idx, part, None if mask is None else mask.to(self.task.dtype)
 
-    def _zeros(self, rows: int, width: int, *, mask: bool) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
-        """A batch of the task's shapes, all zeros (and a zero mask): an access none of whose owners this slice
-        holds (a held agent's data gives the shapes)."""
-        agent = torch.as_tensor([self.placement.agents[0]])
-        part = self.task.gather(agent, torch.zeros((1, width), dtype=torch.int64))
-        batch = tuple(torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=t.device) for t in part)
-        return batch, (torch.zeros((rows, width), dtype=self.task.dtype, device=part[0].device) if mask else None)
+    def _rows(self, models: torch.Tensor, idx: torch.Tensor, fn, batch, mask):
+        """``fn(models, batch, mask)`` for the held rows ``idx`` in the frame of ``models`` (zeros in the other rows:
+        they belong to other slices) — computed on those rows alone (``held_rows``), or on the whole frame with
+        zero data in the other rows (the simulator's shapes)."""
+        out = models.new_zeros(models.shape)
+        if not idx.numel():
+            return out
+        where = idx.to(models.device)
+        if self.held_rows:
+            return out.index_copy_(0, where, fn(models.index_select(0, where), batch, mask))
+        rows = models.shape[0]
+        full = self._full(rows, idx, batch)
+        frame = None if mask is None else self._full(rows, idx, (mask,))[0]
+        return out.index_copy_(0, where, fn(models, full, frame).index_select(0, where))
+
+    @staticmethod
+    def _full(rows: int, idx: torch.Tensor, part: tuple[torch.Tensor, ...] | None):
+        """A held batch in the access's frame (zeros in rows held elsewhere), for ``on_access`` observers."""
+        if part is None:
+            return None
+        where = idx.to(part[0].device)
+        return tuple(torch.zeros((rows, *t.shape[1:]), dtype=t.dtype, device=t.device).index_copy_(0, where, t)
+                     for t in part)
 
     def clipped_sum(self, models: torch.Tensor, owners: torch.Tensor, requesters: torch.Tensor,
                     need: ClippedSum) -> torch.Tensor:
+        block = self._block(need, models.shape)
         if self.placement is not None:
-            batch, mask = self._held("subset" if need.batch is not None else "lot", owners, requesters,
-                                     models.shape[0], need)
-        elif need.batch is not None:  # a uniform batch of distinct examples, from the mini-batch key
+            idx, batch, mask = self._held("subset" if need.batch is not None else "lot", owners, requesters, need,
+                                          block)
+            if self.on_access is not None:
+                full = self._full(models.shape[0], idx, batch)
+                self._batch = None if full is None else (full, self._full(models.shape[0], idx, (mask,))[0])
+            return self._rows(models, idx, lambda x, b, m: self._clipped(x, b, m, need, models.shape[0]), batch, mask)
+        if need.batch is not None:  # a uniform batch of distinct examples, from the mini-batch key
             batch, mask = self.task.sample_subset(self._draws("batch", owners, requesters), self._agents(owners),
                                                   need.batch)
         else:
             rates = need.rates.reshape(-1)
             row_rates = rates.index_select(0, owners % rates.numel())
             batch, mask = self.task.sample_lot(self._draws("lot", owners, requesters), self._agents(owners),
-                                               row_rates)
+                                               row_rates, block=block)
         self._batch = (batch, mask)
-        mask = mask.to(models.dtype)
+        return self._clipped(models, batch, mask.to(models.dtype), need, models.shape[0])
+
+    def _block(self, need: ClippedSum, shape: torch.Size) -> int:
+        """The examples per block of a lot's clipped sum (:meth:`_clipped`), from public facts only — the lot
+        rates, every agent's data size, the frame's shape — so the simulator and every slice split lots alike: the
+        generic path's memory-bounded chunk, else a power of two ≥ a quarter of the largest expected lot (≥ 8)."""
+        if need.rates is None:
+            return 1
+        if self.per_example == "vmap":
+            return need.chunk or max(1, CHUNK_BUDGET // max(1, shape[0] * shape[1]))
+        rates = need.rates.reshape(-1).to(torch.float64).cpu()
+        counts = self.task.counts.to(torch.float64)
+        expected = (float((rates * counts).max()) if rates.numel() == counts.numel() else
+                    float(rates.max()) * float(counts.max()))
+        return max(8, 1 << max(0, math.ceil(math.log2(max(expected / 4, 1.0)))))
+
+    def _clipped(self, models: torch.Tensor, batch: tuple[torch.Tensor, ...], mask: torch.Tensor,
+                 need: ClippedSum, frame: int) -> torch.Tensor:
+        """The clipped lot sums of ``models``' rows. A Poisson lot is summed block by block (:meth:`_block`
+        examples each, added in order): a row's sum is then the same bits however far its lot was padded — past its
+        slice's longest lot or the network's — since a block of padding adds exact zeros. The generic path's
+        examples per block follow the ``frame``'s rows (the whole access's), as the simulator's do."""
+        d = models.shape[1]
+        chunk = need.chunk or max(1, CHUNK_BUDGET // max(1, frame * d))
+        if need.rates is None:
+            return self._clipped_block(models, batch, mask, need, chunk)
+        block = self._block(need, (frame, d))
+        total = None
+        for start in range(0, mask.shape[1], block):
+            part = tuple(t[:, start:start + block] for t in batch)
+            value = self._clipped_block(models, part, mask[:, start:start + block], need, chunk)
+            total = value if total is None else total + value
+        return total
+
+    def _clipped_block(self, models: torch.Tensor, batch: tuple[torch.Tensor, ...], mask: torch.Tensor,
+                       need: ClippedSum, chunk: int) -> torch.Tensor:
         clip = need.clip
         if self.per_example == "closed_form":
             return self.task.clipped_sum(models, batch, mask, clip)
         if self.per_example == "ghost":
             return ghost_clipped_sum(self.task, models, batch, mask, clip)
-        m, d = models.shape
-        chunk = need.chunk or max(1, CHUNK_BUDGET // max(1, m * d))
         return clipped_example_sum(self.task, models, batch, mask, clip, chunk)
-
 
 __all__ = ["CHUNK_BUDGET", "GradientOracle"]

@@ -48,20 +48,22 @@ def run_slice(*, part: int, placement: Placement, owner: np.ndarray, network: Ne
               x0: torch.Tensor | None, gradient: str, marks: set[int], transport, wire: Wire | None,
               record: Callable[[int, torch.Tensor, tuple[int, int]], None],
               on_step: Callable[[int], None] | None, checkpoints: Checkpoints | None, resume: bool, last: int | None,
-              saved: Callable[[int, dict], None]) -> tuple[torch.Tensor, torch.Tensor, float, AgentBytes]:
+              saved: Callable[[int, dict], None], held_rows: bool = False
+              ) -> tuple[torch.Tensor, torch.Tensor, float, AgentBytes]:
     """One slice's engine — a thread of :func:`simulate_sliced`, or a process of the distributed runtime: its
     Comm over ``transport``, its oracle (only ``task``'s held agents, lots padded as agreed), its own ``mechanism``
     (a copy), its agents' checkpoints (``saved(t, per_tag)`` completes a round), its meter (payload bytes of its
     agents' ends: ``record(t, x, totals)`` gets its (sent, received) totals, ``saved`` its per-tag counts, since the
-    run (re)started).
+    run (re)started). ``held_rows``: gradients computed on the held agents' rows alone (the distributed runtime;
+    equal to the simulator's within rounding) instead of the network's frame (bit for bit:
+    :class:`~privdl.simulator.access.GradientOracle`).
     Returns (models in the network frame, the mechanism's accesses per row, seconds, the meter)."""
     n = network.n
     comm = SliceComm(network, placement, part, owner, transport, wire)
     meter = comm.meter = AgentBytes(n, held=placement.held)
     start = (x0.clone() if x0 is not None else
              task.init_params(keys.generator("init")).expand(n, -1).clone())
-    oracle = GradientOracle(task, mechanism, keys, gradient=gradient, placement=placement,
-                            agree=lambda v: transport.agree_max(part, v))
+    oracle = GradientOracle(task, mechanism, keys, gradient=gradient, placement=placement, held_rows=held_rows)
     mine = None if checkpoints is None else Checkpoints(
         checkpoints.folders, checkpoints.identity, n=n, every=checkpoints.every, agents=placement.agents,
         writes_run=False, keep=checkpoints.keep)
@@ -99,7 +101,7 @@ def simulate_sliced(
     tasks: Sequence[Task] | None = None, sources: Sequence[KeySource] | None = None,
     checkpoints: Checkpoints | None = None, resume: bool = False, agreed: bool = False, context: str = "",
     entropy: Callable[[str], bytes] | None = None, keep_secrets: bool = False, identities=None, store=None,
-    store_identity: dict | None = None,
+    store_identity: dict | None = None, held_rows: bool = False,
 ) -> SimulationResult:
     """Run ``algorithm`` with ``mechanism`` as K slices (``placements``, or ``slices`` contiguous blocks), one
     thread each, joined by an in-process transport. Same arguments and result as :func:`privdl.simulate` (keys from
@@ -114,7 +116,9 @@ def simulate_sliced(
     then holds the setup bytes and the setup time, whether the secrets were loaded from ``store`` (``restored``; the
     folder of the run's agent secrets: a run started again replays its released rounds), and with ``keep_secrets``
     the slices' key sources, ``key_sources``, for an audit of the wire. ``identities``
-    (:class:`privdl.agreement.identity.Identities` of every agent) authenticate the exchange."""
+    (:class:`privdl.agreement.identity.Identities` of every agent) authenticate the exchange. ``held_rows``: each
+    slice computes gradients on its agents' rows alone, as the distributed runtime's processes do (equal to the
+    simulator within rounding; by default on the network's frame, bit for bit)."""
     n = network.n
     if task.n != n:
         raise ValidationError(f"the task has {task.n} agents, the network {n}")
@@ -161,7 +165,7 @@ def simulate_sliced(
                 HeldTask(task, p), keys=keys, mechanism=copy.deepcopy(mechanism, dict(memo)), algorithm=algorithm,
                 schedule=schedule, iterations=iterations, x0=x0, gradient=gradient, marks=marks, transport=transport,
                 wire=wire, record=coordinators[k].record, on_step=on_step if k == 0 else None,
-                checkpoints=checkpoints, resume=resume, last=last, saved=coordinators[k].saved)
+                checkpoints=checkpoints, resume=resume, last=last, saved=coordinators[k].saved, held_rows=held_rows)
             got = coordinators[k].finals(iterations, final, accesses)
             per_tag = coordinators[k].per_tag(BYTES, iterations, meter.per_tag())
             if got is not None:

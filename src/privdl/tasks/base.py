@@ -115,27 +115,27 @@ class Task(ABC):
         u = draws.uniform(size)
         return (u < rates.to(torch.float64).cpu()[:, None]) & (pos < counts[:, None]), size
 
-    def sample_lot(self, draws: Draws, agents: torch.Tensor, rates: torch.Tensor, *,
-                   length: Callable[[int], int] | None = None) -> tuple[Batch, torch.Tensor]:
+    def sample_lot(self, draws: Draws, agents: torch.Tensor, rates: torch.Tensor, *, block: int = 1
+                   ) -> tuple[Batch, torch.Tensor]:
         """Poisson sampling (DP-SGD's lots): each of the row's agent's m examples joins independently with
         probability ``rates[row]`` — example k joins when the row's k-th keyed uniform is below the rate. Lots are
-        padded to the largest one — or to ``length(largest)``, at least that (a slice pads its rows as the whole
-        network's access does: the slices agree on the length); returns the batch (m, K, ...) and a 0/1 mask (m, K)
-        of real entries, examples in increasing position."""
+        padded to the rows' largest one (a slice's rows: its own agents' largest), rounded up to a multiple of
+        ``block``; returns the batch (m, K, ...) and a 0/1 mask (m, K) of real entries, examples in increasing
+        position."""
         agents = agents.cpu()
         counts = self.counts.index_select(0, agents)
         include, size = self._lot_positions(draws, counts, rates)
         pos = torch.arange(size)[None, :]
         if include is None:
-            k = size if length is None else int(length(size))
+            k = -(-size // block) * block
             idx = torch.arange(k)[None, :].expand(len(agents), k)
             mask = idx < counts[:, None]
             idx = torch.where(mask, idx, size)
         else:
-            k = max(int(include.sum(1).max()), 1)
-            k = k if length is None else int(length(k))
+            longest = int(include.sum(1).max())
+            k = max(-(-longest // block) * block, 1)
             idx = torch.where(include, pos, size).sort(dim=1).values[:, :k]
-            if idx.shape[1] < k:  # padded further than this access's own rows need
+            if idx.shape[1] < k:  # rounded up past the last position
                 idx = torch.cat([idx, torch.full((len(agents), k - idx.shape[1]), size, dtype=idx.dtype)], dim=1)
             mask = idx < size
         idx = torch.minimum(idx, (counts - 1).clamp(min=0)[:, None])  # padding points at a real example, masked

@@ -42,9 +42,9 @@ class HeldTask:
         self._check(agents)
         return self._task.sample_subset(draws, agents, size)
 
-    def sample_lot(self, draws, agents, rates, *, length=None):
+    def sample_lot(self, draws, agents, rates, *, block=1):
         self._check(agents)
-        return self._task.sample_lot(draws, agents, rates, length=length)
+        return self._task.sample_lot(draws, agents, rates, block=block)
 
     def at_round(self, t: int) -> None:
         self._task.at_round(t)
