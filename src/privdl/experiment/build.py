@@ -223,12 +223,32 @@ def build_algorithm(cfg: dict) -> Algorithm:
     return make_algorithm(cfg["algorithm"]["name"], **_rest(cfg["algorithm"], "name"))
 
 
-def build(cfg: dict, *, task: Task | None = None) -> Components:
-    """Every component of one run (``task``: reuse an already built task of the same config)."""
-    network = build_network(cfg["network"], cfg.get("seed", 0), cfg.get("base_dir"))
+def build(cfg: dict, *, task: Task | None = None, network: Network | None = None,
+          algorithm: Algorithm | None = None, mechanism: GradientMechanism | None = None,
+          schedule: Schedule | None = None) -> Components:
+    """Every component of one run: each built from its config table, or the object given (``task``: e.g. an already
+    built task of the same config; :func:`privdl.train` passes a caller's objects). A given mechanism covers the
+    accesses it was built for (its ``steps``: the engine refuses an access beyond them); the algorithm's needs are
+    checked against the network either way."""
+    network = network if network is not None else build_network(cfg["network"], cfg.get("seed", 0),
+                                                                cfg.get("base_dir"))
     task = task if task is not None else build_task(cfg, network.n)
-    algorithm = build_algorithm(cfg)
+    algorithm = algorithm if algorithm is not None else build_algorithm(cfg)
     check_requirements(algorithm, network)
+    if mechanism is None:
+        mechanism = build_mechanism(cfg, network, task, algorithm)
+    if mechanism.wraps_comm:  # Zip-DL, Muffliato: valid with some algorithms only; refuse the others now
+        mechanism.check_algorithm(algorithm.name)  # type: ignore[attr-defined]
+    if schedule is None:
+        schedule = make_schedule(cfg["schedule"]["name"], iterations=cfg["iterations"],
+                                 **_rest(cfg["schedule"], "name"))
+    _check_theory(algorithm, network, task, schedule, cfg["mechanism"]["name"])
+    sparse = cfg["network"].get("sparse", "auto")
+    return Components(network, task, algorithm, mechanism, schedule, None if sparse == "auto" else bool(sparse))
+
+
+def build_mechanism(cfg: dict, network: Network, task: Task, algorithm: Algorithm) -> GradientMechanism:
+    """The mechanism of a run config, covering every noisy access the algorithm makes to each agent's data."""
     # privacy is accounted over every noisy access to each agent's data, which may exceed the iterations (inner
     # steps, initialisation, cross-gradients)
     accesses = algorithm.accesses(cfg["iterations"], network.edges)
@@ -241,12 +261,6 @@ def build(cfg: dict, *, task: Task | None = None) -> Components:
     from privdl.covariance.dual import eigh_device
 
     with eigh_device(cfg.get("device")):  # (a run on a GPU solves its Whisper design's eigenproblems there)
-        mechanism = computed("mechanism", cfg["mechanism"],
-                             lambda: make_mechanism(cfg["mechanism"]["name"], steps=accesses, network=network,
-                                                    task=task, **mech))
-    if mechanism.wraps_comm:  # Zip-DL, Muffliato: valid with some algorithms only; refuse the others now
-        mechanism.check_algorithm(algorithm.name)  # type: ignore[attr-defined]
-    schedule = make_schedule(cfg["schedule"]["name"], iterations=cfg["iterations"], **_rest(cfg["schedule"], "name"))
-    _check_theory(algorithm, network, task, schedule, cfg["mechanism"]["name"])
-    sparse = cfg["network"].get("sparse", "auto")
-    return Components(network, task, algorithm, mechanism, schedule, None if sparse == "auto" else bool(sparse))
+        return computed("mechanism", cfg["mechanism"],
+                        lambda: make_mechanism(cfg["mechanism"]["name"], steps=accesses, network=network,
+                                               task=task, **mech))

@@ -371,6 +371,16 @@ def _check_names(points: list[tuple[dict, dict, set[str]]]) -> None:
 
 def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
     """Validate one merged config and keep only the keys its components accept."""
+    out = resolve_top(merged)
+    for section in ["network", *SECTIONS]:
+        out[section] = resolve_table(section, merged.get(section, {}), swept, used)
+    return out
+
+
+def resolve_top(merged: dict) -> dict:
+    """The top-level keys of a config (and its ``[runtime]`` table), checked, with their defaults; the component
+    tables (``[network]``, ``[task]``, ...) are left to :func:`resolve_table`. An unknown key is an error naming the
+    valid ones."""
     out: dict[str, Any] = {}
     for key, value in merged.items():
         if key in TOP_LEVEL:
@@ -404,68 +414,74 @@ def _resolve(merged: dict, swept: set[str], used: dict[str, set[str]]) -> dict:
     if out["batch_replicas"] < 0:
         raise ConfigError(f"batch_replicas must be >= 0 (0: automatic, 1: never stack runs), got "
                           f"{out['batch_replicas']}")
-    for section in ["network", *SECTIONS]:
-        table = merged.get(section, {})
-        if not isinstance(table, dict):
-            raise ConfigError(f"[{section}] must be a table")
-        default_name = "erdos_renyi" if section == "network" else DEFAULT_NAMES[section]
-        name_key = "topology" if section == "network" else "name"
-        name = table.get(name_key, default_name)
-        registry = TOPOLOGIES if section == "network" else SECTIONS[section]
-        if section == "network" and table.get("file"):
-            given = sorted(k for k in ("topology", "n", "seed") if k in table)
-            if given:
-                raise ConfigError(f"[network] file = {table['file']!r} defines the graph: remove "
-                                  f"{', '.join('network.' + k for k in given)} (they would be ignored, and the "
-                                  "manifest would say otherwise)")
-            allowed = {"file", "file_kind", "mixing", "lazy", "sparse"}
-            extra = sorted(k for k in table if k not in allowed and f"network.{k}" not in swept)
-            if extra:
-                raise ConfigError(f"unknown key(s) {', '.join('network.' + k for k in extra)} for a network read "
-                                  f"from a file; valid keys: {', '.join(sorted(allowed))}")
-            out[section] = {k: v for k, v in table.items() if k in allowed}
-            continue
-        params = _named_component_keys(section, name)
-        fixed = NETWORK_FIXED if section == "network" else {"name": (str, None)}
-        resolved: dict[str, Any] = {name_key: name}
-        for key, value in table.items():
-            if key == name_key:
-                continue
-            dotted = f"{section}.{key}"
-            if key in fixed:
-                typ = fixed[key][0]
-                if not isinstance(value, typ) or (isinstance(value, bool) and typ == (int, str)):
-                    raise ConfigError(f"key {dotted!r} must be {typ}, got {value!r}")
-                if isinstance(value, str) and dotted in FIXED_CHOICES:
-                    _check_choice(dotted, value, [FIXED_CHOICES[dotted]])
-                _check_value(dotted, value)
-                resolved[key] = value
-            elif key == "seed" and value == "run" and section == "task" and key in params:
-                resolved[key] = value  # the data partition follows the run seed
-            elif key in params:
-                if not _accepts(params[key].annotation, value):
-                    raise ConfigError(
-                        f"key {dotted!r} must be {_type_name(params[key].annotation)}, got {value!r}"
-                    )
-                _check_choice(dotted, value, annotated_choices(params[key].annotation))
-                _check_value(dotted, value)
-                resolved[key] = value
-            elif dotted in swept or key in used.get(section, set()):
-                continue  # applies to another component of this experiment
-            else:
-                valid = sorted(set(params) | set(fixed) - {"name"})
-                raise ConfigError(
-                    f"unknown key {dotted!r} for {section} {name!r}; valid keys: {', '.join(valid) or '(none)'}"
-                    + (f" (registered names: {', '.join(registry.names())})" if section != "network" else "")
-                )
-        for k, p in params.items():
-            if p.default is inspect.Parameter.empty and k not in resolved:
-                raise ConfigError(f"missing key '{section}.{k}' required by {section} {name!r}")
-            mark = annotated_recorded(p.annotation)  # a changed default: the run records the value it uses
-            if mark is not None and k not in resolved and (mark.applies is None or mark.applies(resolved)):
-                resolved[k] = p.default
-        out[section] = resolved
     return out
+
+
+def resolve_table(section: str, table: Any, swept: set[str] = frozenset(), used: dict[str, set[str]] | None = None
+                  ) -> dict:
+    """One component table of a config (``section``: network, task, algorithm, mechanism or schedule), checked
+    against its component's parameters: its name (the registry's error, with the valid names, for an unknown one),
+    every key's type and choices, the required keys; keys only another component of the experiment accepts
+    (``swept`` dotted keys, ``used`` keys per section) are dropped. Returns the effective table."""
+    used = used or {}
+    if not isinstance(table, dict):
+        raise ConfigError(f"[{section}] must be a table")
+    default_name = "erdos_renyi" if section == "network" else DEFAULT_NAMES[section]
+    name_key = "topology" if section == "network" else "name"
+    name = table.get(name_key, default_name)
+    registry = TOPOLOGIES if section == "network" else SECTIONS[section]
+    if section == "network" and table.get("file"):
+        given = sorted(k for k in ("topology", "n", "seed") if k in table)
+        if given:
+            raise ConfigError(f"[network] file = {table['file']!r} defines the graph: remove "
+                              f"{', '.join('network.' + k for k in given)} (they would be ignored, and the "
+                              "manifest would say otherwise)")
+        allowed = {"file", "file_kind", "mixing", "lazy", "sparse"}
+        extra = sorted(k for k in table if k not in allowed and f"network.{k}" not in swept)
+        if extra:
+            raise ConfigError(f"unknown key(s) {', '.join('network.' + k for k in extra)} for a network read "
+                              f"from a file; valid keys: {', '.join(sorted(allowed))}")
+        return {k: v for k, v in table.items() if k in allowed}
+    params = _named_component_keys(section, name)
+    fixed = NETWORK_FIXED if section == "network" else {"name": (str, None)}
+    resolved: dict[str, Any] = {name_key: name}
+    for key, value in table.items():
+        if key == name_key:
+            continue
+        dotted = f"{section}.{key}"
+        if key in fixed:
+            typ = fixed[key][0]
+            if not isinstance(value, typ) or (isinstance(value, bool) and typ == (int, str)):
+                raise ConfigError(f"key {dotted!r} must be {typ}, got {value!r}")
+            if isinstance(value, str) and dotted in FIXED_CHOICES:
+                _check_choice(dotted, value, [FIXED_CHOICES[dotted]])
+            _check_value(dotted, value)
+            resolved[key] = value
+        elif key == "seed" and value == "run" and section == "task" and key in params:
+            resolved[key] = value  # the data partition follows the run seed
+        elif key in params:
+            if not _accepts(params[key].annotation, value):
+                raise ConfigError(
+                    f"key {dotted!r} must be {_type_name(params[key].annotation)}, got {value!r}"
+                )
+            _check_choice(dotted, value, annotated_choices(params[key].annotation))
+            _check_value(dotted, value)
+            resolved[key] = value
+        elif dotted in swept or key in used.get(section, set()):
+            continue  # applies to another component of this experiment
+        else:
+            valid = sorted(set(params) | set(fixed) - {"name"})
+            raise ConfigError(
+                f"unknown key {dotted!r} for {section} {name!r}; valid keys: {', '.join(valid) or '(none)'}"
+                + (f" (registered names: {', '.join(registry.names())})" if section != "network" else "")
+            )
+    for k, p in params.items():
+        if p.default is inspect.Parameter.empty and k not in resolved:
+            raise ConfigError(f"missing key '{section}.{k}' required by {section} {name!r}")
+        mark = annotated_recorded(p.annotation)  # a changed default: the run records the value it uses
+        if mark is not None and k not in resolved and (mark.applies is None or mark.applies(resolved)):
+            resolved[k] = p.default
+    return resolved
 
 
 def _runtime(table: Any) -> dict:

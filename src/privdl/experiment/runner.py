@@ -38,7 +38,7 @@ from privdl.experiment.store import ResultStore
 from privdl.mechanisms.stack import may_stack, need_signature
 from privdl.process_defaults import for_children
 from privdl.keys import drawn
-from privdl.privacy.ledger import statement
+from privdl.privacy.ledger import Ledger, statement
 from privdl.runtime_spec import RuntimeSpec
 from privdl.simulator import Replica, simulate_replicas, stackable
 from privdl.simulator.checkpoint import Checkpoints
@@ -116,13 +116,22 @@ KEYS_AGREED = ("agreed: X25519 between the agents that share a draw (bound to bo
                "secret; the initial model from the root seed (public). Threat model: see keys.threat_model")
 
 
+def run_ledger(spec: RunSpec, c: Components, accesses: torch.Tensor | None) -> Ledger:
+    """A run's privacy statement (:func:`privdl.privacy.ledger.statement`) over the noisy accesses it made
+    (``accesses``: per owner; None: the ones its mechanism covers) — the ledger its manifest holds."""
+    return statement(c.mechanism, c.algorithm, iterations=spec.config["iterations"], edges=c.network.edges,
+                     accesses=accesses)
+
+
 def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[int, str, float]],
-             accesses: torch.Tensor | None, batch: dict | None = None, keys: dict | None = None) -> dict:
+             accesses: torch.Tensor | None, batch: dict | None = None, keys: dict | None = None,
+             ledger: Ledger | None = None) -> dict:
+    """A finished run's manifest: its config, code, seeds, components' facts, privacy ledger (``ledger``, else
+    :func:`run_ledger`), process and final metrics."""
     cfg = spec.config
     last = max((r[0] for r in rows), default=0)
     final = {m: v for t, m, v in rows if t == last}
-    ledger = statement(c.mechanism, c.algorithm, iterations=cfg["iterations"], edges=c.network.edges,
-                       accesses=accesses)
+    ledger = ledger if ledger is not None else run_ledger(spec, c, accesses)
     agreed = RuntimeSpec.of(cfg).agreed
     return {
         "run_id": spec.run_id,
@@ -210,13 +219,36 @@ def run_checkpoints(specs: Sequence[RunSpec], n: int, folders: Sequence[Path] | 
     return ck
 
 
+@dataclass
+class Finished:
+    """One finished run: its rows (iteration, metric, value), its manifest, the agents' final models (n, d; None
+    for a run not trained), the noisy accesses made to every owner's data (None: not trained) and its privacy ledger
+    — the object whose ``to_dict()`` the manifest holds."""
+
+    records: list[tuple[int, str, float]]
+    manifest: dict
+    models: torch.Tensor | None
+    accesses: torch.Tensor | None
+    ledger: Ledger
+
+
 def run_one(spec: RunSpec, on_step: Callable[[int], None] | None = None, *,
             components: Components | None = None, checkpoints: Path | None = None,
             resume: bool = False, secrets: Path | None = None) -> tuple[list[tuple[int, str, float]], dict]:
-    """One run, alone: its rows (iteration, metric, value) and its manifest. ``checkpoints``: the run's checkpoint
-    folder (written every ``runtime.checkpoint_every`` rounds); ``resume`` continues from the last one there.
-    ``secrets``: the folder of an agreed-key run's agent secrets (:mod:`privdl.agreement.keystore`: a run started again
-    replays what it released)."""
+    """One run, alone: its rows (iteration, metric, value) and its manifest (:func:`run_components`)."""
+    done = run_components(spec, components, on_step, checkpoints=checkpoints, resume=resume, secrets=secrets)
+    return done.records, done.manifest
+
+
+def run_components(spec: RunSpec, components: Components | None = None,
+                   on_step: Callable[[int], None] | None = None, *, checkpoints: Path | None = None,
+                   resume: bool = False, secrets: Path | None = None) -> Finished:
+    """One run, alone, of ``spec`` with its built ``components`` (None: built from its config) — the one pipeline
+    of a run, for ``privdl run`` (the runner's unstacked runs) and :func:`privdl.train` alike: the intra-op threads,
+    the backend's run, the ledger and the manifest. ``checkpoints``: the run's checkpoint folder (written every
+    ``runtime.checkpoint_every`` rounds); ``resume`` continues from the last one there. ``secrets``: the folder of an
+    agreed-key run's agent secrets (:mod:`privdl.agreement.keystore`: a run started again replays what it
+    released)."""
     c = components or build(spec.config)
     with intra_op_threads(spec.config, c.task, c.network.n, c.mechanism.need):
         ck = run_checkpoints([spec], c.network.n, None if checkpoints is None else [checkpoints], resume)
@@ -236,15 +268,16 @@ def secrets_identity(spec: RunSpec) -> dict:
 
 def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None,
              ck: Checkpoints | None = None, resume: bool = False,
-             secrets: Path | None = None) -> tuple[list[tuple[int, str, float]], dict]:
+             secrets: Path | None = None) -> Finished:
     cfg = spec.config
     if not cfg.get("train", True):
         start = time.perf_counter()
-        ledger = statement(c.mechanism, c.algorithm, iterations=cfg["iterations"], edges=c.network.edges)
+        ledger = run_ledger(spec, c, None)
         facts = {**_numeric(c.mechanism.describe()), **({"epsilon": ledger.epsilon} if ledger.epsilon is not None
                                                          and math.isfinite(ledger.epsilon) else {})}
         rows = [(0, k, v) for k, v in facts.items()]
-        return rows, manifest(spec, c, seconds=time.perf_counter() - start, rows=rows, accesses=None)
+        return Finished(rows, manifest(spec, c, seconds=time.perf_counter() - start, rows=rows, accesses=None,
+                                       ledger=ledger), None, None, ledger)
     agreed = RuntimeSpec.of(cfg).agreed
     resumed = ck.latest() if (ck is not None and resume) else None
     before = drawn()
@@ -252,16 +285,17 @@ def _run_one(spec: RunSpec, c: Components, on_step: Callable[[int], None] | None
                               store_identity=secrets_identity(spec) if agreed else None)
     result, placement, restored = ran.result, ran.placement, ran.restored
     after = drawn()
+    ledger = run_ledger(spec, c, result.accesses)
     records, out = finished_run(spec, c, result.records, seconds=result.seconds, accesses=result.accesses,
                                 keys=keys_facts(cfg, restored=restored,
                                                 draws={k: after[k] - before[k] for k in after},
-                                                gathered="the simulator's process"))
+                                                gathered="the simulator's process"), ledger=ledger)
     out["bytes_per_tag"] = result.extra.get("bytes", {})
     if placement is not None:
         out["placement"] = placement
     if ck is not None:
         out["checkpoints"] = {"every": ck.every, "resumed_from_round": resumed}
-    return records, out
+    return Finished(records, out, result.final, result.accesses, ledger)
 
 
 def run_batch(specs: Sequence[RunSpec], parts: Sequence[Components],

@@ -168,6 +168,32 @@ def device_counts(manifests: Iterable[dict]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
+def write_runs(runs: list[tuple[Path, Iterable[tuple[int, str, float]], dict]]) -> None:
+    """Write finished runs, each into its folder (made if absent): ``metrics.csv`` (iteration, metric, value) and
+    ``manifest.json``. Every file is staged, made durable with one sync for the whole batch, then renamed into place
+    — metrics first, each run's manifest last — so an interruption at any point leaves each run either finished or
+    to be redone (:meth:`ResultStore.save_runs`; :meth:`privdl.Result.save` writes one run alike)."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for d, rows, manifest in runs:
+            buf = io.StringIO()
+            w = csv.writer(buf)
+            w.writerow(["iteration", "metric", "value"])
+            w.writerows(rows)
+            staged.append((_stage(d / "metrics.csv", buf.getvalue(), sync=len(runs) == 1), d / "metrics.csv"))
+            # compact JSON: the C encoder (json with indent is pure Python, ~10× slower on large sweeps)
+            text = json.dumps(manifest, default=str, separators=(",", ":"))
+            staged.append((_stage(d / "manifest.json", text, sync=len(runs) == 1), d / "manifest.json"))
+        if len(runs) > 1:
+            os.sync()
+        for tmp, path in staged:
+            _replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 class ResultStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -318,26 +344,7 @@ class ResultStore:
         """Save finished runs: every file is staged, made durable with one sync for the whole batch, then renamed
         into place — metrics first, each run's manifest last — so an interruption at any point leaves each run
         either finished or to be redone."""
-        staged: list[tuple[str, Path]] = []
-        try:
-            for run_id, rows, manifest in runs:
-                buf = io.StringIO()
-                w = csv.writer(buf)
-                w.writerow(["iteration", "metric", "value"])
-                w.writerows(rows)
-                d = self.run_dir(run_id)
-                staged.append((_stage(d / "metrics.csv", buf.getvalue(), sync=len(runs) == 1), d / "metrics.csv"))
-                # compact JSON: the C encoder (json with indent is pure Python, ~10× slower on large sweeps)
-                text = json.dumps(manifest, default=str, separators=(",", ":"))
-                staged.append((_stage(d / "manifest.json", text, sync=len(runs) == 1), d / "manifest.json"))
-            if len(runs) > 1:
-                os.sync()
-            for tmp, path in staged:
-                _replace(tmp, path)
-        except BaseException:
-            for tmp, _ in staged:
-                Path(tmp).unlink(missing_ok=True)
-            raise
+        write_runs([(self.run_dir(run_id), rows, manifest) for run_id, rows, manifest in runs])
 
     def load_rows(self, run_id: str) -> list[tuple[int, str, float]]:
         """A finished run's rows; a metrics.csv that is cut short, mis-encoded or holds other columns is refused
