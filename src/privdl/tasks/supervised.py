@@ -9,7 +9,7 @@ draws (``counts`` and the offsets stay there), so a run draws the same lots on e
 from __future__ import annotations
 
 import copy
-from typing import Annotated, Sequence
+from typing import Annotated, Callable, Sequence
 
 import numpy as np
 import torch
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from privdl.data import DATASETS, PARTITIONERS, load_dataset, partition
 from privdl.data.datasets import Dataset
 from privdl.errors import ValidationError
-from privdl.registry import OneOf, one_of
+from privdl.registry import OneOf, Registry, one_of
 from privdl.tasks.base import TASKS, Batch, Task, consensus_distance
 from privdl.tasks.models import ModuleModel, cnn, linear, mlp, resnet9, sigmoid_cnn
 
@@ -235,6 +235,49 @@ def _image_shape(ds: Dataset) -> tuple[int, ...]:
     return shape
 
 
+#: the supervised tasks' models by name (the task names of the config): each builds its model for a dataset — its
+#: feature shape and classes — with the task's model keys (``hidden``, ``width``, ...)
+MODELS: Registry[Callable[..., ModuleModel]] = Registry("model")
+
+
+@MODELS.register("logistic")
+def _logistic_model(ds: Dataset) -> ModuleModel:
+    """Binary logistic regression with bias: one logit."""
+    if ds.n_classes != 2:
+        raise ValidationError(f"logistic regression needs a binary dataset; {ds.name!r} has {ds.n_classes} classes")
+    return linear(_features(ds), 1)
+
+
+@MODELS.register("softmax")
+def _softmax_model(ds: Dataset) -> ModuleModel:
+    """Multinomial regression: one logit per class."""
+    return linear(_features(ds), ds.n_classes)
+
+
+@MODELS.register("mlp")
+def _mlp_model(ds: Dataset, *, hidden: int = 128) -> ModuleModel:
+    """One hidden ReLU layer of ``hidden`` units."""
+    return mlp(_features(ds), (hidden,), ds.n_classes)
+
+
+@MODELS.register("cnn")
+def _cnn_model(ds: Dataset, *, filters: int = 3, kernel: int = 5, width: int = 64) -> ModuleModel:
+    """Seed 004's small CNN on images."""
+    return cnn(_image_shape(ds), ds.n_classes, filters=filters, kernel=kernel, width=width)
+
+
+@MODELS.register("sigmoid_cnn")
+def _sigmoid_cnn_model(ds: Dataset, *, init: str = "dlg") -> ModuleModel:
+    """Seed 002's sigmoid CNN on images."""
+    return sigmoid_cnn(_image_shape(ds), ds.n_classes, init=init)
+
+
+@MODELS.register("resnet9")
+def _resnet9_model(ds: Dataset, *, width: int = 64, groups: int = 32) -> ModuleModel:
+    """The GroupNorm ResNet-9 on images."""
+    return resnet9(_image_shape(ds), ds.n_classes, width=width, groups=groups)
+
+
 def _common(n: int, dataset: str, data_dir: str | None, partition_name: str, alpha: float, t: float,
             seed: int, normalize: Sequence[float] | None = None, train_size: int | None = None,
             resize: int | None = None, min_size: int = 1) -> tuple[Dataset, dict, np.random.Generator]:
@@ -294,9 +337,7 @@ def logistic(n: int, *, dataset: Dataset_ = "a9a", partition: Partition_ = "iid"
     """Binary logistic regression with bias (labels {0, 1}); optional L2 penalty (l2/2)‖θ‖²."""
     ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
                               resize, min_size=min_size)
-    if ds.n_classes != 2:
-        raise ValidationError(f"logistic regression needs a binary dataset; {dataset!r} has {ds.n_classes} classes")
-    return SupervisedTask("logistic", ds, linear(_features(ds), 1), n, partition_name=partition,
+    return SupervisedTask("logistic", ds, MODELS.build("logistic", ds), n, partition_name=partition,
                           partition_params=params, batch_size=batch_size, l2=l2, zero_init=True, rng=rng, dtype=dtype)
 
 
@@ -309,7 +350,7 @@ def softmax(n: int, *, dataset: Dataset_ = "digits", partition: Partition_ = "ii
     """Multinomial (softmax) regression."""
     ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
                               resize, min_size=min_size)
-    return SupervisedTask("softmax", ds, linear(_features(ds), ds.n_classes), n, partition_name=partition,
+    return SupervisedTask("softmax", ds, MODELS.build("softmax", ds), n, partition_name=partition,
                           partition_params=params, batch_size=batch_size, l2=l2, zero_init=True, rng=rng, dtype=dtype)
 
 
@@ -323,7 +364,7 @@ def mlp_task(n: int, *, dataset: Dataset_ = "digits", partition: Partition_ = "i
     """One-hidden-layer ReLU network (784 → 128 → 10 on MNIST-like data: seed 001's shallow network)."""
     ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
                               resize, min_size=min_size)
-    return SupervisedTask("mlp", ds, mlp(_features(ds), (hidden,), ds.n_classes), n, partition_name=partition,
+    return SupervisedTask("mlp", ds, MODELS.build("mlp", ds, hidden=hidden), n, partition_name=partition,
                           partition_params=params, batch_size=batch_size, l2=l2, zero_init=False, rng=rng, dtype=dtype)
 
 
@@ -337,7 +378,7 @@ def cnn_task(n: int, *, dataset: Dataset_ = "fashion_mnist", partition: Partitio
     """Seed 004's small CNN (one 5×5 convolution with 3 filters, Mish, max-pool, 64 hidden units) on images."""
     ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
                               resize, min_size=min_size)
-    model = cnn(_image_shape(ds), ds.n_classes, filters=filters, kernel=kernel, width=width)
+    model = MODELS.build("cnn", ds, filters=filters, kernel=kernel, width=width)
     return SupervisedTask("cnn", ds, model, n, partition_name=partition, partition_params=params,
                           batch_size=batch_size, l2=l2, zero_init=False, rng=rng, dtype=dtype)
 
@@ -355,7 +396,7 @@ def sigmoid_cnn_task(n: int, *, dataset: Dataset_ = "mnist_t10k", partition: Par
     (‖∇F(x̄)‖² on the training-evaluation subset, seed 002 Fig. 2(a))."""
     ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
                               resize, min_size=min_size)
-    model = sigmoid_cnn(_image_shape(ds), ds.n_classes, init=init)
+    model = MODELS.build("sigmoid_cnn", ds, init=init)
     return SupervisedTask("sigmoid_cnn", ds, model, n, partition_name=partition,
                           partition_params=params, batch_size=batch_size, l2=l2, zero_init=False, rng=rng,
                           dtype=dtype, grad_norm=grad_norm)
@@ -371,6 +412,6 @@ def resnet9_task(n: int, *, dataset: Dataset_ = "cifar100", partition: Partition
     """GroupNorm ResNet-9 (seed 004's CIFAR-100 model)."""
     ds, params, rng = _common(n, dataset, data_dir, partition, alpha, t, seed, normalize, train_size,
                               resize, min_size=min_size)
-    model = resnet9(_image_shape(ds), ds.n_classes, width=width, groups=groups)
+    model = MODELS.build("resnet9", ds, width=width, groups=groups)
     return SupervisedTask("resnet9", ds, model, n, partition_name=partition, partition_params=params,
                           batch_size=batch_size, l2=l2, zero_init=False, rng=rng, dtype=dtype)
