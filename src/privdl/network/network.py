@@ -69,9 +69,19 @@ class Network:
         return cls(w, graph, desc)
 
     @classmethod
-    def from_edges(cls, n: int, i: np.ndarray, j: np.ndarray, *, mixing: str = "metropolis_hastings",
+    def from_edges(cls, n: int, i: np.ndarray, j: np.ndarray | None = None, *, mixing: str = "metropolis_hastings",
                    lazy: bool = False, description: str | None = None) -> "Network":
-        """A network from undirected edge arrays (i, j) on agents 0..n-1: sparse W above DENSE_MAX_N agents."""
+        """A network of ``n`` agents (0..n-1) from its undirected edges: an edge list ``[(i, j), ...]`` (``j``
+        left out), or two arrays of endpoints ``i`` and ``j``; weights by the ``mixing`` rule (``lazy``: (I + W)/2).
+        Sparse W above DENSE_MAX_N agents."""
+        if j is None:
+            pairs = np.asarray(i)
+            if pairs.size == 0:
+                pairs = pairs.reshape(0, 2).astype(np.int64)
+            if pairs.ndim != 2 or pairs.shape[1] != 2:
+                raise ValidationError(f"an edge list is a sequence of (i, j) pairs, got an array of shape "
+                                      f"{pairs.shape}")
+            i, j = pairs[:, 0], pairs[:, 1]
         i, j = np.asarray(i), np.asarray(j)
         if i.shape != j.shape or i.ndim != 1 or not (np.issubdtype(i.dtype, np.integer) or i.size == 0) \
                 or not (np.issubdtype(j.dtype, np.integer) or j.size == 0):
