@@ -10,6 +10,32 @@ __version__ = "0.1.0"
 # command, ``python -m privdl.runtime`` workers, and the --jobs / --procs processes they spawn:
 # privdl.process_defaults, whose ``apply()`` a script of your own may call before importing torch.
 
+#: the public face (privdl.library, the top room), loaded on the first use of one of these names: ``import privdl``
+#: alone loads no torch
+_PUBLIC = (
+    "ACCOUNTANTS", "ALGORITHMS", "DATASETS", "MECHANISMS", "MESSAGE_MECHANISMS", "MIXING_RULES", "MODELS",
+    "PARTITIONERS", "SCHEDULES", "TASKS", "TOPOLOGIES",
+    "Algorithm", "ConfigError", "CorrelatedGaussian", "GradientMechanism", "Ledger", "MechanismEnv",
+    "MessageMechanism", "Network", "PrivdlError", "Result", "Schedule", "StepContext", "Task", "UnknownNameError",
+    "ValidationError", "task_from_arrays", "train",
+)
+
+
+def __getattr__(name: str) -> object:
+    """``privdl.train``, ``privdl.Network``, ...: the public names (:data:`_PUBLIC`), from privdl.library."""
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'privdl' has no attribute {name!r}")
+    from privdl import library  # the facade room, above every other: imported on first use only
+
+    value = getattr(library, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})
+
+
 _SOURCE_HASH: str | None = None
 
 
