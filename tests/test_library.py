@@ -240,3 +240,14 @@ def test_train_refuses_bad_components_by_name(bad, message):
                 mechanism="none", schedule={"name": "constant", "eta": 0.1}, iterations=5)
     with pytest.raises((ConfigError, ValidationError), match=message):
         privdl.train(**{**args, **bad})
+
+
+def test_the_readmes_library_section_runs_as_printed(tmp_path, monkeypatch):
+    """README.md's "Use it as a library" example, exactly as printed; its saved run re-accounts."""
+    from tests.conftest import readme_python, run_printed
+
+    monkeypatch.chdir(tmp_path)
+    printed = run_printed(readme_python("## Use it as a library"))
+    assert "(3, 1e-05)-DP per agent, example level" in printed and "test accuracy 0.9" in printed
+    out = CliRunner().invoke(app, ["account", "--manifest", "runs/mine/manifest.json", "--format", "json"])
+    assert out.exit_code == 0 and json.loads(out.output)["verified"] is True, out.output
