@@ -225,6 +225,7 @@ def test_train_takes_built_objects():
                        schedule=make_schedule("constant", eta=0.1, iterations=20), iterations=20)
     assert res.ledger.epsilon == pytest.approx(10.0) and res.ledger.mechanism == "gaussian_ldp"
     assert res.manifest()["config"]["mechanism"]["name"] == "gaussian_ldp"
+    assert res.ledger.guarantee in repr(res) and "agents=4" in repr(res)
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -234,6 +235,7 @@ def test_train_takes_built_objects():
     (dict(schedule={"name": "constant"}), r"missing key 'schedule.eta'"),
     (dict(task=np.zeros(3)), r"task must be a registered name, a table \(dict\) or a Task, got ndarray"),
     (dict(iterations=0), r"iterations must be >= 1"),
+    (dict(task=privdl.task_from_arrays(*blobs(30), agents=3)), r"split over 3 agents, the network has 4"),
 ])
 def test_train_refuses_bad_components_by_name(bad, message):
     args = dict(task={"name": "quadratic"}, network={"topology": "ring", "n": 4}, algorithm="dsgd",

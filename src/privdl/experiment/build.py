@@ -233,6 +233,8 @@ def build(cfg: dict, *, task: Task | None = None, network: Network | None = None
     network = network if network is not None else build_network(cfg["network"], cfg.get("seed", 0),
                                                                 cfg.get("base_dir"))
     task = task if task is not None else build_task(cfg, network.n)
+    if task.n != network.n:
+        raise ValidationError(f"the task's data are split over {task.n} agents, the network has {network.n}")
     algorithm = algorithm if algorithm is not None else build_algorithm(cfg)
     check_requirements(algorithm, network)
     if mechanism is None:

@@ -55,6 +55,11 @@ class Result:
     task: Task
     _run: Finished
 
+    def __repr__(self) -> str:
+        agents = "" if self.models is None else f", agents={len(self.models)}"
+        return (f"Result(run_id={self._run.manifest['run_id']!r}{agents}, guarantee={self.ledger.guarantee!r}, "
+                f"final={self.final!r})")
+
     def manifest(self) -> dict:
         """The run's manifest (a copy): config, code, seeds, components' facts, privacy ledger, final metrics —
         what ``privdl run`` writes as ``runs/ID/manifest.json``."""
