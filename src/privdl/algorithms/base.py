@@ -95,6 +95,14 @@ class Algorithm(NamedTuple):
     #: :class:`privdl.mechanisms.rms.RandomMatrixStepSize`), None without: the one place the attacks and the
     #: theory checks read them from
     rms: Any = None
+    #: how it combines what the agents send (:data:`privdl.comm.base.COMBINATIONS`): ``LINEAR_MIXING`` when every
+    #: privatised gradient reaches the models, and everything sent, only through ``comm.mix`` of a value it is a
+    #: term of (D-SGD adapt then combine); "other" otherwise. Mechanisms whose guarantee or utility rests on W's
+    #: mixing (``needs_combination``: whisper, decor, zip_dl, muffliato) refuse an algorithm without it
+    combines: str = "other"
+    #: what it sends each round: message tag → kind (:data:`privdl.comm.base.MESSAGE_KINDS`); Zip-DL and Muffliato
+    #: average one "model" per round, the attacks' views read messages by their kind
+    transmits: dict = {}
 
     def gradient_calls(self, iterations: int) -> int:
         """The most noisy accesses any agent's data gets in ``iterations`` rounds (on a 2-agent complete graph for
@@ -103,6 +111,25 @@ class Algorithm(NamedTuple):
         import numpy as np
 
         return int(self.accesses(iterations, _E.from_matrix(np.full((2, 2), 0.5))).max())
+
+
+def check_combination(algorithm: Algorithm, mechanism: Any) -> None:
+    """Refuse a mechanism that needs of the algorithm's combination or messages what it does not declare
+    (``mechanism.needs_combination``, ``mechanism.needs_transmission``: :class:`Algorithm` ``combines`` and
+    ``transmits``), with the reason."""
+    name = getattr(mechanism, "name", type(mechanism).__name__)
+    need = getattr(mechanism, "needs_combination", None)
+    if need is not None and algorithm.combines != need:
+        raise ValidationError(
+            f"mechanism {name!r} needs an algorithm that combines by {need} (every privatised gradient reaches the "
+            f"models and what is sent only through comm.mix, W applied linearly: {mechanism.combination_reason}); "
+            f"algorithm {algorithm.name!r} declares combines = {algorithm.combines!r}")
+    sends = getattr(mechanism, "needs_transmission", None)
+    if sends is not None and sorted(algorithm.transmits.values()) != sorted(sends):
+        raise ValidationError(
+            f"mechanism {name!r} averages what the algorithm sends once per round and covers messages of kind "
+            f"{', '.join(sends)} only (one averaging of the model per step, D-SGD adapt then combine); algorithm "
+            f"{algorithm.name!r} sends {dict(algorithm.transmits) or 'nothing it declares'}")
 
 
 ALGORITHMS: Registry[Callable[..., Algorithm]] = Registry("algorithm")

@@ -20,4 +20,5 @@ def central_sgd() -> Algorithm:
     def step(s: CentralState, ctx: StepContext) -> CentralState:
         return CentralState(s.x - ctx.eta * ctx.comm.average(ctx.gradient(s.x), tag="gradient"))
 
-    return Algorithm("central_sgd", lambda x0, ctx: CentralState(x0.clone()), step, lambda s: s.x)
+    return Algorithm("central_sgd", lambda x0, ctx: CentralState(x0.clone()), step, lambda s: s.x,
+                     transmits={"gradient": "other"})

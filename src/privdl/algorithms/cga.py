@@ -117,7 +117,7 @@ def cga(*, beta: float = 0.9, margin: float = 0.5,
 
     return Algorithm("cga", init, step, lambda s: s.x, accesses,
                      facts={"beta": float(beta), "margin": float(margin), "per_tensor": per_tensor}, stackable=False,
-                     cross=True)
+                     cross=True, transmits={"model": "other", "cross_gradient": "other", "x": "other"})
 
 
 __all__ = ["CGAState", "cga", "project"]

@@ -59,4 +59,5 @@ def dinno(*, rho: float = 0.5, rho_scale: float = 1.0, primal_steps: int = 1,
             psi = psi + u
         return DiNNOState(psi, y, opt_state, r)
 
-    return Algorithm("dinno", init, step, lambda s: s.x, per_round(primal_steps))
+    return Algorithm("dinno", init, step, lambda s: s.x, per_round(primal_steps),
+                     transmits={"theta": "other"})

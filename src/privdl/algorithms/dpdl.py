@@ -121,7 +121,8 @@ def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False,
 
     facts = {"alpha": alpha, "beta": beta, "self_noise": bool(self_noise), "calibration": mode}
     return Algorithm("dpdl", init, step, lambda s: s.x, accesses, facts=facts,
-                     unprotected=None if self_noise else (unprotected, UNPROTECTED_REASON), cross=True)
+                     unprotected=None if self_noise else (unprotected, UNPROTECTED_REASON), cross=True,
+                     transmits={"model": "other", "cross_gradient": "other", "x": "other", "v": "other"})
 
 
 __all__ = ["CALIBRATIONS", "DPDLState", "UNPROTECTED_REASON", "calibration_weights", "dpdl"]

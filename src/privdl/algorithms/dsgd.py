@@ -21,6 +21,7 @@ import torch
 
 from privdl.algorithms.base import ALGORITHMS, GOSSIPS, Algorithm, StepContext, check_gossip
 from privdl.algorithms.optimizers import OptState, make_optimizer
+from privdl.comm.base import LINEAR_MIXING
 from privdl.errors import ValidationError
 from privdl.registry import one_of
 
@@ -51,7 +52,8 @@ def dsgd(*, form: Annotated[str, one_of("atc", "cta")] = "atc",
         def step(s: DSGDState, ctx: StepContext) -> DSGDState:
             return DSGDState(ctx.comm.mix(s.x - ctx.eta * ctx.gradient(s.x), tag="x"))
 
-        return Algorithm("dsgd", lambda x0, ctx: DSGDState(x0.clone()), step, lambda s: s.x)
+        return Algorithm("dsgd", lambda x0, ctx: DSGDState(x0.clone()), step, lambda s: s.x,
+                         combines=LINEAR_MIXING, transmits={"x": "model"})
 
     def init(x0: torch.Tensor, ctx: StepContext) -> DSGDCTAState:
         return DSGDCTAState(x0.clone(), opt.init(x0))
@@ -66,4 +68,6 @@ def dsgd(*, form: Annotated[str, one_of("atc", "cta")] = "atc",
         u, opt_state = opt.update(s.opt, ctx.gradient(mixed), ctx.eta, mixed)
         return DSGDCTAState(mixed + u, opt_state)
 
-    return Algorithm("dsgd", init, step_authors if gossip == "authors" else step_cta, lambda s: s.x)
+    # the gradient step follows the mix (or in-place averaging): what is sent is the model before it
+    return Algorithm("dsgd", init, step_authors if gossip == "authors" else step_cta, lambda s: s.x,
+                     transmits={"x": "other"})

@@ -21,6 +21,7 @@ from typing import Annotated, NamedTuple
 import torch
 
 from privdl.algorithms.base import ALGORITHMS, GOSSIPS, Algorithm, StepContext, check_gossip, per_round
+from privdl.comm.base import LINEAR_MIXING
 from privdl.registry import one_of
 
 
@@ -45,7 +46,8 @@ def dsgt(*, gossip: Annotated[str, one_of(*GOSSIPS)] = "synchronous") -> Algorit
         g_new = ctx.gradient(x_new)
         return DSGTState(x_new, g_new + ctx.comm.mix(s.y, tag="y") - s.g, g_new)
 
-    return Algorithm("dsgt", init, step, lambda s: s.x, per_round(1, extra=1))
+    return Algorithm("dsgt", init, step, lambda s: s.x, per_round(1, extra=1), combines=LINEAR_MIXING,
+                     transmits={"theta": "tracking_model", "y": "tracker"})
 
 
 def _dsgt_authors() -> Algorithm:
@@ -59,4 +61,4 @@ def _dsgt_authors() -> Algorithm:
         g_new = ctx.gradient(x_new)
         return DSGTState(x_new, ctx.comm.average_in_place(s.y, tag="y", offset=g_new - s.g), g_new)
 
-    return Algorithm("dsgt", init, step, lambda s: s.x, per_round(1))
+    return Algorithm("dsgt", init, step, lambda s: s.x, per_round(1), transmits={"theta": "other", "y": "other"})

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import torch
 
 from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext
+from privdl.comm.base import LINEAR_MIXING
 
 
 class ExactDiffusionState(NamedTuple):
@@ -32,7 +33,8 @@ def exact_diffusion_parts() -> Algorithm:
         phi = psi + s.w - s.psi
         return ExactDiffusionState(ctx.comm.mix(phi, tag="phi"), psi)
 
-    return Algorithm("exact_diffusion", init, step, lambda s: s.w, requires=("positive_definite",))
+    return Algorithm("exact_diffusion", init, step, lambda s: s.w, requires=("positive_definite",),
+                     combines=LINEAR_MIXING, transmits={"phi": "exact_diffusion"})
 
 
 @ALGORITHMS.register("exact_diffusion")

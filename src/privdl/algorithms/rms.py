@@ -30,6 +30,7 @@ from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext
 from privdl.algorithms.dsgd import dsgd
 from privdl.algorithms.dsgt import dsgt
 from privdl.algorithms.exact_diffusion import exact_diffusion_parts
+from privdl.comm.base import MESSAGE_KINDS
 from privdl.errors import ValidationError
 from privdl.mechanisms.protection import LAWS as PROTECTIONS, PROTECTION_REASON, Protection
 from privdl.mechanisms.rms import LAWS, RMS_REASON, STRUCTURES, RandomMatrixStepSize
@@ -96,8 +97,11 @@ def with_rms(base: Algorithm, *, name: str, rms: RandomMatrixStepSize | None, pr
     parts = [ObfuscationEvent(" + ".join(names), "; ".join(reasons))] if names else []
     facts = {**(rms.describe() if rms is not None else {}),
              **(protection.describe() if protection is not None else {}), "protection_lag": lag}
+    # what is sent is the base's message, obfuscated when either part acts; how it combines is the base's
+    sent = {tag: f"obfuscated_{kind}" if (scale or protect) and f"obfuscated_{kind}" in MESSAGE_KINDS else kind
+            for tag, kind in base.transmits.items()}
     return Algorithm(name, init, step, lambda s: base.params(s.inner), base.accesses, tuple(parts), base.requires,
-                     protection if protect else None, facts, rms=rms)
+                     protection if protect else None, facts, rms=rms, combines=base.combines, transmits=sent)
 
 
 def _parts(mu: float, sigma_mu: float | None, sigma_z: float, structure: str, law: str, protection: str,

@@ -12,7 +12,9 @@
   M_2(n)∇J_2(w'_2(n−1); x_2(n))"). An upper bound on what any view can give; labelled as such in every result.
 
 **Views per algorithm family** (victim v, attacked round n; values a view lacks are replaced as stated, and the
-replacement is written in the observation's ``note``):
+replacement is written in the observation's ``note``). An algorithm's family is read from what it declares it sends
+(``Algorithm.transmits``, :data:`FAMILY_OF`): a ``model`` message (plain or ``obfuscated_``), a ``model_per_edge``,
+an ``exact_diffusion`` φ, a ``tracking_model`` beside its ``tracker``; any other algorithm has no view here.
 
 * **diffusion** — ``dsgd`` (adapt then combine; under any gradient mechanism: LDP / DECOR / Whisper / DP-SGD noise
   is part of what is sent), ``dsg_rms``, ``pd_lms``. v sends ψ_v(n) (+ its protection p_v(n), + PD-LMS's per-edge
@@ -54,12 +56,31 @@ from privdl.errors import ValidationError
 from privdl.network.edges import Edges
 
 KINDS = ("eavesdropper", "curious_neighbour", "generous")
-#: algorithm → (view family, the tag of the message the view reads first, whether values differ per edge)
-FAMILIES = {"dsgd": ("diffusion", "x", False), "dsg_rms": ("diffusion", "x", False),
-            "pd_lms": ("diffusion", "psi", True), "exact_diffusion": ("exact", "phi", False),
-            "edsg_rms": ("exact", "phi", False), "dsgt": ("tracking", "theta", False)}
-#: algorithms whose messages :func:`observe` can read
-SUPPORTED = tuple(FAMILIES)
+#: the kind of message a view reads first (``Algorithm.transmits``) → (view family, whether values differ per edge)
+FAMILY_OF = {"model": ("diffusion", False), "obfuscated_model": ("diffusion", False),
+             "model_per_edge": ("diffusion", True), "exact_diffusion": ("exact", False),
+             "obfuscated_exact_diffusion": ("exact", False), "tracking_model": ("tracking", False)}
+
+
+def family_of(algorithm: Any) -> tuple[str, str, bool]:
+    """(view family, the tag of the message the view reads first, whether values differ per edge) of an
+    :class:`~privdl.algorithms.base.Algorithm` (or a registered algorithm's name, with its default parameters), from
+    the messages it declares; an algorithm that sends none a view reads is refused, naming what it sends."""
+    if isinstance(algorithm, str):
+        from privdl.algorithms import make_algorithm
+
+        algorithm = make_algorithm(algorithm)
+    for tag, kind in algorithm.transmits.items():
+        if kind in FAMILY_OF:
+            family, per_edge = FAMILY_OF[kind]
+            return family, tag, per_edge
+    sends = dict(algorithm.transmits) or "nothing it declares"
+    raise ValidationError(f"views read messages of kinds {', '.join(FAMILY_OF)} (what an algorithm declares it "
+                          f"transmits); algorithm {algorithm.name!r} sends {sends} (D-SGD adapt then combine, exact "
+                          "diffusion, PD-LMS, DSGT with synchronous gossip, and the RMS forms of the first two, have "
+                          "views)")
+
+
 GENEROUS_NOTE = ("generous assumption (seed 002 §5.2): the victim's true model and the gradient it used (M·ĝ), "
                  "not a view")
 
@@ -199,13 +220,14 @@ def _initial(initial: torch.Tensor | None) -> torch.Tensor:
 
 def observe(kind: str, messages: Sequence[Message], edges: Edges, *, victim: int, round: int,
             eta: float | Callable[[int], float], attacker: int | None = None,
-            own_models: dict[int, torch.Tensor] | None = None, protection: Any = None, algorithm: str = "dsgd",
+            own_models: dict[int, torch.Tensor] | None = None, protection: Any = None, algorithm: Any = "dsgd",
             initial: torch.Tensor | None = None, lag: int = 1) -> Observation:
     """The (model, gradient) estimate of ``victim``'s gradient of ``round`` from ``messages`` — the attacker's view:
     the whole transcript for an eavesdropper, ``Transcript.view_of(attacker)`` for a curious neighbour.
     ``own_models[t]`` is the curious neighbour's own w_a(t); ``protection`` the public law of a protected algorithm
     (``Algorithm.wire``) and ``lag`` the round lag of its reference model; ``initial`` the public w(0); ``eta`` γ(n)
-    (a number or a function of n). See the module's docstring for each family's formulas."""
+    (a number or a function of n); ``algorithm`` the run's :class:`~privdl.algorithms.base.Algorithm` or its name
+    (its family: :func:`family_of`). See the module's docstring for each family's formulas."""
     return observe_rounds(kind, messages, edges, victim=victim, rounds=[round], eta=eta, attacker=attacker,
                           own_models=own_models, protection=protection, algorithm=algorithm, initial=initial,
                           lag=lag)[0]
@@ -214,20 +236,18 @@ def observe(kind: str, messages: Sequence[Message], edges: Edges, *, victim: int
 def observe_rounds(kind: str, messages: Sequence[Message], edges: Edges, *, victim: int, rounds: Sequence[int],
                    eta: float | Callable[[int], float], attacker: int | None = None,
                    own_models: dict[int, torch.Tensor] | None = None, protection: Any = None,
-                   algorithm: str = "dsgd", initial: torch.Tensor | None = None, lag: int = 1) -> list[Observation]:
+                   algorithm: Any = "dsgd", initial: torch.Tensor | None = None, lag: int = 1) -> list[Observation]:
     """:func:`observe` for several rounds from one indexing of the view."""
     if kind not in KINDS:
         raise ValidationError(f"attacker kind must be one of {KINDS}, got {kind!r}")
     if kind == "generous":
         raise ValidationError("'generous' is not a view of the wire: attack_run(kind='generous') reads the victim's "
                               "state")
-    if algorithm not in FAMILIES:
-        raise ValidationError(f"views exist for {', '.join(SUPPORTED)}, not {algorithm!r}")
     if min(rounds) < 1:
         raise ValidationError(f"round must be >= 1, got {min(rounds)}")
     if kind == "curious_neighbour" and attacker is None:
         raise ValidationError("a curious neighbour view needs the attacker's index")
-    family, tag, per_edge = FAMILIES[algorithm]
+    family, tag, per_edge = family_of(algorithm)
     step = eta if callable(eta) else (lambda _n, e=float(eta): e)
     view = _View(messages, edges, kind=kind, victim=victim, attacker=attacker, own=own_models,
                  protection=protection, lag=lag, per_edge=per_edge)
@@ -305,14 +325,9 @@ def observations(cfg: dict, *, attacker: int, victim: int, round: int, images: i
         raise ValidationError(f"attacker kind must be one of {KINDS}, got {kind!r}")
     spec = _select(cfg, where)
     c = build(spec.config)
-    params = spec.config["algorithm"]
-    name = params["name"]
+    name = spec.config["algorithm"]["name"]
     n = c.network.n
-    if name not in FAMILIES or params.get("form", "atc") != "atc" or params.get("gossip",
-                                                                              "synchronous") != "synchronous":
-        raise ValidationError(f"views exist for {', '.join(SUPPORTED)} (D-SGD adapt then combine, DSGT with "
-                              f"synchronous gossip), not {name!r} with {params}")
-    family = FAMILIES[name][0]
+    family = family_of(c.algorithm)[0]
     if kind == "generous" and family == "tracking":
         raise ValidationError("the generous assumption is defined for one gradient per round (D-SGD, exact "
                               "diffusion families), not for dsgt")
@@ -364,7 +379,7 @@ def observations(cfg: dict, *, attacker: int, victim: int, round: int, images: i
         view = transcript.messages if kind == "eavesdropper" else transcript.view_of(attacker)
         obs = observe_rounds(kind, view, c.network.edges, victim=victim, rounds=rounds,
                              eta=lambda t: float(c.schedule(t)), attacker=attacker, own_models=own,
-                             protection=c.algorithm.wire, algorithm=name, initial=own[0],
+                             protection=c.algorithm.wire, algorithm=c.algorithm, initial=own[0],
                              lag=int(c.algorithm.facts.get("protection_lag", 1)))
     truth = [drawn[r] for r in rounds]  # the samples of the victim's access in round r (the observed gradient's)
     x = torch.cat([t[0] for t in truth]).reshape(images, *c.task.model.input_shape).to(torch.float64)
@@ -468,5 +483,5 @@ def save_grid(path, originals: torch.Tensor, reconstructions: torch.Tensor, *, i
               captions=image_captions(images) if images else (), title=title)
 
 
-__all__ = ["FAMILIES", "GENEROUS_NOTE", "KINDS", "Observation", "Observed", "SUPPORTED", "attack_run", "observations",
+__all__ = ["FAMILY_OF", "GENEROUS_NOTE", "KINDS", "Observation", "Observed", "attack_run", "family_of", "observations",
            "observe", "observe_rounds", "image_captions", "save_grid", "save_rows"]

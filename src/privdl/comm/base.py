@@ -34,6 +34,24 @@ from privdl.network.edges import Edges
 #: The trusted aggregator's index in transcripts of :meth:`Comm.average`.
 SERVER = -1
 
+#: How an algorithm combines what it receives (``Algorithm.combines``), as the mechanisms that depend on it read it
+#: (``GradientMechanism.needs_combination``): ``"linear_mixing"`` — every privatised gradient reaches the agents'
+#: models, and everything they send, only through :meth:`Comm.mix` (a doubly stochastic W applied linearly to a value
+#: the gradient is a term of: D-SGD's x ← W(x − η g̃)), so noise correlated across agents for W (DECOR, Whisper)
+#: cancels in the mixing, and Zip-DL's and Muffliato's averaging can stand in for the mix; ``"other"`` — anything
+#: else (a gradient added after the mix, neighbour sums, in-place averaging, values sent as they are).
+LINEAR_MIXING = "linear_mixing"
+COMBINATIONS = (LINEAR_MIXING, "other")
+#: What an algorithm sends (``Algorithm.transmits``: message tag → one of these kinds):
+#: ``model`` — the model after one step on one privatised gradient, before the mix (x − η g̃; D-SGD adapt then
+#: combine); ``obfuscated_model`` — the same through seed 002's random matrix step-size or protection (DSG-RMS);
+#: ``model_per_edge`` — a model with a different term on each edge (PD-LMS); ``exact_diffusion`` — exact
+#: diffusion's φ = ψ + w − ψ_prev, and ``obfuscated_exact_diffusion`` (EDSG-RMS); ``tracking_model`` and
+#: ``tracker`` — gradient tracking's θ − η y and y (DSGT), and their ``obfuscated_`` forms (DSGT-RMS); ``other`` —
+#: anything else (cross-gradients, neighbour sums, a model before its gradient step, ...).
+MESSAGE_KINDS = ("model", "obfuscated_model", "model_per_edge", "exact_diffusion", "obfuscated_exact_diffusion",
+                 "tracking_model", "tracker", "obfuscated_tracking_model", "obfuscated_tracker", "other")
+
 
 class Observer(Protocol):
     """Anything that watches the wire: an eavesdropper, a curious neighbour, a byte counter, a test."""
@@ -264,4 +282,4 @@ def canonical_neighbour_sum(x: torch.Tensor, edges: Edges) -> torch.Tensor:
     return _slot_sum(torch.zeros_like(flat), edges, flat, None, by_sender=True).reshape(x.shape)
 
 
-__all__ = ["Comm", "Observer", "SERVER", "canonical_mix", "canonical_neighbour_sum", "canonical_rows"]
+__all__ = ["COMBINATIONS", "Comm", "LINEAR_MIXING", "MESSAGE_KINDS", "Observer", "SERVER", "canonical_mix", "canonical_neighbour_sum", "canonical_rows"]

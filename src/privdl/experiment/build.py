@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from privdl.algorithms import Algorithm, make_algorithm
+from privdl.algorithms.base import check_combination
 from privdl.comm import Comm, make_comm
 from privdl.errors import DataError, FileError, ValidationError
 from privdl.mechanisms import GradientMechanism, make_mechanism
@@ -239,8 +240,7 @@ def build(cfg: dict, *, task: Task | None = None, network: Network | None = None
     check_requirements(algorithm, network)
     if mechanism is None:
         mechanism = build_mechanism(cfg, network, task, algorithm)
-    if mechanism.wraps_comm:  # Zip-DL, Muffliato: valid with some algorithms only; refuse the others now
-        mechanism.check_algorithm(algorithm.name)  # type: ignore[attr-defined]
+    check_combination(algorithm, mechanism)  # what the mechanism needs of the algorithm, as it declares it
     if schedule is None:
         schedule = make_schedule(cfg["schedule"]["name"], iterations=cfg["iterations"],
                                  **_rest(cfg["schedule"], "name"))

@@ -251,6 +251,15 @@ class GradientMechanism(ABC):
     def describe(self) -> dict[str, object]:
         return {"name": self.name}
 
+    # ---- what it needs of the algorithm ---------------------------------------------------------------------------
+    #: the combination the algorithm must declare (``Algorithm.combines``; :data:`privdl.comm.base.LINEAR_MIXING`
+    #: for noise designed for W's mixing, or averaging that stands in for it), None: any; refused otherwise, with
+    #: ``combination_reason`` (:func:`privdl.algorithms.base.check_combination`)
+    needs_combination: str | None = None
+    combination_reason: str = ""
+    #: the kinds of message the algorithm must send each round, exactly (``Algorithm.transmits``), None: any
+    needs_transmission: tuple[str, ...] | None = None
+
     # ---- what is sent ---------------------------------------------------------------------------------------------
     #: True for a mechanism that also acts on what agents send (Zip-DL's per-edge zero-sum noise, Muffliato's
     #: gossip rounds): the engine then wraps the run's Comm with :meth:`wrap_comm` once, after :meth:`bind`. Such a

@@ -37,6 +37,7 @@ from privdl.covariance.problem import (
     CovarianceDesign, check_square, finish_design, precision_diagonal, verify_covariance,
 )
 from privdl.covariance.seeds import SeedComponent, coalition_precisions, seed_groups
+from privdl.comm.base import LINEAR_MIXING
 from privdl.errors import ValidationError
 from privdl.keys import Keys, as_keys, fold, normal
 from privdl.mechanisms.base import (
@@ -507,6 +508,12 @@ class CorrelatedGaussian(GradientMechanism):
                 "max_precision_ratio": self.worst_ratio, "design_seconds": self.design.seconds, **extra}
 
 
+#: why DECOR and Whisper need an algorithm that mixes linearly (``needs_combination``)
+W_MIXING_REASON = ("its noise is correlated across agents so that it cancels in W's mixing (designed for Tr(W R Wᵀ)); "
+                   "noise that reaches the models otherwise keeps its full per-agent variance, which can be far above "
+                   "LDP's at the same ε")
+
+
 @MECHANISMS.register("ldp")
 class LDPNoise(CorrelatedGaussian):
     """R = σ²I with σ² = 1/b: independent noise, drawn per agent from its own key. ``sigma`` gives σ directly
@@ -553,6 +560,8 @@ class DecorNoise(CorrelatedGaussian):
     """DECOR: σ_pair² I + σ_cor² L, one canceling term per edge drawn by both endpoints (seed 000)."""
 
     name = design_name = "decor"
+    needs_combination = LINEAR_MIXING
+    combination_reason = W_MIXING_REASON
 
 
 @MECHANISMS.register("whisper")
@@ -561,6 +570,8 @@ class WhisperNoise(CorrelatedGaussian):
     ``coalition_size`` > 0 it solves problem (10) for those seed groups instead (needs ``privdl[reference]``)."""
 
     name = design_name = "whisper"
+    needs_combination = LINEAR_MIXING
+    combination_reason = W_MIXING_REASON
 
     def __init__(self, *, steps: int | torch.Tensor, network: Network, seeds: Seeds_ = "global",
                  **kwargs: object) -> None:

@@ -52,7 +52,7 @@ from privdl.errors import ValidationError
 from privdl.keys import Keys
 from privdl.mechanisms.base import MECHANISMS
 from privdl.mechanisms.correlated import GaussianLDP
-from privdl.mechanisms.peers import OncePerRound, check_algorithm, check_unit, refuse_sliced, symmetric_w
+from privdl.mechanisms.peers import AveragesTheModel, OncePerRound, check_unit, refuse_sliced, symmetric_w
 from privdl.network.network import Network
 from privdl.privacy.accountants import AGENT_ACCOUNTANTS
 from privdl.privacy.agent_accountant import check_budget
@@ -115,7 +115,7 @@ class GossipComm(OncePerRound):
 
 
 @MECHANISMS.register("muffliato")
-class Muffliato(GaussianLDP):
+class Muffliato(AveragesTheModel, GaussianLDP):
     """Muffliato: clip to C, add N(0, σ²) once (``gaussian_ldp``'s noise), then ``gossip_rounds`` rounds of plain or
     ``accelerated`` gossip (module doc). ``epsilon`` targets the pairwise notion (worst pair); ``sigma`` gives σ."""
 
@@ -161,11 +161,7 @@ class Muffliato(GaussianLDP):
                          generation=generation)
         self.target_epsilon = target
 
-    def check_algorithm(self, algorithm: str) -> None:
-        check_algorithm(self.name, algorithm)
-
     def wrap_comm(self, comm, *, keys: Keys, eta, algorithm: str):
-        check_algorithm(self.name, algorithm)
         refuse_sliced(comm, self.name)
         return GossipComm(comm, rounds=self.gossip_rounds, accelerated=self.accelerated, omega=self.omega,
                           owner=self.name)

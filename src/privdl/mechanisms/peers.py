@@ -1,5 +1,6 @@
 """What Zip-DL's and Muffliato's mechanisms share: a Comm wrapper refusing every transmission but ``mix``, once per
-round, and the check that the algorithm averages once per step (D-SGD) — the setting both papers prove things for.
+round, and what they need of the algorithm (:class:`AveragesTheModel`: it declares linear mixing of one model per
+step, as D-SGD does — the setting both papers prove things for).
 
 Both mechanisms act on what is sent, so they are gradient mechanisms (clip, and for Muffliato noise) **and** a
 wrapper of the run's Comm, which the engine applies once (:meth:`GradientMechanism.wrap_comm`). Their privacy notion
@@ -12,21 +13,22 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from privdl.comm.base import Comm
+from privdl.comm.base import LINEAR_MIXING, Comm
 from privdl.errors import ValidationError
 from privdl.mechanisms.message import IdentityEncoding, MessageMechanism, ProtectedComm
 
-#: the algorithms both designs are valid with: one synchronous averaging (``comm.mix``) of the model per step
-ONE_AVERAGING = ("dsgd",)
 
+class AveragesTheModel:
+    """What Zip-DL and Muffliato need of the algorithm (its declarations, checked by
+    :func:`privdl.algorithms.base.check_combination` when a run is built): linear mixing, and one message a round,
+    the model after one clipped gradient step (``transmits`` = one ``"model"``) — their averaging stands in for that
+    one ``comm.mix``, and their privacy accounting covers that message only (not trackers, duals, cross-gradients,
+    or a second averaging per step)."""
 
-def check_algorithm(mechanism: str, algorithm: str) -> None:
-    """Refuse an algorithm other than D-SGD (one averaging of the model per step)."""
-    if algorithm not in ONE_AVERAGING:
-        raise ValidationError(
-            f"mechanism {mechanism!r} is defined for D-SGD (one averaging of the model per step: algorithm "
-            f"{' or '.join(repr(a) for a in ONE_AVERAGING)}); algorithm {algorithm!r} sends other values (trackers, "
-            f"duals, cross-gradients) or averages more than once per step, which its privacy accounting does not cover")
+    needs_combination = LINEAR_MIXING
+    needs_transmission = ("model",)
+    combination_reason = ("its averaging of what is sent stands in for the algorithm's one comm.mix per round, and "
+                          "its privacy accounting covers that message, the model after one clipped gradient step")
 
 
 def check_unit(mechanism: str, clipping: str) -> None:
@@ -100,4 +102,4 @@ def refuse_sliced(comm: Comm, mechanism: str) -> None:
         raise ValidationError(f"mechanism {mechanism!r} runs in the single-process simulator only (not in slices)")
 
 
-__all__ = ["ONE_AVERAGING", "OncePerRound", "check_algorithm", "check_unit", "refuse_sliced", "symmetric_w"]
+__all__ = ["AveragesTheModel", "OncePerRound", "check_unit", "refuse_sliced", "symmetric_w"]

@@ -45,7 +45,7 @@ from privdl.errors import ValidationError
 from privdl.keys import Keys
 from privdl.mechanisms.base import MECHANISMS, Access, GradientMechanism, Sensitivity, clip_rows
 from privdl.mechanisms.message import MessageMechanism
-from privdl.mechanisms.peers import OncePerRound, check_algorithm, check_unit, refuse_sliced, symmetric_w
+from privdl.mechanisms.peers import AveragesTheModel, OncePerRound, check_unit, refuse_sliced, symmetric_w
 from privdl.network.network import Network
 from privdl.privacy.agent_accountant import check_budget
 from privdl.privacy.events import GaussianEvent, ObfuscationEvent
@@ -142,7 +142,7 @@ class ZipDLComm(OncePerRound):
 
 
 @MECHANISMS.register("zip_dl")
-class ZipDL(GradientMechanism):
+class ZipDL(AveragesTheModel, GradientMechanism):
     """Zip-DL: clip each agent's gradient to C (agent level); the averaging adds per-sender zero-sum noise
     (module doc). Give ``epsilon`` (calibrated per agent to its worst neighbour) or ``sigma`` (ς: the std of each
     draw Y per unit step size)."""
@@ -198,11 +198,7 @@ class ZipDL(GradientMechanism):
     def sensitivity_after(self, before: Sensitivity | None) -> Sensitivity | None:
         return Sensitivity(2 * self.clip, "agent")
 
-    def check_algorithm(self, algorithm: str) -> None:
-        check_algorithm(self.name, algorithm)
-
     def wrap_comm(self, comm, *, keys: Keys, eta, algorithm: str):
-        check_algorithm(self.name, algorithm)
         refuse_sliced(comm, self.name)
         if comm.rows != self.network_.n * comm.groups or len(comm.edges) != len(self.src) * comm.groups:
             raise ValidationError(f"zip_dl was built for a network of {self.network_.n} agents; the comm differs")

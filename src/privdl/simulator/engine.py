@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from privdl.algorithms.base import Algorithm, StepContext
+from privdl.algorithms.base import Algorithm, StepContext, check_combination
 from privdl.comm import Comm, Observer, StackedComm, make_comm
 from privdl.comm.observers import AgentBytes
 from privdl.device import resolve_device
@@ -104,6 +104,7 @@ def _loop(*, task: Task, comm: Comm, algorithm: Algorithm, mechanism: GradientMe
     """The rounds. ``restore(template, oracle)`` (a resumed run) gives the state after a checkpointed round t and
     sets the oracle's and mechanism's counters; the loop then continues at t + 1. ``on_round(t, state, oracle)``
     sees the engine's state after every round (checkpoints)."""
+    check_combination(algorithm, mechanism)  # what the mechanism needs of the algorithm, as it declares it
     mechanism.bind(MechanismEnv(keys))
     if mechanism.wraps_comm:  # Zip-DL, Muffliato: the mechanism also encodes what is sent
         comm = mechanism.wrap_comm(comm, keys=keys, eta=eta, algorithm=algorithm.name)
