@@ -83,11 +83,11 @@ UNKNOWN_NAMES = [
     ('name = "logistic"', 'name = "svm"', '"task.batch_size" = [4, 8]',
      r"task\.name: unknown task 'svm'; valid names: .*logistic"),
     ('dataset = "breast_cancer"', 'dataset = "cifar1000"', '"task.batchsize" = [4, 8]',
-     r"key 'task\.dataset': unknown name 'cifar1000'; valid names: .*breast_cancer"),
+     r"key 'task\.dataset': unknown dataset 'cifar1000'; valid names: .*breast_cancer"),
     ('topology = "ring"', 'topology = "moebius"', '"network.p" = [0.5, 0.8]',
      r"network\.topology: unknown topology 'moebius'; valid names: .*erdos_renyi.*ring"),
     ('accountant = "rdp"', 'accountant = "renyi"', '"mechanism.epsilonn" = [1.0, 2.0]',
-     r"key 'mechanism\.accountant': unknown name 'renyi'; valid names: .*pld.*rdp"),
+     r"key 'mechanism\.accountant': unknown accountant 'renyi'; valid names: .*pld.*rdp"),
 ]
 NAMED = """
 iterations = 5
@@ -124,7 +124,7 @@ def test_an_unknown_name_is_reported_before_the_keys_swept_over_it(tmp_path, old
 @pytest.mark.parametrize("sweep,error", [
     ('"mechanism.name" = ["none", "nope"]\n"mechanism.epsilon" = [1.0, 2.0]', "unknown mechanism 'nope'"),
     ('[[sweep.privacy]]\nlabel = "x"\nmechanism = { name = "nope", epsilon = 1.0 }', "unknown mechanism 'nope'"),
-    ('"task.dataset" = ["breast_cancer", "nope"]\n"task.batchsize" = [4]', "key 'task.dataset': unknown name 'nope'"),
+    ('"task.dataset" = ["breast_cancer", "nope"]\n"task.batchsize" = [4]', "key 'task.dataset': unknown dataset 'nope'"),
 ])
 def test_an_unknown_name_given_by_the_sweep_itself_comes_first_too(tmp_path, sweep, error):
     with pytest.raises(ConfigError, match=error) as err:

@@ -26,6 +26,7 @@ ROOMS = [
     "privdl",         # the package: version, source hash
     "errors",         # the exceptions every room raises
     "registry",       # named builders (topologies, tasks, mechanisms, ...)
+    "plugins",        # modules imported before any name is checked (config, --plugin, entry points)
     "private_file",   # files only their owner may read
     "process_defaults",  # the environment privdl's own processes start with (standard library only)
     "placement",      # which agents an engine holds

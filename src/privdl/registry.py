@@ -22,9 +22,13 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
+        """A decorator registering its object under ``name``. A second object under one name (two plug-ins, or a
+        plug-in and a built-in) is a :class:`ValidationError` naming both, by module and name."""
         def decorator(obj: T) -> T:
-            if name in self._items:
-                raise ValueError(f"{self.concept} {name!r} is registered twice")
+            if name in self._items and self._items[name] is not obj:
+                raise ValidationError(f"{self.concept} {name!r} is registered twice: by {origin(self._items[name])} "
+                                      f"and by {origin(obj)} (a config names it by its name alone; register one of "
+                                      "them under another name)")
             self._items[name] = obj
             return obj
 
@@ -63,6 +67,12 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
+
+
+def origin(obj: object) -> str:
+    """Where a registered object comes from: ``module.qualname`` (of its class for an instance)."""
+    named = obj if hasattr(obj, "__qualname__") else type(obj)
+    return f"{getattr(named, '__module__', '?')}.{named.__qualname__}"
 
 
 def _check_fits(fn: object, args: tuple, kwargs: dict) -> None:
@@ -114,6 +124,10 @@ class OneOf:
     def names(self) -> list[str]:
         return self.choices.names() if isinstance(self.choices, Registry) else sorted(self.choices)
 
+    def concept(self) -> str:
+        """What the names name: the registry's concept ("dataset", "accountant", ...), else "name"."""
+        return self.choices.concept if isinstance(self.choices, Registry) else "name"
+
     def accepts(self, value: object) -> bool:
         if isinstance(value, dict):
             value = value.get("name")
@@ -151,4 +165,4 @@ def annotated_recorded(annotation: object) -> Recorded | None:
     return next((m for m in getattr(annotation, "__metadata__", ()) if isinstance(m, Recorded)), None)
 
 
-__all__ = ["OneOf", "Recorded", "Registry", "annotated_choices", "annotated_recorded", "one_of"]
+__all__ = ["OneOf", "Recorded", "Registry", "annotated_choices", "annotated_recorded", "one_of", "origin"]

@@ -92,6 +92,17 @@ def _device(value: Optional[str]) -> Optional[str]:
 TOPOLOGY = typer.Option("erdos_renyi", "--topology", help="topology when no --mixing file is given")
 EDGE_PROBABILITY = typer.Option(0.5, "--p", help="edge probability (erdos_renyi)")
 GRAPH_SEED = typer.Option(0, "--graph-seed", min=0, help="seed of the random graph")
+#: --plugin MODULE (repeatable): modules imported before any name is checked (privdl.plugins, docs/plugins.md)
+PLUGIN = typer.Option([], "--plugin", help="import this module first, so the names it registers (algorithms, "
+                                            "mechanisms, datasets, accountants, privacy events) can be used "
+                                            "(repeatable; docs/plugins.md)")
+
+
+def _load_plugins(names: list[str]) -> None:
+    """Import the ``--plugin`` modules (and the installed ``privdl.plugins`` entry points)."""
+    from privdl.plugins import load_plugins
+
+    load_plugins(names)
 
 
 def _network(mixing: Optional[Path], topology: str, n: int, p: float, graph_seed: int, rule: str,

@@ -12,7 +12,9 @@ from typing import Callable, Optional
 import typer
 from rich.table import Table
 
-from privdl.cli.common import Format, _Command, _device, _fail, _print_facts, _progress_mode, app, console, err
+from privdl.cli.common import (
+    PLUGIN, Format, _Command, _device, _fail, _load_plugins, _print_facts, _progress_mode, app, console, err,
+)
 from privdl.errors import PrivdlError, ValidationError
 
 
@@ -29,6 +31,7 @@ def run(
                                                         "(runtime.checkpoint_every); without it they start over"),
     procs: Optional[int] = typer.Option(None, "--procs", min=1, help="run every run's agents split over this many "
                                         "processes on this machine (the distributed runtime, gloo)"),
+    plugin: list[str] = PLUGIN,
 ) -> None:
     """Run (or resume) every run of an experiment's sweep; write results.csv, manifests and plots. Finished runs
     are always kept; with --resume, unfinished ones continue from the last round every agent checkpointed."""
@@ -38,7 +41,7 @@ def run(
     try:
         # --procs K selects the distributed runtime (before the config is checked: its [runtime] keys need it)
         set_ = [*set_, "runtime.backend=\"dist\""] if procs is not None else list(set_)
-        cfg = load_config(config, set_)
+        cfg = load_config(config, set_, plugins=plugin)  # --plugin joins the config's plugins (and the manifests')
         out = out or Path("results") / config.stem
         runtime = RuntimeSpec.of(cfg)
         if procs is not None or runtime.backend == "dist":
@@ -46,8 +49,9 @@ def run(
             from privdl.runtime.launch import processes_for
 
             k = procs or runtime.procs or processes_for(cfg) or 2
-            summary = launch(config, procs=k, out=out, overrides=[*set_, f"runtime.procs={k}"], resume=resume,
-                             progress=not quiet)
+            given = [f"plugins={json.dumps(cfg['plugins'])}"] if plugin else []  # the workers import them too
+            summary = launch(config, procs=k, out=out, overrides=[*set_, *given, f"runtime.procs={k}"],
+                             resume=resume, progress=not quiet)
         else:
             summary = run_experiment(cfg, out, progress=False if quiet else _progress_mode(), jobs=jobs,
                                      resume=resume)
@@ -232,6 +236,7 @@ def attack(
     out: Path = typer.Option(Path("results/attack"), "--out", help="folder for the PNG grid and the JSON"),
     overrides: list[str] = typer.Option([], "--set", help="config override key=value (repeatable)"),
     fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
+    plugin: list[str] = PLUGIN,
 ) -> None:
     """Gradient inversion from what an attacker really sees (seed 002 §5.2): reconstruct a victim's training samples
     from the transcript of a run; prints MSE, PSNR, SSIM and label accuracy, writes originals and reconstructions as
@@ -241,7 +246,7 @@ def attack(
     from privdl.experiment.config import load_config
 
     try:
-        cfg = load_config(config, overrides)
+        cfg = load_config(config, overrides, plugins=plugin)
         with _Progress() as shown:
             result = attack_run(cfg, attacker=attacker, victim=victim, round=round_, images=images, kind=kind.value,
                                 method=method.value, iterations=iterations, loss=loss, restarts=restarts,
@@ -335,6 +340,7 @@ def reproduce(
     collect: bool = typer.Option(False, "--collect", help="table1/table2/dpdl/designs: start no run; write the tables from "
                                                           "the runs already finished in --out (a long grid's "
                                                           "progress, or shard folders gathered from machines)"),
+    plugin: list[str] = PLUGIN,
 ) -> None:
     """Reproduce a figure or table of the source papers: writes CSV files (and plots) (see REPRODUCTION.md)."""
     from privdl.reproductions import REPRODUCTIONS, parallel
@@ -350,6 +356,7 @@ def reproduce(
                                  "collect": collect or None, "canaries": canaries}.items()
                if v is not None}
     try:
+        _load_plugins(plugin)  # a plug-in may register a reproduction, or the components one names
         fn = REPRODUCTIONS.get(name)
     except PrivdlError as exc:
         _fail(exc)

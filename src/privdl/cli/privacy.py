@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from privdl.cli.common import (
-    EDGE_PROBABILITY, GRAPH_SEED, TOPOLOGY, Format, _Command, _fail, _network, _print_facts, app, console,
+    EDGE_PROBABILITY, GRAPH_SEED, PLUGIN, TOPOLOGY, Format, _Command, _fail, _network, _print_facts, app, console,
 )
 from privdl.errors import PrivdlError, ValidationError
 
@@ -70,6 +70,7 @@ def account(
                                                       "(default: adaptive, 2e-4 × the events' RDP ε at T = 2000, "
                                                       "scaled as 1/√T)"),
     fmt: Format = typer.Option(Format.table, "--format", help="table (for people) or json (for tools)"),
+    plugin: list[str] = PLUGIN,
 ) -> None:
     """Accounting. Agent level: (ε, δ) → per-agent precision bound b, or b → ε. Example level (DP-SGD, the
     Poisson-subsampled Gaussian; PLD by default, ``--accountant rdp`` for Rényi DP): σ → ε, or ε → the smallest σ
@@ -79,8 +80,11 @@ def account(
         if accountant is not None or pld_interval is not None:
             _fail(ValidationError("--manifest re-accounts with the accountant the run's ledger names; drop "
                                   "--accountant / --pld-interval"))
-        _account_manifest(manifest, fmt)
+        _account_manifest(manifest, fmt, plugin)
         return
+    if plugin:
+        _fail(ValidationError("--plugin applies to --manifest (plug-ins that register the event types or the "
+                              "accountant a run's ledger names)"))
     try:
         if steps is None:
             raise PrivdlError("give --steps (or --manifest PATH to re-account a finished run)")
@@ -161,9 +165,12 @@ def _account_example(accountant: str, epsilon: float | None, noise_multiplier: f
             "delta": delta, "epsilon": eps, **detail, "reference": ACCOUNTANTS.get(accountant).reference}
 
 
-def _account_manifest(path: Path, fmt: "Format") -> None:
+def _account_manifest(path: Path, fmt: "Format", plugins: list[str] = ()) -> None:
     """Re-account a finished run from the events its manifest's ledger stores, after checking that every number the
-    ledger states agrees with them (:mod:`privdl.privacy.verify`: a field edited by hand is an error naming it)."""
+    ledger states agrees with them (:mod:`privdl.privacy.verify`: a field edited by hand is an error naming it). The
+    plug-ins its run used (its config's ``plugins``) and ``plugins`` (``--plugin``) are imported first: they may
+    register the event types and the accountant its ledger names."""
+    from privdl.plugins import load_plugins, merged
     from privdl.privacy.verify import verify_ledger
 
     try:
@@ -175,6 +182,8 @@ def _account_manifest(path: Path, fmt: "Format") -> None:
             stated = data["privacy_ledger"][0]
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, IndexError, TypeError) as exc:
             raise PrivdlError(f"{target} is not a privdl run manifest with a privacy ledger ({exc})") from None
+        config = data.get("config") if isinstance(data, dict) else None
+        load_plugins(merged(config.get("plugins") if isinstance(config, dict) else None, plugins))
         try:
             again = verify_ledger(stated, "privacy_ledger[0]")
         except PrivdlError as exc:

@@ -3,6 +3,7 @@
 Layout (every key is documented in docs/CONFIG.md)::
 
     name = "quickstart"          # free text
+    plugins = ["my_module"]      # modules imported before any name is checked (privdl.plugins)
     seeds = [0, 1, 2]            # run seeds (a sweep axis named "seed")
     iterations = 1000
     eval_every = 50
@@ -44,6 +45,7 @@ from privdl.experiment.backends import BACKENDS
 from privdl.mechanisms import MECHANISMS
 from privdl.network.mixing import MIXING_RULES
 from privdl.network.topology import TOPOLOGIES
+from privdl.plugins import check_names, load_plugins, merged
 from privdl.registry import OneOf, annotated_choices, annotated_recorded, one_of
 from privdl.runtime_spec import DEFAULT_SLICES, RuntimeSpec
 from privdl.schedules import SCHEDULES
@@ -65,6 +67,9 @@ TOP_LEVEL: dict[str, tuple[type | tuple[type, ...], Any]] = {
     # the folder relative paths (network.file, task.data_dir, mechanism.file) are resolved against: set by
     # load_config to the config file's folder; not part of a run's identity
     "base_dir": (str, None),
+    # modules imported before any name is checked (privdl.plugins): not part of a run's identity (the names they
+    # register are), written in every run's config so that its manifest says which modules it needs
+    "plugins": (list, None),
 }
 DEVICE = re.compile(r"cpu|auto|cuda(:\d+)?")
 #: keys whose values are paths (resolved against base_dir when relative)
@@ -203,7 +208,7 @@ def _check_choice(dotted: str, value: Any, choices: list[OneOf]) -> None:
     for c in choices:
         if not c.accepts(value):
             shown = value.get("name") if isinstance(value, dict) else value
-            raise ConfigError(f"key {dotted!r}: unknown name {shown!r}; valid names: {c.valid()}")
+            raise ConfigError(f"key {dotted!r}: unknown {c.concept()} {shown!r}; valid names: {c.valid()}")
 
 
 def parse_value(text: str) -> Any:
@@ -224,9 +229,11 @@ def set_dotted(cfg: dict, key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None, *, validate: bool = True) -> dict:
-    """Read a TOML config, apply ``--set key=value`` overrides (dotted keys) and validate it (every key, type and
-    registry name of every grid point: a misspelled name fails here, not when a run is built)."""
+def load_config(path: str | Path, overrides: list[str] | None = None, *, validate: bool = True,
+                plugins: list[str] | tuple[str, ...] = ()) -> dict:
+    """Read a TOML config, apply ``--set key=value`` overrides (dotted keys), add ``plugins`` (``--plugin``) to its
+    ``plugins`` and validate it (its plug-ins imported first, then every key, type and registry name of every grid
+    point: a misspelled name fails here, not when a run is built)."""
     from privdl.data.files import read_text
 
     path = Path(path)
@@ -246,6 +253,8 @@ def load_config(path: str | Path, overrides: list[str] | None = None, *, validat
         if key.strip().rpartition(".")[2] in PATH_KEYS and isinstance(value, str):
             value = str(Path(value).resolve())  # typed in a shell: relative to the current folder
         set_dotted(cfg, key.strip(), value)
+    if plugins:
+        cfg["plugins"] = merged(cfg.get("plugins"), plugins)
     if validate:
         expand(cfg)
     return cfg
@@ -275,6 +284,9 @@ def _axes(cfg: dict) -> list[Axis]:
     for name, values in sweep.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"sweep axis {name!r} must be a non-empty list")
+        if name == "plugins" or any(isinstance(v, dict) and "plugins" in v for v in values):
+            raise ConfigError("plugins cannot be swept: they are imported before the grid is built; list them all "
+                              "in the top-level plugins")
         if all(isinstance(v, dict) for v in values):
             labels = []
             for v in values:
@@ -589,7 +601,7 @@ def _check_swept_keys(points: list[tuple[dict, dict, set[str]]], used: dict[str,
 #: top-level keys that do not change what a run computes (labels, threads, where it runs — device, [runtime]: the
 #: sliced backend and checkpoints give the simulator's numbers —, how it is batched, the config file's folder), and
 #: keys within sections that say only where inputs lie: none of them is in a run's id
-NOT_IDENTITY = ("name", "description", "threads", "device", "batch_replicas", "base_dir", "runtime")
+NOT_IDENTITY = ("name", "description", "threads", "device", "batch_replicas", "base_dir", "runtime", "plugins")
 LOCATION_KEYS = {"task": ("data_dir",)}  # the dataset's name says which data; its folder differs between machines
 
 
@@ -677,6 +689,7 @@ def _digest(payload: dict) -> str:
 
 def expand(cfg: dict) -> tuple[list[RunSpec], list[str]]:
     """All grid points of an experiment (deduplicated; several may share one run_id) and its sweep axes."""
+    load_plugins(check_names(cfg.get("plugins"), "key 'plugins'"))  # before any name is checked
     axes = [a.name for a in _axes(cfg)]
     points = _grid(cfg)
     _check_names(points)  # an unknown name first: its keys would otherwise be "not a key of any component"

@@ -67,7 +67,7 @@ import dp_accounting
 from dp_accounting import dp_event
 
 from privdl.errors import ValidationError
-from privdl.registry import Registry
+from privdl.registry import Registry, origin
 
 #: every event type, by its ``kind`` (the built-in ones and those registered with :func:`register_event`)
 EVENTS: Registry[type] = Registry("privacy event")
@@ -81,10 +81,6 @@ def _type_name(annotation: object) -> str:
     return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
 
 
-def _qualified(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 def register_event(cls: E) -> E:
     """Register an event type under its ``kind`` (a class decorator; the protocol is in the module doc): a frozen
     dataclass with a ``kind`` class variable, a ``count`` field, fields of type float, int, str or bool and a
@@ -92,7 +88,7 @@ def register_event(cls: E) -> E:
     :class:`~privdl.errors.ValidationError` naming the class (and the class already registered)."""
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
         raise ValidationError(f"a privacy event type must be a frozen dataclass; {cls!r} is not a dataclass")
-    name = _qualified(cls)
+    name = origin(cls)
     if not cls.__dataclass_params__.frozen:  # type: ignore[attr-defined]
         raise ValidationError(f"privacy event {name} must be a frozen dataclass (@dataclass(frozen=True)): the "
                               "ledger merges equal events, so they must be hashable values")
@@ -112,7 +108,7 @@ def register_event(cls: E) -> E:
         raise ValidationError(f"privacy event {name} ({kind!r}): field {odd[0]} is not one of {', '.join(FIELD_TYPES)} "
                               "(a manifest stores events as JSON, and the ledger's checks know these types)")
     if kind in EVENTS:
-        raise ValidationError(f"privacy event kind {kind!r} is registered twice: by {_qualified(EVENTS.get(kind))} "
+        raise ValidationError(f"privacy event kind {kind!r} is registered twice: by {origin(EVENTS.get(kind))} "
                               f"and by {name} (a manifest names an event by its kind alone; give one of them "
                               "another kind)")
     EVENTS.add(kind, cls)

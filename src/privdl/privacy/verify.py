@@ -130,13 +130,18 @@ _BY_NAME = {"count": _count, "sample_rate": _rate, "variance": _nonnegative}
 _BY_TYPE = {"float": _positive, "int": _count, "str": _text, "bool": _flag}
 
 
+#: how a ledger's own event types and accountants become known (privdl.plugins)
+PLUGIN_HINT = ("import the module that registers it: a plug-in its run's config names is imported by privdl account "
+               "--manifest, another is given with --plugin MODULE")
+
+
 def _check_event(path: str, event: object) -> None:
     if not isinstance(event, dict):
         raise _fail(path, event, "an event object")
     kind = event.get("kind")
     if kind not in EVENTS:
         raise _fail(f"{path}.kind", kind, f"a registered event kind: one of {', '.join(EVENTS.names())} (an event "
-                                          "type of your own: import the module that registers it)")
+                                          f"type of your own: {PLUGIN_HINT})")
     declared = {f.name: f for f in fields(EVENTS.get(kind))}
     for key in event:
         if key != "kind" and key not in declared:
@@ -193,7 +198,8 @@ def check_fields(data: object, path: str = "privacy_ledger[0]") -> None:
         raise _fail(f"{path}.unit", data["unit"], f"one of {', '.join(UNITS)}")
     _text(f"{path}.mechanism", data["mechanism"])
     if data["accountant"] != "none" and data["accountant"] not in ACCOUNTANTS.names():
-        raise _fail(f"{path}.accountant", data["accountant"], f"one of none, {', '.join(ACCOUNTANTS.names())}")
+        raise _fail(f"{path}.accountant", data["accountant"], f"one of none, {', '.join(ACCOUNTANTS.names())} (an "
+                                                              f"accountant of your own: {PLUGIN_HINT})")
     _epsilon(f"{path}.epsilon", data["epsilon"])
     if data["unit"] == "none":
         _require(lambda v: v == 0, "0 (a ledger without DP states no δ)")(f"{path}.delta", data["delta"])

@@ -1,5 +1,5 @@
-"""``torchrun ... -m privdl.runtime CONFIG [--out DIR] [--set key=value]... [--resume]``: one worker process of the
-distributed runtime; torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT (checked before
+"""``torchrun ... -m privdl.runtime CONFIG [--out DIR] [--set key=value]... [--plugin MODULE]... [--resume]``: one
+worker process of the distributed runtime; torchrun sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT (checked before
 anything starts: a bad value is one clear error, not a traceback or a wait for the timeout).
 
 An error is written to torchrun's error file (``TORCHELASTIC_ERROR_FILE``, what ``@record`` writes), so the summary
@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("config")
     ap.add_argument("--out", default=None, help="results folder (default: results/<config name>, as privdl run)")
     ap.add_argument("--set", dest="overrides", action="append", default=[])
+    ap.add_argument("--plugin", dest="plugins", action="append", default=[],
+                    help="import this module before the config is checked (privdl.plugins; repeatable)")
     ap.add_argument("--resume", action="store_true")
     args = ap.parse_args(argv)
     try:
@@ -107,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
         from privdl.runtime.worker import init_process_group, run_experiment_distributed
         from privdl.runtime_spec import RuntimeSpec
 
-        cfg = load_config(args.config, [*args.overrides, 'runtime.backend="dist"'])  # what torchrun starts
+        cfg = load_config(args.config, [*args.overrides, 'runtime.backend="dist"'],  # what torchrun starts
+                          plugins=args.plugins)
         timeout = RuntimeSpec.of(cfg).timeout
         init_process_group(rank=rank, world=world, init_method="env://", timeout=timeout)
         # torchrun's --max-restarts starts every worker again after a failure: continue from the checkpoints
