@@ -43,7 +43,7 @@ def _ck(folder, **kw):
 
 
 CASES = [("dsgd", {"form": "cta", "optimizer": {"name": "sgd", "momentum": 0.9}}, "dp_sgd"),
-         ("dinno", {"primal_steps": 2, "optimizer": "adam"}, "decor"),
+         ("dinno", {"primal_steps": 2, "optimizer": "adam"}, "ldp"),  # (neighbour sums: DECOR refuses DiNNO)
          ("dsg_rms", {"protection": "tanh"}, "whisper"),
          ("edsg_rms", {"structure": "upper_bidiagonal", "protection": "erf"}, "none"),
          ("dpdl", {}, "dp_sgd"),

@@ -11,6 +11,7 @@ import torch
 
 from privdl.algorithms import make_algorithm
 from privdl.comm import ReplayComm, SparseComm, StackedComm, Transcript
+from privdl.comm.base import LINEAR_MIXING
 from privdl.errors import ValidationError
 from privdl.keys import Keys
 from privdl.mechanisms import IdentityEncoding, MessageMechanism, ProtectedComm, make_mechanism, protect
@@ -50,6 +51,8 @@ def _mechanism(net, task, alg, kind):
     steps = alg.accesses(ROUNDS, net.edges)
     if kind == "dp_sgd":
         return make_mechanism("dp_sgd", steps=steps, task=task, clip=1.0, lot_size=20, noise_multiplier=1.0)
+    if kind == "decor" and alg.combines != LINEAR_MIXING:  # the in-place gossip does not mix linearly: DECOR refuses it
+        kind = "ldp"
     return make_mechanism(kind, steps=steps, network=net, clip=1.0, epsilon=20.0)
 
 

@@ -39,8 +39,8 @@ METHODS = [("dsgd+decor", '{ name = "dsgd" }', '{ name = "decor", epsilon = 10.0
            ("dsgt+dp_sgd", '{ name = "dsgt" }', LOTS),
            ("dpdl+dp_sgd", '{ name = "dpdl" }', LOTS),
            ("central+ldp", '{ name = "central_sgd" }', '{ name = "gaussian_ldp", epsilon = 10.0 }'),
-           ("authors+whisper", '{ name = "dsgd", form = "cta", gossip = "authors" }',
-            '{ name = "whisper", epsilon = 10.0 }'),
+           ("authors+ldp", '{ name = "dsgd", form = "cta", gossip = "authors" }',  # (whisper refuses it: no W-mixing)
+            '{ name = "ldp", epsilon = 10.0 }'),
            ("dsg_rms", '{ name = "dsg_rms" }', '{ name = "none" }'),
            ("dinno+ldp", '{ name = "dinno", primal_steps = 2 }', '{ name = "gaussian_ldp", epsilon = 10.0 }')]
 SWEEP = "".join(f'[[sweep.method]]\nlabel = "{label}"\nalgorithm = {alg}\nmechanism = {mech}\n'
@@ -74,7 +74,7 @@ def test_a_run_on_processes_equals_the_simulator_to_rounding(tmp_path):
     """privdl run --procs 3 (3 processes on loopback) writes the simulator's results.csv, to rounding (REL: each
     process computes only its agents' rows):
     D-SGD + DECOR, DSGT + DP-SGD (lots agreed), DPDL (cross-gradients pulled and pushed), central SGD (the
-    aggregator), the seed-004 authors' in-place gossip + Whisper, DSG-RMS, DiNNO + LDP; the manifest names the
+    aggregator), the seed-004 authors' in-place gossip + LDP, DSG-RMS, DiNNO + LDP; the manifest names the
     placement (EDSG-RMS: the eavesdropper's test below)."""
     from typer.testing import CliRunner
 

@@ -15,6 +15,7 @@ import torch
 
 from privdl.algorithms import ALGORITHMS, make_algorithm
 from privdl.comm import ReplayComm, SparseComm, Transcript
+from privdl.comm.base import LINEAR_MIXING
 from privdl.keys import Keys
 from privdl.mechanisms import IdentityEncoding, MessageMechanism, make_mechanism, protect
 from privdl.network import Network
@@ -55,6 +56,8 @@ def _mechanism(net, task, alg, kind):
     steps = alg.accesses(ROUNDS, net.edges)
     if kind == "decor" and alg.cross:  # cross-gradients refuse correlated noise (tests/test_dpdl.py)
         kind = "none"
+    if kind == "decor" and alg.combines != LINEAR_MIXING:  # DECOR needs linear mixing: LDP, its independent member
+        kind = "ldp"
     if kind == "none":
         return make_mechanism("none", steps=steps)
     if kind == "dp_sgd":
