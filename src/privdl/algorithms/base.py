@@ -95,9 +95,9 @@ class Algorithm(NamedTuple):
     #: :class:`privdl.mechanisms.rms.RandomMatrixStepSize`), None without: the one place the attacks and the
     #: theory checks read them from
     rms: Any = None
-    #: how it combines what the agents send (:data:`privdl.comm.base.COMBINATIONS`): ``LINEAR_MIXING`` when every
-    #: privatised gradient reaches the models, and everything sent, only through ``comm.mix`` of a value it is a
-    #: term of (D-SGD adapt then combine); "other" otherwise. Mechanisms whose guarantee or utility rests on W's
+    #: how it combines what the agents send (:data:`privdl.comm.base.COMBINATIONS`): ``LINEAR_MIXING`` when the
+    #: agents talk only through ``comm.mix`` and every privatised gradient reaches the models only through it, as a
+    #: term of the mixed value (D-SGD adapt then combine); "other" otherwise. Mechanisms whose guarantee or utility rests on W's
     #: mixing (``needs_combination``: whisper, decor, zip_dl, muffliato) refuse an algorithm without it
     combines: str = "other"
     #: what it sends each round: message tag → kind (:data:`privdl.comm.base.MESSAGE_KINDS`); Zip-DL and Muffliato
@@ -121,8 +121,9 @@ def check_combination(algorithm: Algorithm, mechanism: Any) -> None:
     need = getattr(mechanism, "needs_combination", None)
     if need is not None and algorithm.combines != need:
         raise ValidationError(
-            f"mechanism {name!r} needs an algorithm that combines by {need} (every privatised gradient reaches the "
-            f"models and what is sent only through comm.mix, W applied linearly: {mechanism.combination_reason}); "
+            f"mechanism {name!r} needs an algorithm that combines by {need} (agents that talk only through comm.mix, "
+            f"every privatised gradient reaching the models only through it, W applied linearly: "
+            f"{mechanism.combination_reason}); "
             f"algorithm {algorithm.name!r} declares combines = {algorithm.combines!r}")
     sends = getattr(mechanism, "needs_transmission", None)
     if sends is not None and sorted(algorithm.transmits.values()) != sorted(sends):

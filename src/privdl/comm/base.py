@@ -35,9 +35,9 @@ from privdl.network.edges import Edges
 SERVER = -1
 
 #: How an algorithm combines what it receives (``Algorithm.combines``), as the mechanisms that depend on it read it
-#: (``GradientMechanism.needs_combination``): ``"linear_mixing"`` — every privatised gradient reaches the agents'
-#: models, and everything they send, only through :meth:`Comm.mix` (a doubly stochastic W applied linearly to a value
-#: the gradient is a term of: D-SGD's x ← W(x − η g̃)), so noise correlated across agents for W (DECOR, Whisper)
+#: (``GradientMechanism.needs_combination``): ``"linear_mixing"`` — the agents talk only through :meth:`Comm.mix`
+#: and every privatised gradient reaches their models only through it (a doubly stochastic W applied linearly to a
+#: value the gradient is a term of: D-SGD's x ← W(x − η g̃)), so noise correlated across agents for W (DECOR, Whisper)
 #: cancels in the mixing, and Zip-DL's and Muffliato's averaging can stand in for the mix; ``"other"`` — anything
 #: else (a gradient added after the mix, neighbour sums, in-place averaging, values sent as they are).
 LINEAR_MIXING = "linear_mixing"
