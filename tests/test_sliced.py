@@ -5,8 +5,9 @@ frame (privdl.placement) — every kernel (the gradient of the task, clipping, t
 elementwise updates) runs on tensors of the simulator's shapes, and a held agent's row holds the simulator's values:
 its data (sampled from its own keys; the other rows are zeros), its keyed draws (row-independent by construction,
 tests/test_keys.py), the neighbours' rows the transport delivers. A kernel's result for a row depends on the row's
-values and the shapes, never on the other rows' values, and lots are padded to the length the slices agree on —
-the simulator's. So the same operations run in the same order on the same numbers, whatever the processor; if a
+values and the shapes, never on the other rows' values, and a lot is summed in blocks of a size every slice derives
+from public facts (a block of padding adds exact zeros: a slice's lots, padded to its own longest, give the
+simulator's bits). So the same operations run in the same order on the same numbers, whatever the processor; if a
 slice read anything the Comm did not deliver (another agent's data, key or row), its numbers would differ.
 """
 
@@ -65,7 +66,7 @@ def _mechanism(net, task, alg, family, tmp_path_factory):
     steps = alg.accesses(ROUNDS, net.edges)
     if family == "none":
         return make_mechanism("none", steps=steps)
-    if family == "dp_sgd":  # Poisson lots: the slices agree on the padded length
+    if family == "dp_sgd":  # Poisson lots: each slice pads to its own longest, summed in blocks
         return make_mechanism("dp_sgd", steps=steps, task=task, clip=1.0, lot_size=20, noise_multiplier=1.0)
     if family == "chain":
         return chain(Clip(steps=steps, clip=1.0), make_mechanism("ldp", steps=steps, network=net, clip=0, sigma=0.5))

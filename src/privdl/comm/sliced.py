@@ -50,8 +50,8 @@ class TransportError(PrivdlError):
 
 class Transport:
     """In-process transport between ``parts`` slices: one FIFO queue per ordered pair, payloads copied, headers
-    checked; ``agree_max`` is the one control operation (the slices' largest value of an integer, e.g. the padded
-    length of an access's lots). ``fail`` stops every waiting slice (a failed slice never leaves the others hanging);
+    checked; ``agree_max`` is the one control operation (the slices' largest value of an integer: key agreement's
+    setup; nothing is agreed inside the round loop). ``fail`` stops every waiting slice (a failed slice never leaves the others hanging);
     ``timeout`` seconds without a message is an error naming the pair and the header."""
 
     def __init__(self, parts: int, *, timeout: float = 120.0) -> None:

@@ -12,7 +12,8 @@ so the one :class:`privdl.simulator.coordinator.Coordinator` serves threads and 
   longer than the buffer makes gloo abort the receiving process, which its peers and the launcher then name);
 * sends are posted asynchronously in the Comm's canonical order and all waited on before the Comm call returns
   (``flush``): no request outlives a call; receives are posted in the mirrored order;
-* ``agree_max`` is one ``all_reduce(MAX)`` of one integer (the padded lot length: control data, never a model);
+* ``agree_max`` is one ``all_reduce(MAX)`` of one integer (key agreement's setup only: nothing collective runs
+  in the round loop);
 * a receive that fails — the peer died ("Connection closed") or did not answer within the process group's timeout —
   is an error naming the peer's agents, the round, the tag and the message;
 * process 0's decisions (which run comes next, the round to resume from) reach the others as int64 broadcasts of a
@@ -191,7 +192,7 @@ class DistTransport:
         except RuntimeError as exc:
             text = str(exc).splitlines()[0][:200]
             why = "a process died" if "closed" in text.lower() or "reset" in text.lower() else "a process failed"
-            raise TransportError(f"{self._who(self.rank)}: the processes could not agree on a lot length: {why} "
+            raise TransportError(f"{self._who(self.rank)}: the processes could not agree on a value: {why} "
                                  f"({text})") from None
         self.control_messages += 1
         return int(t)
