@@ -296,3 +296,57 @@ def test_the_eavesdropper_watches_a_distributed_run(tmp_path):
     assert {"eavesdropper_msd", "bytes_sent"} <= {r[-2] for r in rows}
     man = json.loads(next((tmp_path / "dist" / "runs").rglob("manifest.json")).read_text())
     assert man["placement"]["control_bytes"] > 0 and man["placement"]["payload_bytes"] > 0
+
+
+def _launch_check(rank, port, configs, source, out):
+    import datetime
+
+    import torch.distributed as dist
+
+    import privdl
+    from privdl.runtime.worker import check_same_launch
+
+    if source[rank]:
+        privdl._SOURCE_HASH = source[rank]  # this process's privdl "installed from other sources"
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=20))
+    try:
+        check_same_launch(configs[rank], rank, 2)
+        out.put((rank, "ok"))
+    except Exception as exc:  # noqa: BLE001 - the message is the test's subject
+        out.put((rank, f"{type(exc).__name__}: {exc}"))
+
+
+def _check_pair(configs, source=(None, None)):
+    import torch.multiprocessing as mp
+
+    from privdl.runtime.launch import free_port
+
+    ctx = mp.get_context("spawn")
+    out = ctx.SimpleQueue()
+    port = free_port()
+    procs = [ctx.Process(target=_launch_check, args=(r, port, configs, source, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    return dict(out.get() for _ in range(2))
+
+
+def test_hosts_with_different_configs_or_sources_are_refused_at_rendezvous(tmp_path):
+    """Every process compares process 0's config (less the keys that are paths on each host), privdl source and
+    torch version with its own before any run: a difference stops every process, and the differing process names
+    what differs (the config's keys with both values, or the versions); equal launches pass."""
+    import privdl
+
+    base = {"name": "x", "iterations": 10, "base_dir": "/host/a", "network": {"n": 4, "topology": "ring"},
+            "runtime": {"backend": "dist", "procs": 2}}
+    other = {**base, "iterations": 12, "base_dir": "/host/b", "network": {"n": 4, "topology": "erdos_renyi"}}
+    same_elsewhere = {**base, "base_dir": "/elsewhere", "runtime": {"backend": "dist", "procs": 1}}
+    got = _check_pair([base, same_elsewhere])
+    assert got == {0: "ok", 1: "ok"}, got
+    got = _check_pair([base, other])
+    assert "iterations: 12 here, 10 at process 0" in got[1] and "network.topology: 'erdos_renyi' here" in got[1], got
+    assert "base_dir" not in got[1] and got[0].startswith("PrivdlError: process 0 of 2: another process"), got
+    got = _check_pair([base, base], source=(None, "0123456789abcdef"))
+    assert f"privdl {privdl.__version__} (source 0123456789abcdef) here" in got[1] and "another process" in got[0], got

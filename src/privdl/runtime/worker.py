@@ -291,6 +291,73 @@ def init_process_group(*, rank: int, world: int, init_method: str | None, timeou
 __all__ = ["placements_for", "run_one_distributed", "init_process_group"]
 
 
+#: config keys that may differ between the hosts of one launch (paths on each host, this host's own identities)
+HOST_KEYS = ("base_dir", "runtime.identity_dir", "runtime.roster", "runtime.procs")
+
+
+def _flat(table: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in table.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{name}."))
+        else:
+            out[name] = v
+    return out
+
+
+def launch_facts(cfg: dict) -> dict[str, str]:
+    """What every process of one launch must share, as text: the config (less :data:`HOST_KEYS`), privdl's
+    version and source digest, torch's version."""
+    import json
+
+    import privdl
+
+    config = {k: v for k, v in _flat(cfg).items() if k not in HOST_KEYS}
+    return {"config": json.dumps(config, sort_keys=True, default=str),
+            "privdl": f"{privdl.__version__} (source {privdl.source_hash()})", "torch": torch.__version__}
+
+
+def check_same_launch(cfg: dict, rank: int, world: int) -> None:
+    """Refuse, on every process, a launch whose processes run different configs, privdl sources or torch versions
+    (hosts started with different files or installs): process 0's facts (:func:`launch_facts`) reach the others as
+    bytes of JSON text — parsed, never unpickled —, each compares them with its own, and one maximum over the
+    processes tells every process whether any differs; the error names the differing keys or versions."""
+    import json
+
+    mine = launch_facts(cfg)
+    data = json.dumps(mine).encode() if rank == 0 else b""
+    n = broadcast_ints([len(data)] if rank == 0 else None, 1, what="process 0's config and versions")[0]
+    buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8) if rank == 0 else torch.zeros(n, dtype=torch.uint8)
+    try:
+        dist.broadcast(buffer, src=0)
+    except RuntimeError as exc:
+        raise TransportError(f"process {rank}: process 0's config and versions were not received "
+                             f"({str(exc).splitlines()[0][:200]})") from None
+    theirs = json.loads(bytes(buffer.tolist()).decode())
+    differ = []
+    if theirs.get("config") != mine["config"]:
+        a, b = json.loads(theirs.get("config", "{}")), json.loads(mine["config"])
+        keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+        differ.append("config (" + ", ".join(f"{k}: {b.get(k, '(absent)')!r} here, {a.get(k, '(absent)')!r} at "
+                                             "process 0" for k in keys[:5]) + (" …" if len(keys) > 5 else "") + ")")
+    for name in ("privdl", "torch"):
+        if theirs.get(name) != mine[name]:
+            differ.append(f"{name} {mine[name]} here, {theirs.get(name)} at process 0")
+    flag = torch.tensor([1 if differ else 0], dtype=torch.int64)
+    try:
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    except RuntimeError as exc:
+        raise TransportError(f"process {rank}: the processes could not compare their configs "
+                             f"({str(exc).splitlines()[0][:200]})") from None
+    if differ:
+        raise PrivdlError(f"process {rank} of {world} runs another launch than process 0: " + "; ".join(differ) +
+                          " — start every host with the same config and the same privdl and torch")
+    if int(flag):
+        raise PrivdlError(f"process {rank} of {world}: another process runs a different config, privdl or torch "
+                          "than process 0 (its error names the difference)")
+
+
 #: process 0's orders to the others, one int64 pair (order, index of the run in the distinct runs) each
 END, RUN, WAIT, ABORT = 0, 1, 2, 3
 
@@ -334,6 +401,7 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
     from privdl.experiment.store import ResultStore
 
     started = time.perf_counter()
+    check_same_launch(cfg, rank, world)
     runs, axes = expand(cfg)
     store = ResultStore(out)
     unique = distinct_runs(runs, None)  # the same list, in the same order, on every process
@@ -417,4 +485,4 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
                              time.perf_counter() - started, 0, nonfinite, others)
 
 
-__all__ += ["run_experiment_distributed"]
+__all__ += ["check_same_launch", "launch_facts", "run_experiment_distributed"]
