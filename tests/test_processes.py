@@ -216,13 +216,16 @@ def test_a_hung_or_dead_worker_stops_the_launch_and_is_named(tmp_path, how):
     from privdl.runtime.launch import GRACE
 
     timeout = 4.0
-    cfg = _config(tmp_path, T=200000, timeout=timeout)
+    cfg = _config(tmp_path, T=200000, timeout=timeout, extra="checkpoint_every = 50\n")
     out = tmp_path / "o"
     proc = _start(cfg, out, 2)
     pids = []
     try:
         pids = _running(proc, out, 2)
-        time.sleep(1.0)  # inside the rounds
+        end = time.time() + 90  # inside the rounds: a checkpointed round is complete (however long the start-up)
+        while not any(out.rglob("run.pt")) and time.time() < end:
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.05)
         victim = pids[1]
         os.kill(victim, signal.SIGSTOP if how == "stopped" else signal.SIGKILL)
         hit = time.perf_counter()

@@ -266,9 +266,17 @@ def _attempt_store(world: int, timeout: float):
 def init_process_group(*, rank: int, world: int, init_method: str | None, timeout: float) -> None:
     """Join the gloo process group with the run's timeout; a rendezvous that fails is a :class:`PrivdlError` with
     what to check. Under torchrun's shared store (its default), each restart attempt rendezvouses under its own
-    prefix (:func:`_attempt_store`), so ``--max-restarts`` works without ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``."""
+    prefix (:func:`_attempt_store`), so ``--max-restarts`` works without ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``.
+
+    gloo connects lazily (``TORCH_GLOO_LAZY_INIT=1`` unless the environment says otherwise): a pair of processes
+    connects when it first exchanges — neighbours, process 0 with the others (its orders and gathers), the ring of
+    the few collectives at the launch's start — instead of the full mesh gloo builds at init (K(K−1)/2 pairs; it
+    fails above ~150 processes on one host, pytorch#59256). The launch's first collectives
+    (:func:`check_same_launch`) come right after the rendezvous, so a peer that died before first contact is met
+    early (gloo#520)."""
     import os
 
+    os.environ.setdefault("TORCH_GLOO_LAZY_INIT", "1")
     kw = {"init_method": init_method} if init_method else {}
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
     shared = (init_method in (None, "env://") and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True")
