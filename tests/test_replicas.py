@@ -13,6 +13,7 @@ import torch
 from scipy.stats import norm
 
 from privdl.algorithms import make_algorithm
+from privdl.comm.base import LINEAR_MIXING
 from privdl.covariance import design_covariance
 from privdl.mechanisms import make_mechanism
 from privdl.network import Network
@@ -28,6 +29,8 @@ def _replicas(alg, T, seeds):
     """The stacked replicas of SPECS (different networks, mechanisms, step sizes) with root seeds ``seeds``."""
     out = []
     for (design, p, s, scale), seed in zip(SPECS, seeds):
+        if design in ("decor", "whisper") and alg.combines != LINEAR_MIXING:  # they refuse it (DiNNO): LDP instead
+            design = "ldp"
         net = Network.from_topology("erdos_renyi", 6, p=p, seed=s)
         steps = alg.accesses(T, net.edges)
         mech = (make_mechanism("none", steps=steps) if design == "none" else
