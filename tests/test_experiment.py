@@ -87,7 +87,7 @@ UNKNOWN_NAMES = [
     ('topology = "ring"', 'topology = "moebius"', '"network.p" = [0.5, 0.8]',
      r"network\.topology: unknown topology 'moebius'; valid names: .*erdos_renyi.*ring"),
     ('accountant = "rdp"', 'accountant = "renyi"', '"mechanism.epsilonn" = [1.0, 2.0]',
-     r"key 'mechanism\.accountant': unknown accountant 'renyi'; valid names: .*pld.*rdp"),
+     r"key 'mechanism\.accountant': unknown name 'renyi'; valid names: .*pld.*rdp"),
 ]
 NAMED = """
 iterations = 5
