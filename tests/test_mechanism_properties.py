@@ -290,8 +290,8 @@ def drawn_lots(algorithm: str, params: dict, engine: str, monkeypatch) -> tuple[
     seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     original = Task.sample_lot
 
-    def observed(self, draws, agents, rates, *, length=None):  # rates: the code under test, unread
-        batch, mask = original(self, draws, agents, rates, length=length)
+    def observed(self, draws, agents, rates, *, block=1):  # rates: the code under test, unread
+        batch, mask = original(self, draws, agents, rates, block=block)
         seen.append((agents.cpu().clone(), mask.cpu().bool(), batch[0][..., 0].cpu().clone()))
         return batch, mask
 

@@ -67,8 +67,8 @@ def drawn_lots(tmp_path_factory):
     seen: list[tuple[torch.Tensor, torch.Tensor]] = []
     original = Task.sample_lot
 
-    def observed(self, draws, agents, rates):
-        batch, mask = original(self, draws, agents, rates)
+    def observed(self, draws, agents, rates, *, block=1):
+        batch, mask = original(self, draws, agents, rates, block=block)
         seen.append((agents.clone(), mask.sum(1).round().to(torch.int64)))  # rates: the code under test, unread
         return batch, mask
 
