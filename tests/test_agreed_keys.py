@@ -360,7 +360,8 @@ def _manifests(tmp_path, label, *extra):
 
 
 @pytest.mark.parametrize("backend", [[], ["--set", 'runtime.backend="sliced"', "--set", "runtime.slices=2"],
-                                     ["--procs", "2"]], ids=["simulator", "sliced", "processes"])
+                                     pytest.param(["--procs", "2"], marks=pytest.mark.slow)],
+                         ids=["simulator", "sliced", "processes"])
 def test_an_agreed_run_draws_only_from_chacha20_with_256_bit_keys(tmp_path, backend):
     """End to end, as a user runs it: every number an agreed run draws (noise, lots, shared terms) comes from the
     ChaCha20 keystream of a 256-bit key — none from SplitMix64 or Philox, whose outputs give their 64-bit keys away —

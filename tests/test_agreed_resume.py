@@ -351,6 +351,7 @@ def test_secret_files_are_written_readable_by_their_owner_alone_whatever_the_uma
     assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "keys").iterdir()} == {0o600}
 
 
+@pytest.mark.slow
 def test_killed_processes_with_identities_resume_twice_to_one_run(tmp_path):
     """On processes, with identities: a 2-process agreed run killed (SIGKILL, every process) after a checkpoint;
     two `privdl run --procs 2 --resume` on two copies of its folder give the same results.csv — the rounds after the

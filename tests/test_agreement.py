@@ -234,6 +234,7 @@ def _dist_agree(rank, store_file, out):
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_agreement_over_gloo_keeps_secrets_off_the_wire_and_the_store(tmp_path):
     """Two processes agree over gloo (rendezvous in a FileStore, so every byte the store holds can be read): each
     group's key is the same in both processes, and no secret is in the bytes either process sent nor in the
@@ -258,6 +259,7 @@ def test_agreement_over_gloo_keeps_secrets_off_the_wire_and_the_store(tmp_path):
     assert setup0 > 0 and setup1 > 0 and payload0 == payload1 == 0
 
 
+@pytest.mark.slow
 def test_agreed_keys_in_a_config(tmp_path):
     """runtime.keys = "agreed" in the simulator, the sliced backend and on 2 processes: another run id than the
     root-keyed run, the manifest and the ledger name the key mode, setup bytes are reported apart."""

@@ -26,6 +26,7 @@ def mnist():
     return task, X, y
 
 
+@pytest.mark.slow
 def test_dlg_and_idlg_recover_an_mnist_digit_from_its_exact_gradient(mnist):
     """Untrained seed-002 CNN (DLG's uniform ±0.5 initialisation, seed 0), one MNIST test digit, 100 L-BFGS
     iterations: the reconstruction must reach PSNR > 30 dB (a blank or random image scores < 10 dB)."""
@@ -52,6 +53,7 @@ def test_idlg_reads_every_class_from_a_single_sample_gradient(mnist):
         assert idlg_labels(task.model, g).tolist() == list(range(10))
 
 
+@pytest.mark.slow
 def test_batched_attacks_match_their_single_versions_in_quality(mnist):
     task, X, y = mnist
     theta = task.init_params(torch.Generator().manual_seed(2))
@@ -116,6 +118,7 @@ def _attacked_run(name, params, rounds=10, eta=0.02, attacker=0, victim=1, mecha
     return task, net, alg, tr, own, x[0].reshape(1, 1, 28, 28), int(y[0, 0])
 
 
+@pytest.mark.slow
 def test_views_let_dlg_recover_dsgd_samples_and_rms_hides_them_from_the_eavesdropper(mnist):
     from privdl.attacks.views import observe
 
@@ -163,6 +166,7 @@ def test_a_curious_neighbours_view_uses_only_its_own_messages_and_state(mnist, n
         observe("curious_neighbour", tr.view_of(2), net.edges, **{**args, "attacker": 2})
 
 
+@pytest.mark.slow
 def test_privdl_attack_prints_the_contracts_json_and_writes_the_grid(mnist, tmp_path):
     import json
 
@@ -259,6 +263,7 @@ def test_the_generous_oracle_is_what_an_eavesdropper_reads_off_unprotected_edsg_
     assert min(rel(g.model, t.model) for g, t in zip(spy[1:], true[1:])) > 0.05  # the eavesdropper's model is off
 
 
+@pytest.mark.slow
 def test_a_dp_protected_message_at_small_epsilon_leaks_no_more_than_random_guessing(mnist):
     """LDP D-SGD at agent-level ε = 1 (δ = 1e-5, C = 1, over the run's 12 rounds): the curious neighbour's iDLG
     reconstructions (cosine matching, which the clipping's rescaling does not fool) must score within 3 dB PSNR of

@@ -98,6 +98,7 @@ def audits():
     return out
 
 
+@pytest.mark.slow
 def test_audit_does_not_flag_the_correct_mechanism(audits):
     res = audits["none"]
     assert not res.violation and res.threshold.epsilon_lower <= 1.0
@@ -105,12 +106,14 @@ def test_audit_does_not_flag_the_correct_mechanism(audits):
 
 
 @pytest.mark.parametrize("broken", ["noise", "clip"])
+@pytest.mark.slow
 def test_audit_flags_a_broken_mechanism(audits, broken):
     res = audits[broken]
     assert res.violation and res.threshold.epsilon_lower > 1.0, res.threshold
     assert "BROKEN" in res.ledger[0]["note"]
 
 
+@pytest.mark.slow
 def test_audit_measures_methods_that_claim_no_guarantee():
     """DSG-RMS states no ε (obfuscation only): the audit runs it without a DP mechanism, reports nominal ε = ∞, never
     calls it a violation, and its lower bound shows what membership inference gets — with the bright canary, far

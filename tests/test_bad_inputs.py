@@ -28,6 +28,7 @@ def _failures(tmp_path, cases, run, failures) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("section", ["top", "network", "task", "algorithm", "mechanism", "schedule"])
 def test_no_traceback_and_no_silent_nan_for_mistyped_values(tmp_path, section):
     cases = bad_inputs.cases(section)
@@ -53,6 +54,7 @@ def test_values_are_mistyped_per_key_type():
     assert values(int | str)["'5'"] is False  # text is a legal type there
 
 
+@pytest.mark.slow
 def test_the_sweep_tells_a_traceback_from_a_clear_error(tmp_path, monkeypatch):
     """The sweep itself must see a traceback, an unexplained exit ("Aborted."), an accepted value of the wrong type,
     an error that does not name its file and a bad file taken silently — a sweep that cannot fail proves nothing."""
@@ -112,6 +114,7 @@ def test_the_sweep_tells_a_traceback_from_a_clear_error(tmp_path, monkeypatch):
     assert run(two_lines)[0] == "WRONG"  # a silent wrong result: 4 agents where the file has 3
 
 
+@pytest.mark.slow
 def test_bad_files_and_folders_end_in_an_error_that_names_the_file(tmp_path):
     """Every case of the sweep's file section: configs in other encodings, W and R files, edge lists, network
     files of a config, manifests, experiment.json, metrics.csv and results.csv that are empty, cut short,
@@ -123,6 +126,7 @@ def test_bad_files_and_folders_end_in_an_error_that_names_the_file(tmp_path):
     assert not found, "\n".join(found)
 
 
+@pytest.mark.slow
 def test_no_traceback_for_mistyped_options_of_the_fast_commands(tmp_path):
     """account, covariance and rms-bounds: every value option × "abc", "-1", "0", "1e300", "nan", "inf", ""
     (audit and reproduce train models: ``python benchmarks/bad_inputs.py --cli`` sweeps them)."""

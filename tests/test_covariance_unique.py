@@ -165,6 +165,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_the_same_design_under_every_openblas_kernel_the_cpu_runs(tmp_path):
     """A child process per OpenBLAS core type this CPU can run (OPENBLAS_CORETYPE, for both NumPy's and SciPy's
     OpenBLAS; benchmarks/exactness.py has the list): every singular design agrees with the first within the bound the

@@ -69,12 +69,14 @@ def _check(out, dataset, lines):
     return rows
 
 
+@pytest.mark.slow
 def test_every_registered_design_runs_end_to_end_on_bundled_data(tmp_path):
     lines = []
     REPRODUCTIONS.get("designs")(tmp_path, dataset="breast_cancer", progress=lines.append, **TINY)
     _check(tmp_path, "breast_cancer", lines)
 
 
+@pytest.mark.slow
 def test_the_a9a_task_runs_end_to_end(tmp_path):
     from privdl.data import load_dataset
 

@@ -117,6 +117,7 @@ def _run(network, *, self_noise, mechanism=None, iterations=3, observers=()):
 
 
 @pytest.mark.parametrize("self_noise", [False, True])
+@pytest.mark.slow
 def test_per_owner_accesses_are_T_times_degree_plus_T_self_gradients_and_accounted(self_noise):
     net = _path(4)
     T = 3
@@ -137,6 +138,7 @@ def test_per_owner_accesses_are_T_times_degree_plus_T_self_gradients_and_account
         assert ledger.guarantee == "none: some accesses to the data are not noised (see note)"
 
 
+@pytest.mark.slow
 def test_models_go_out_and_only_noisy_clipped_lot_means_come_back():
     """The transcript of a round: the model on 'model' (pull), cross-gradients on 'cross_gradient' (push), then the
     mixed models and velocities — no other message. The same run with the noise switched off draws the same lots:

@@ -52,6 +52,7 @@ def test_matches_independent_closed_form_at_integer_orders(sigma, q, steps, delt
 
 @settings(max_examples=8, deadline=None)
 @given(eps=st.floats(0.2, 30.0), q=st.floats(1e-3, 0.5), steps=st.integers(1, 3000))
+@pytest.mark.slow
 def test_calibration_never_overshoots(eps, q, steps):
     sigma = calibrate_noise_multiplier(epsilon=eps, sample_rate=q, steps=steps, delta=1e-5)
     achieved, _ = rdp_epsilon(noise_multiplier=sigma, sample_rate=q, steps=steps, delta=1e-5)

@@ -67,6 +67,7 @@ def test_clipped_lot_sum_equals_a_loop(chunk):
     assert torch.allclose(clipped_example_sum(task, x, batch, mask, None, chunk), (grads * mask[..., None]).sum(1))
 
 
+@pytest.mark.slow
 def test_poisson_lots_have_the_right_size_and_inclusion_rate():
     task = make_task("softmax", 4, dataset="digits", partition="dirichlet", alpha=0.5, seed=3)
     counts = task.counts.double()
@@ -346,6 +347,7 @@ def test_fixed_sample_rate_is_checked_and_q_one_is_the_full_batch():
     assert torch.equal(mask.sum(1).long(), task.counts)
 
 
+@pytest.mark.slow
 def test_audit_command_prints_json(tmp_path):
     import json
 

@@ -192,6 +192,7 @@ def test_results_are_reproducible_across_invocations(tmp_path):
     assert (tmp_path / "a" / "results.csv").read_text() == (tmp_path / "b" / "results.csv").read_text()
 
 
+@pytest.mark.slow
 def test_cli_run_and_plot(tmp_path):
     out = tmp_path / "out"
     res = CliRunner().invoke(app, ["run", str(_write(tmp_path)), "--out", str(out), "--quiet",
@@ -431,6 +432,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
+@pytest.mark.slow
 def test_privdl_puts_large_tensors_on_huge_pages_unless_told_not_to():
     """Where the kernel gives huge pages on request, with privdl's process defaults applied first (as the privdl
     command does), 8 fresh 64 MiB tensors take a small fraction of the 8 × 16 384 page faults of 4 KiB pages

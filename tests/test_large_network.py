@@ -138,6 +138,7 @@ def test_stacked_comm_of_sparse_networks_mixes_edgewise():
     assert torch.allclose(y[a.n:], make_comm(b).mix(x[a.n:], tag="x"))
 
 
+@pytest.mark.slow
 def test_exact_diffusion_on_a_sparse_network_needs_the_lazy_rule(tmp_path):
     from privdl.algorithms import make_algorithm
     from privdl.experiment.build import check_requirements
@@ -148,6 +149,7 @@ def test_exact_diffusion_on_a_sparse_network_needs_the_lazy_rule(tmp_path):
         check_requirements(alg, Network.from_topology("ring", DENSE_MAX_N + 2))
 
 
+@pytest.mark.slow
 def test_a_config_with_a_large_network_runs_end_to_end(tmp_path):
     from privdl.experiment.config import load_config
     from privdl.experiment.runner import run_experiment

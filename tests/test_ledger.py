@@ -68,6 +68,7 @@ def _account(path):
     return json.loads(res.output)
 
 
+@pytest.mark.slow
 def test_reaccounting_a_dp_sgd_manifest_gives_its_stated_epsilon(runs):
     stated = json.loads(runs["dp_sgd"].read_text())["privacy_ledger"][0]
     out = _account(runs["dp_sgd"])

@@ -298,6 +298,7 @@ def written(tmp_path_factory):
 @pytest.mark.parametrize("committed", [pytest.param(
     path, marks=pytest.mark.xfail(strict=True, reason=f"made by earlier code; regenerate with {STALE[path]}"))
     if path in STALE else path for path in sorted(PROVENANCE)])
+@pytest.mark.slow
 def test_every_committed_summary_has_the_columns_its_reproduction_writes_today(written, committed):
     """docs/reproduction/seed002/rms_localization_summary.csv lacked final_msd_db, which the code writes: a table
     the README and REPRODUCTION.md cite must be what the reproduction makes today (the column order aside)."""
@@ -457,6 +458,7 @@ def _mean_std(cell: str) -> tuple[float, float]:
     return float(mean), float(std)
 
 
+@pytest.mark.slow
 def test_readme_quickstart_table_is_what_the_quickstart_prints(tmp_path):
     """`privdl run examples/quickstart.toml` (≈ 4 s), its final-metrics table against the README's, cell by cell.
     Means are printed to 4 significant digits and compared to 1e-3 (rounding, and the last bits of another CPU's
@@ -482,6 +484,7 @@ def test_readme_quickstart_table_is_what_the_quickstart_prints(tmp_path):
             assert abs(gs - ws) <= 0.6 * digit or max(gs, ws) <= 1e-12 * abs(wm), (w, g)
 
 
+@pytest.mark.slow
 def test_readme_correlated_noise_losses_are_what_the_example_prints(tmp_path):
     """The ε = 10 cells of examples/correlated_noise.toml and its non-private runs (12 of its 30; each run draws its
     own keyed numbers whatever else runs beside it): mean test loss over the three seeds, to the digits printed."""

@@ -176,6 +176,7 @@ def test_agent_level_epsilon_at_the_authors_settings():
     assert led.beside[0].epsilon == pytest.approx(2.648e4, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_poisson_lots_use_the_subsampled_rdp_accountant_and_never_overshoot(net):
     import dp_accounting
 

@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+#: every test here starts processes: the slow tier (README)
+pytestmark = pytest.mark.slow
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "privdl"
 PYTHON = sys.executable
 #: torch.distributed's object collectives: each pickles what it sends and unpickles what it receives

@@ -108,6 +108,7 @@ def test_two_processes_taking_over_one_stale_lock_never_both_hold_it(tmp_path):
     assert sorted(set(taken.values())) == [1], {r: k for r, k in taken.items() if k != 1}
 
 
+@pytest.mark.slow
 def test_a_second_process_whose_runs_are_all_held_waits_and_finishes_cleanly(tmp_path):
     """A second ``privdl run`` on a folder whose runs are all held by a stacked group of another process (here:
     this test process) used to end in ``ValueError: max() arg is an empty sequence``. It now waits: it says so,

@@ -106,6 +106,7 @@ def test_a_replica_is_bit_for_bit_the_same_in_any_stack():
     assert all(not torch.equal(a.final[r], b.final[r]) for r in (2, 3))  # replica 0 draws nothing: no noise
 
 
+@pytest.mark.slow
 def test_one_step_noise_variance_is_eta2_WRW():
     """From each agent's own minimiser (zero gradient, nothing clipped), x¹ − W x⁰ = −η W v: across 6000 replicas
     with their own seeds its covariance is η² W R Wᵀ."""
@@ -126,6 +127,7 @@ def test_one_step_noise_variance_is_eta2_WRW():
     assert np.trace(emp) == pytest.approx(eta**2 * design.trace, rel=0.05)
 
 
+@pytest.mark.slow
 def test_reproduce_quadratic_command_and_its_calibration(tmp_path):
     """The CLI reproduction runs the packaged grid through the runner (stacked); every run's ledger calibrates b
     for the clip it uses (b from Theorem 2 computed here for C = 10, T = 5000), and re-accounts to its ε."""

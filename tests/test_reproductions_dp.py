@@ -11,6 +11,7 @@ from privdl.reproductions import REPRODUCTIONS
 from privdl.reproductions.common import read_csv
 
 
+@pytest.mark.slow
 def test_table1_cells_ledgers_and_resume(tmp_path):
     opts = dict(seeds=1, iterations=3, epsilons=(math.inf, 2.0), fiedlers=(1.0,), methods=("central", "dsgt", "dinno"),
                 dataset="digits", lot=32)
@@ -111,6 +112,7 @@ def test_cli_refuses_options_a_reproduction_would_ignore(tmp_path):
     assert "iterations" in inspect.signature(corn.fmnist).parameters
 
 
+@pytest.mark.slow
 def test_a9a_authors_protocol_runs_with_their_step_sizes_and_honest_units(tmp_path, shared_data):
     """Seed 001 as the authors' code runs it: every (ε, design) at their η, per-example clipping, the example-level
     ε at the target and the agent-level ε of the same noise beside it (orders of magnitude larger)."""
@@ -130,6 +132,7 @@ def test_a9a_authors_protocol_runs_with_their_step_sizes_and_honest_units(tmp_pa
     assert len(csv) == len(rows) and (tmp_path / "a9a_authors_vs_epsilon.png").is_file()
 
 
+@pytest.mark.slow
 def test_table1_with_the_authors_gossip_and_resize(tmp_path):
     """--gossip authors runs DP-DSGD and DP-DSGT with seed 004's in-place averaging (recorded per row; DP-DSGT then
     makes T accesses, y⁰ = 0); DiNNO stays synchronous, as in their code; a bad value is refused."""
@@ -168,6 +171,7 @@ def test_table1_with_central_alone_runs_once_per_epsilon(tmp_path):
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
 
 
+@pytest.mark.slow
 def test_table1_ablation_switches_for_step_sizes_and_normalisation(tmp_path, monkeypatch):
     """--steps nearest gives ε = 100 the ε = 10 cell's step sizes (the tables before the fidelity issue), --steps
     authors its own; --no-normalize leaves the pixels raw. The rows record both, so an ablation reads off its CSV."""
@@ -242,6 +246,7 @@ def test_collect_writes_the_table_from_finished_runs_and_starts_none(tmp_path):
     (("fashion_mnist_table2", "fashion_mnist_table2_seeds12_h200", "fashion_mnist", "fashion_mnist_seeds12_h200"),
      "table2", "table2_authors_settings_3seeds.csv", 90, dict(seeds=3)),
 ])
+@pytest.mark.slow
 def test_the_committed_runs_rebuild_the_committed_tables(tmp_path, folders, name, table, runs, opts):
     """docs/reproduction/seed004/runs holds the runs behind REPRODUCTION.md's CPU tables; merged into a results
     folder and collected (nothing is run, no data is read), they give the committed CSV's accuracies, and a run's

@@ -68,6 +68,7 @@ def test_a_damaged_manifest_is_run_again_and_a_cut_results_csv_is_refused(tmp_pa
         run_experiment(cfg, tmp_path / "o")
 
 
+@pytest.mark.slow
 def test_two_processes_on_one_out_never_run_the_same_run_twice(tmp_path):
     """Each run is claimed with a lock file before it is executed; a second process skips what the first holds (and
     says so), and takes over a lock whose process is gone."""
@@ -100,6 +101,7 @@ def test_two_processes_on_one_out_never_run_the_same_run_twice(tmp_path):
 
 
 @pytest.mark.exact
+@pytest.mark.slow
 def test_jobs_share_the_runs_between_processes_with_the_results_of_one_process(tmp_path):
     """``jobs = 2``: a spawned helper and this process take the stacked groups in turn; every run is executed once,
     by one of the two processes, with exactly the numbers a single process computes, and results.csv lists all. The
@@ -140,6 +142,7 @@ def test_jobs_share_the_runs_between_processes_with_the_results_of_one_process(t
         run_experiment(cfg, tmp_path / "bad", jobs=0)
 
 
+@pytest.mark.slow
 def test_a_jobs_helper_leaves_when_its_main_process_is_killed(tmp_path):
     """``kill`` of a ``--jobs`` run's main process must not leave its helper running alone (holding a core and its
     runs' locks); the helper's unfinished run is run again by the next invocation, like any interrupted run."""

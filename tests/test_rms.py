@@ -253,6 +253,7 @@ def test_pd_lms_nullspace_needs_a_self_weight():
     _run(make_algorithm("pd_lms", scheme="nullspace"), net, task, 2, 0.01)
 
 
+@pytest.mark.slow
 def test_laplace_draws_and_psgt_schedule_have_the_stated_variance():
     u = torch.rand(200_000, 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     x = laplace(u, 0.3)
@@ -323,6 +324,7 @@ def test_localization_optimum_is_near_the_target_and_bad_anchors_are_refused():
 
 
 # ---- the eavesdropper -------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_eavesdropper_recovers_w_star_from_unprotected_dsgd_but_not_from_dsg_rms():
     net = _net()
     task = make_task("adaptive_filtering", 5, heterogeneous=False, exact_gradient=False)
@@ -414,6 +416,7 @@ def test_bad_seed_002_settings_are_refused_at_the_boundary():
         make_task("adaptive_filtering", 3, switch_at=-2)
 
 
+@pytest.mark.slow
 def test_rms_reproductions_run_end_to_end_on_a_small_budget(tmp_path):
     import csv
 

@@ -197,6 +197,7 @@ def test_a_dp_mechanism_or_sparse_recording_removes_the_bounds_they_do_not_cover
     assert "eval_every > 1" in manifest["error_bounds"]["absent"]["gap_bound"][0]
 
 
+@pytest.mark.slow
 def test_remarks_reproduction_writes_both_sweeps_and_figures(tmp_path):
     """privdl reproduce rms_remarks at a small size: every sweep point of both remarks, the bound's limit beside the
     measurement (every run inside the conditions), and both figures."""

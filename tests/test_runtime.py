@@ -70,6 +70,7 @@ def _same_within_rounding(got, want):
         assert __import__("math").isclose(float(a[-1]), float(b[-1]), rel_tol=REL, abs_tol=ABS), (a, b)
 
 
+@pytest.mark.slow
 def test_a_run_on_processes_equals_the_simulator_to_rounding(tmp_path):
     """privdl run --procs 3 (3 processes on loopback) writes the simulator's results.csv, to rounding (REL: each
     process computes only its agents' rows):
@@ -158,6 +159,7 @@ def _run_pair(scenario):
     ("dead", r"process 1 \(agents 2, 3\) (died|did not answer).* waiting for round 5, tag 'theta'"),
     ("hung", r"process 1 \(agents 2, 3\) did not answer within 3 s while waiting for round 5, tag 'theta'"),
 ])
+@pytest.mark.slow
 def test_the_transport_names_a_wrong_header_a_dead_and_a_hung_peer(scenario, match):
     """gloo would fill a wrong-sized buffer or reinterpret another dtype's bytes silently: the header refuses both,
     naming sender, receiver, tag and round. A dead peer and a silent one each stop the receiver within the timeout
@@ -168,6 +170,7 @@ def test_the_transport_names_a_wrong_header_a_dead_and_a_hung_peer(scenario, mat
     assert seconds < 6
 
 
+@pytest.mark.slow
 def test_a_message_longer_than_expected_stops_the_receiver():
     """Header and payload travel as one gloo message into a buffer of the size the receiver expects; a longer one
     cannot be received into it: gloo aborts the receiving process ("Received data size doesn't match expected
@@ -189,6 +192,7 @@ def test_bad_runtime_launches_are_refused(tmp_path):
         launch(cfg, procs=0, out=tmp_path / "o")
 
 
+@pytest.mark.slow
 def test_killed_processes_resume_from_their_checkpoints_to_the_uninterrupted_run(tmp_path):
     """Every process of a 2-process run killed (SIGKILL) after a checkpoint; `privdl run --procs 2 --resume`
     continues from the last round every agent has and writes the simulator's results."""
@@ -219,6 +223,7 @@ def test_killed_processes_resume_from_their_checkpoints_to_the_uninterrupted_run
     assert man["checkpoints"]["resumed_from_round"] >= 40
 
 
+@pytest.mark.slow
 def test_a_rendezvous_that_never_completes_stops_with_advice():
     """A worker whose master never answers stops within the timeout with the address, port and interface advice."""
     import subprocess
@@ -268,6 +273,7 @@ def test_agents_per_process_and_the_transport_are_checked(tmp_path):
         launch(cfg, procs=2, out=tmp_path / "o", overrides=["device=\"cuda\"", "runtime.backend=\"dist\""])
 
 
+@pytest.mark.slow
 def test_the_eavesdropper_watches_a_distributed_run(tmp_path):
     """Seed 002's streaming task (D-SGD, EDSG-RMS) on 2 processes: every process sends its part of each transmission to process 0,
     whose eavesdropper sees the simulator's wire — results.csv, the eavesdropper's MSDs included, to rounding (REL);

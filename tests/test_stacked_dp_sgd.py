@@ -134,6 +134,7 @@ def _rows(folder):
         return {(r["run_id"], r["iteration"], r["metric"]): float(r["value"]) for r in csv.DictReader(fh)}
 
 
+@pytest.mark.slow
 def test_a_grid_stacks_dp_sgd_runs_and_each_ledger_reaccounts_to_its_target(tmp_path):
     """Through the runner: the DP-SGD runs of one algorithm and seed share a batch (DPDL's too, as asked with
     batch_replicas; on the CPU it runs alone by default, tests/test_results_store.py); each run's manifest states its
