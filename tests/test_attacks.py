@@ -83,16 +83,6 @@ def test_metrics_are_scikit_images_and_bad_inputs_are_refused():
     assert np.isfinite(m[0]["ssim"])
 
 
-def test_the_readme_attack_example_runs(mnist):
-    """The README's gradient-inversion example, as printed: right labels, recognisable digits."""
-    from tests.conftest import readme_python, run_printed
-
-    printed = run_printed(readme_python("Gradient inversion (DLG, iDLG) from what an attacker really sees"))
-    labels, psnr = printed.strip().split("] [")
-    assert labels + "]" == str(mnist[2][:4].tolist())  # agent 0's first four digits are the data's first four
-    assert min(float(v) for v in psnr.rstrip("]").split(",")) > 30
-
-
 # ---- attacker views (seed 002 §5.2) --------------------------------------------------------------------------------
 def _attacked_run(name, params, rounds=10, eta=0.02, attacker=0, victim=1, mechanism=("none", {}), lazy=False,
                   extra=0):

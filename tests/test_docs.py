@@ -1,11 +1,23 @@
-"""Every config key a user can set is documented in docs/CONFIG.md."""
+"""The documentation: every config key is in docs/CONFIG.md, every ```python block of the README and of docs/ runs
+(each page's blocks in order, in a fresh process) and prints what the page says, the site's nav names every page and
+only pages that exist, the README links only to files that exist, every CLI option has help text."""
 
+import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from privdl.experiment.config import INJECTED, NETWORK_FIXED, SECTIONS, TOP_LEVEL, builder_params
 from privdl.network.topology import TOPOLOGIES
+from tests.conftest import SHARED_DATA
 
-DOC = (Path(__file__).resolve().parents[1] / "docs" / "CONFIG.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+DOC = (DOCS / "CONFIG.md").read_text()
 
 
 def test_every_config_key_is_documented():
@@ -20,12 +32,128 @@ def test_every_config_key_is_documented():
     assert not missing, f"undocumented config keys: {missing}"
 
 
-def test_the_readme_library_example_runs():
-    """The README's Python example, exactly as printed (a user copies it first)."""
-    from tests.conftest import readme_python, run_printed
+#: the pages whose code is checked: the README and every page of the site
+PAGES = sorted([ROOT / "README.md", *DOCS.rglob("*.md")])
+#: a ```python fence at the start of a line, up to the closing fence
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
-    printed = run_printed(readme_python("## The library"))
+#: runs the blocks it is given on stdin (JSON: [[label, code], ...]) in order, in one namespace, as a reader would
+_RUNNER = """
+import json, sys
+namespace = {"__name__": "__main__"}
+for label, code in json.load(sys.stdin):
+    exec(compile(code, label, "exec"), namespace)
+"""
+
+
+def python_blocks(page: Path) -> list[tuple[str, str]]:
+    """Every ```python block of ``page``, labelled with the page and the line it starts on."""
+    text = page.read_text()
+    return [(f"{page.relative_to(ROOT)}:{text.count(chr(10), 0, m.start()) + 2}", m.group(1))
+            for m in PYTHON_BLOCK.finditer(text)]
+
+
+def run_blocks(page: Path) -> str:
+    """Run ``page``'s python blocks in order in a fresh interpreter (the repository root as working directory, the
+    shared data folder as ``PRIVDL_DATA_DIR``, one torch thread); what they printed. A failing block fails with its traceback."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+               PRIVDL_DATA_DIR=str(SHARED_DATA), OMP_NUM_THREADS="1")  # one thread, as the other tests run
+    res = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps(python_blocks(page)), text=True,
+                         capture_output=True, cwd=ROOT, env=env, timeout=600)
+    assert res.returncode == 0, f"{page.relative_to(ROOT)}:\n{res.stderr[-4000:]}"
+    return res.stdout
+
+
+def _mnist_present() -> bool:
+    return (SHARED_DATA / "mnist").is_dir()
+
+
+def _concepts(printed: str) -> None:
+    """The library example: a Whisper ledger at agent level, the transcript's tags, the keyed draws' promise."""
     assert "DP per agent, agent level" in printed and "'theta'" in printed and "'y'" in printed
+    assert printed.splitlines()[0] == "4 [1.0, 1.0, 1.0, 1.0]"
+    assert "[4.0, 2.0, 4.0, 2.0]" in printed and printed.count("True") == 2 and "6.77" in printed
+
+
+def _attack(printed: str) -> None:
+    """The gradient-inversion example, as printed: right labels, recognisable digits."""
+    import torch
+
+    from privdl.tasks import make_task
+
+    task = make_task("sigmoid_cnn", 5, data_dir=str(SHARED_DATA), dtype=torch.float64)
+    labels, psnr = printed.strip().split("] [")
+    assert labels + "]" == str(task.y.reshape(-1)[:4].long().tolist())  # agent 0's first four digits
+    assert min(float(v) for v in psnr.rstrip("]").split(",")) > 30
+
+
+def _extending(printed: str) -> None:
+    """The plug-in examples: the new algorithm and mechanism run and state their privacy."""
+    assert "heavy_ball" in printed and "laplace_ldp" in printed and "pure DP" in printed
+
+
+#: what a page's blocks print that its text promises, and what each needs (None: nothing outside the repository)
+CHECKS = {
+    "docs/concepts.md": (_concepts, None),
+    "docs/recipes/dual-protection.md": (_attack, _mnist_present),
+    "docs/extending.md": (_extending, None),
+}
+#: pages whose blocks take minutes on 2 cores (iDLG's 300 L-BFGS iterations on the CNN): the slow tier runs them
+SLOW_PAGES = {"docs/recipes/dual-protection.md"}
+
+
+def test_the_checked_pages_hold_python_blocks_and_no_other_fence_hides_python():
+    """A page named in CHECKS lost its code, or a block meant to run is fenced as something else: fail."""
+    with_code = {str(p.relative_to(ROOT)) for p in PAGES if python_blocks(p)}
+    assert set(CHECKS) <= with_code, set(CHECKS) - with_code
+    for page in PAGES:
+        for fence in re.findall(r"^```(\w*)", page.read_text(), re.MULTILINE):
+            assert fence.lower() not in ("py", "python3", "pycon"), (page, fence)
+
+
+@pytest.mark.parametrize("page", [
+    pytest.param(p, marks=pytest.mark.slow) if str(p.relative_to(ROOT)) in SLOW_PAGES else p
+    for p in PAGES if python_blocks(p)], ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_python_block_of_a_page_runs(page):
+    check, needs = CHECKS.get(str(page.relative_to(ROOT)), (None, None))
+    if needs is not None and not needs():
+        pytest.skip(f"{page.name} reads the shared data (not present under {SHARED_DATA})")
+    printed = run_blocks(page)
+    if check is not None:
+        check(printed)
+
+
+def _nav_pages() -> list[str]:
+    """The .md files mkdocs.yml's nav names (mkdocs.yml is read as text: the test needs no YAML parser)."""
+    nav = (ROOT / "mkdocs.yml").read_text().split("\nnav:")[1]
+    return re.findall(r":\s*([\w./-]+\.md)\s*$", nav, re.MULTILINE)
+
+
+def test_the_site_nav_names_every_page_and_only_pages_that_exist():
+    nav = _nav_pages()
+    assert len(nav) == len(set(nav)), nav
+    missing = [p for p in nav if not (DOCS / p).is_file()]
+    assert not missing, f"nav names pages that do not exist: {missing}"
+    pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md") if not p.is_relative_to(DOCS / "reproduction")}
+    assert pages <= set(nav), f"pages left out of the nav: {sorted(pages - set(nav))}"
+    for name in ("plugins.md", "own-data.md", "CONFIG.md", "cli.md", "concepts.md", "getting-started.md",
+                 "extending.md", "benchmarks.md", "reproduction.md"):
+        assert name in nav, name
+
+
+def test_the_reference_has_a_page_per_main_room_and_the_included_files_exist():
+    for room in ("privacy", "mechanisms", "algorithms", "network", "tasks", "experiment"):
+        assert f"::: privdl.{room}" in (DOCS / "reference" / f"{room}.md").read_text(), room
+    for page in DOCS.rglob("*.md"):
+        for included in re.findall(r'^--8<-- "([^":]+)', page.read_text(), re.MULTILINE):
+            assert (ROOT / included).is_file(), (page, included)
+
+
+def test_the_readme_links_only_to_files_that_exist():
+    readme = (ROOT / "README.md").read_text()
+    links = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", readme) if "://" not in t]
+    assert links and all((ROOT / t).exists() for t in links if t), [t for t in links if t and not (ROOT / t).exists()]
+    assert len(readme.splitlines()) < 150
 
 
 def test_every_shipped_config_is_valid():

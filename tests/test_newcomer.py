@@ -1,6 +1,6 @@
-"""What a newcomer meets first: the README's numbers, the shipped attack example, progress off a terminal, readable
-plots, a clear word on an empty results.csv, the audit's self-test, and committed summaries that have the columns
-their reproductions write today."""
+"""What a newcomer meets first: the numbers of the README and of the docs pages it leads to, the shipped attack
+example, progress off a terminal, readable plots, a clear word on an empty results.csv, the audit's self-test, and
+committed summaries that have the columns their reproductions write today."""
 
 from __future__ import annotations
 
@@ -17,6 +17,14 @@ from privdl.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
+#: the pages the README's walk-through moved to (issue 45): every number they print is checked like the README's
+GETTING_STARTED = (DOCS / "getting-started.md").read_text()
+CLI_PAGE = (DOCS / "cli.md").read_text()
+CORRELATED = (DOCS / "recipes" / "correlated-noise.md").read_text()
+EXAMPLE_LEVEL = (DOCS / "recipes" / "example-level-dp.md").read_text()
+ATTACKS = (DOCS / "recipes" / "dual-protection.md").read_text()
+BENCHMARKS_PAGE = (DOCS / "benchmarks.md").read_text()
 
 
 def _cli(*args: str):
@@ -154,7 +162,7 @@ def test_privdl_audit_reports_progress_off_a_terminal_and_keeps_json_clean():
 
 # ---- the shipped attack example ----------------------------------------------------------------------------------
 def test_the_shipped_attack_example_runs_through_privdl_attack(tmp_path):
-    """examples/attack.toml (the README's `privdl attack` command), cut to 40 L-BFGS iterations and one image: it
+    """examples/attack.toml (the `privdl attack` command of docs/recipes/dual-protection.md), cut to 40 L-BFGS iterations and one image: it
     runs, reports its progress off a terminal on stderr, prints the JSON contract and writes a captioned grid."""
     from tests.conftest import SHARED_DATA
 
@@ -163,9 +171,9 @@ def test_the_shipped_attack_example_runs_through_privdl_attack(tmp_path):
     import tomllib
 
     example = tomllib.loads((ROOT / "examples" / "attack.toml").read_text())
-    assert (f"{example['network']['n']} agents, D-SGD, {example['iterations']} rounds" in README
+    assert (f"{example['network']['n']} agents, D-SGD, {example['iterations']} rounds" in ATTACKS
             and example["algorithm"]["name"] == "dsgd")
-    command = next(line for line in README.splitlines() if line.startswith("privdl attack idlg --config examples/"))
+    command = next(line for line in ATTACKS.splitlines() if line.startswith("privdl attack idlg --config examples/"))
     args = command.split("#")[0].split()[1:]
     assert args[3] == "examples/attack.toml" and (ROOT / args[3]).is_file()
     args[3] = str(ROOT / args[3])
@@ -307,20 +315,20 @@ def test_every_committed_summary_has_the_columns_its_reproduction_writes_today(w
     assert set(_header(DOCS / committed)) == set(today), (committed, today)
 
 
-# ---- every number the README prints ------------------------------------------------------------------------------
+# ---- every number the README and its docs pages print ----------------------------------------------------------
 # Checked here: the accountants' numbers (recomputed), the grids' sizes (expanded from the shipped configs), the
 # quickstart's facts and plot count, the audit's defaults, the mutation count (against docs/MUTATION.md). Regenerated
 # by hand and compared when they changed (minute-long runs): the quickstart's table and the correlated-noise test
 # losses. Timings, and the benchmark ratios and sizes of BENCHMARKS.md, are not checked.
-def _number(pattern: str) -> re.Match:
-    match = re.search(pattern, " ".join(README.split()))
+def _number(pattern: str, page: str) -> re.Match:
+    match = re.search(pattern, " ".join(page.split()))
     assert match, pattern
     return match
 
 
 def test_readme_example_level_epsilon_is_what_privdl_account_prints():
     m = _number(r"q = ([\d.]+), σ = ([\d.]+), T = (\d+), δ = ([\de.-]+) prints ε = ([\d.]+) with PLD.*?the same q, σ, "
-                r"T, δ prints ε = ([\d.]+) \(order ([\d.]+)\)")
+                r"T, δ prints ε = ([\d.]+) \(order ([\d.]+)\)", CLI_PAGE)
     q, sigma, steps, delta, pld, eps, order = m.groups()
     args = ("account", "--unit", "example", "--noise-multiplier", sigma, "--sample-rate", q, "--steps", steps,
             "--delta", delta, "--format", "json")
@@ -336,7 +344,7 @@ def test_readme_example_level_epsilon_is_what_privdl_account_prints():
 
 def test_readme_pld_against_rdp_noise_is_what_privdl_account_prints():
     m = _number(r"`privdl account --unit example --accountant pld --epsilon ([\d.]+) --sample-rate ([\d.]+) --steps "
-                r"(\d+)` prints σ = ([\d.]+) where `--accountant rdp` prints (\d+\.\d+)")
+                r"(\d+)` prints σ = ([\d.]+) where `--accountant rdp` prints (\d+\.\d+)", CLI_PAGE)
     eps, q, steps, pld, rdp = m.groups()
     for name, want in (("pld", pld), ("rdp", rdp)):
         res = _cli("account", "--unit", "example", "--accountant", name, "--epsilon", eps, "--sample-rate", q,
@@ -347,7 +355,7 @@ def test_readme_pld_against_rdp_noise_is_what_privdl_account_prints():
 
 def test_readme_tight_over_paper_noise_ratios_are_what_privdl_account_prints():
     m = _number(r"at C = ([\d.]+), T = (\d+), δ = ([\de.-]+) it allows ([\d.]+)× \(ε = (\d+)\) to ([\d.]+)× "
-                r"\(ε = (\d+)\) larger b")
+                r"\(ε = (\d+)\) larger b", CLI_PAGE)
     clip, steps, delta = m.group(1), m.group(2), m.group(3)
 
     def bound(accountant: str, eps: str) -> float:
@@ -367,7 +375,7 @@ def test_readme_agent_level_epsilon_of_the_authors_per_example_noise():
     from privdl.mechanisms import make_mechanism
     from privdl.network import Network
 
-    m = _number(r"\(ε = (\d+), T = (\d+), C = ([\d.]+), B = (\d+)\) that agent-level ε is ([\d.]+)·10⁴")
+    m = _number(r"\(ε = (\d+), T = (\d+), C = ([\d.]+), B = (\d+)\) that agent-level ε is ([\d.]+)·10⁴", CORRELATED)
     eps, steps, clip, batch, agent = float(m[1]), int(m[2]), float(m[3]), int(m[4]), float(m[5]) * 1e4
     n = 20
 
@@ -394,19 +402,20 @@ def test_readme_grid_sizes_and_the_quickstarts_facts():
     from privdl.reproductions.common import packaged_config
 
     quick = tomllib.loads((ROOT / "examples" / "quickstart.toml").read_text())
-    assert _number(r"(\d+) runs \((\d+) executed, 0 already done\)").groups() == (str(_runs(ROOT / "examples" /
+    assert _number(r"(\d+) runs \((\d+) executed, 0 already done\)", GETTING_STARTED).groups() == (str(_runs(ROOT / "examples" /
                                                                                           "quickstart.toml")),) * 2
-    assert f"{quick['network']['n']} agents" in README and len(quick["seeds"]) == 3
-    assert len(quick["sweep"]["mechanism.epsilon"]) == 3 and "three ε, three seeds" in README
-    steps, delta = _number(r"accountant over T = (\d+) steps at δ = ([\de.-]+);").groups()
+    for page in (README, GETTING_STARTED):
+        assert f"{quick['network']['n']} agents" in page and len(quick["seeds"]) == 3
+        assert len(quick["sweep"]["mechanism.epsilon"]) == 3 and "three ε, three seeds" in page
+    steps, delta = _number(r"accountant over T = (\d+) steps at δ = ([\de.-]+);", GETTING_STARTED).groups()
     assert (int(steps), float(delta)) == (quick["iterations"], quick["mechanism"]["delta"])
-    assert quick["mechanism"]["accountant"] == "tight" and f"at iteration {quick['iterations']}" in README
-    assert int(_number(r"correlated_noise.toml` \((\d+) runs")[1]) == _runs(ROOT / "examples" /
+    assert quick["mechanism"]["accountant"] == "tight" and f"at iteration {quick['iterations']}" in GETTING_STARTED
+    assert int(_number(r"correlated_noise.toml` \((\d+) runs", CORRELATED)[1]) == _runs(ROOT / "examples" /
                                                                              "correlated_noise.toml")
     quadratic = packaged_config("quadratic")
     grid = [len(quadratic["sweep"][k]) for k in ("mechanism.epsilon", "network.p")]
     m = _number(r"\((\d+) ε × (\d+) p × (\d+) seeds × (\d+) designs × (\d+) accountants \+ non-private, "
-                r"(\d+) runs of T = (\d+)\)")
+                r"(\d+) runs of T = (\d+)\)", BENCHMARKS_PAGE)
     assert [int(m[1]), int(m[2])] == grid and int(m[3]) == quadratic["seeds"] and int(m[7]) == quadratic["iterations"]
     designs = [d for d in quadratic["sweep"]["mechanism.name"] if d != "none"]
     assert [int(m[4]), int(m[5])] == [len(designs), len(quadratic["sweep"]["mechanism.accountant"])]
@@ -424,7 +433,7 @@ def test_readme_quickstart_plot_count(tmp_path, monkeypatch):
     cfg = load_config(ROOT / "examples" / "quickstart.toml", ["iterations=2", "eval_every=1"])
     run_experiment(cfg, tmp_path, progress=False)
     monkeypatch.setattr(plot, "draw", lambda path, *a, **k: path)
-    assert f"{len(plot.plot_experiment(tmp_path))} plots in results/quickstart/plots" in README
+    assert f"{len(plot.plot_experiment(tmp_path))} plots in results/quickstart/plots" in GETTING_STARTED
 
 
 def test_readme_mutation_count_is_docs_mutation_mds():
@@ -441,16 +450,16 @@ def test_readme_audit_numbers_are_the_audits_defaults():
     setup = AuditSetup()
     words = {0: "0", 1: "1", 2: "2"}
     assert (f"D = {setup.per_class} images of each of the digits "
-            f"{', '.join(words[c] for c in setup.classes)}") in " ".join(README.split())
-    assert f"z = a blank image labelled {canary_label(setup, 10)})" in " ".join(README.split())
-    assert f"(noise σ/{NOISE_DIVISOR}, or no clipping)" in " ".join(README.split())
-    assert f"canary: every pixel {BRIGHT:g} and a label D lacks" in " ".join(README.split())
-    command = next(line for line in README.splitlines() if "--broken noise" in line)
+            f"{', '.join(words[c] for c in setup.classes)}") in " ".join(EXAMPLE_LEVEL.split())
+    assert f"z = a blank image labelled {canary_label(setup, 10)})" in " ".join(EXAMPLE_LEVEL.split())
+    assert f"(noise σ/{NOISE_DIVISOR}, or no clipping)" in " ".join(EXAMPLE_LEVEL.split())
+    assert f"canary: every pixel {BRIGHT:g} and a label D lacks" in " ".join(EXAMPLE_LEVEL.split())
+    command = next(line for line in EXAMPLE_LEVEL.splitlines() if "--broken noise" in line)
     models = int(re.search(r"--models (\d+)", command)[1])
     assert "VIOLATION" in command
     held_out = inspect.signature(membership_audit).parameters["held_out"].default
     test = models - int(held_out * models)  # the models the bound is computed from, the rest chose the threshold
-    assert f"its {test} + {test} test models" in " ".join(README.split())
+    assert f"its {test} + {test} test models" in " ".join(EXAMPLE_LEVEL.split())
 
 
 def _mean_std(cell: str) -> tuple[float, float]:
@@ -460,11 +469,11 @@ def _mean_std(cell: str) -> tuple[float, float]:
 
 @pytest.mark.slow
 def test_readme_quickstart_table_is_what_the_quickstart_prints(tmp_path):
-    """`privdl run examples/quickstart.toml` (≈ 4 s), its final-metrics table against the README's, cell by cell.
-    Means are printed to 4 significant digits and compared to 1e-3 (rounding, and the last bits of another CPU's
-    BLAS); a std printed to one digit within a tenth of a unit of that digit, or both at rounding level (three equal
+    """`privdl run examples/quickstart.toml` (≈ 4 s), its final-metrics table against docs/getting-started.md's, cell
+    by cell. Means are printed to 4 significant digits and compared to 1e-3 (rounding, and the last bits of another
+    CPU's BLAS); a std printed to one digit within a tenth of a unit of that digit, or both at rounding level (three equal
     values: 1e-16 here, 0 elsewhere)."""
-    readme = README[README.index("## What the main job prints"):]
+    readme = GETTING_STARTED[GETTING_STARTED.index("## What the main job prints"):]
     block = readme[readme.index("```") + 3:]
     block = block[:block.index("```")]
     want = [line for line in block.splitlines() if line.startswith("│")]
@@ -495,7 +504,7 @@ def test_readme_correlated_noise_losses_are_what_the_example_prints(tmp_path):
     from privdl.experiment.store import read_results
 
     m = _number(r"at ε = (\d+) it prints test loss LDP ([\d.]+), DECOR ([\d.]+), Whisper ([\d.]+) \(non-private "
-                r"([\d.]+);")
+                r"([\d.]+);", CORRELATED)
     cfg = load_config(ROOT / "examples" / "correlated_noise.toml")
     cfg["sweep"]["mechanism.epsilon"] = [float(m[1])]
     run_experiment(cfg, tmp_path, progress=False)
