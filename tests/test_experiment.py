@@ -547,6 +547,7 @@ def test_plots_are_readable_at_a_glance():
     plt.close(fig)
 
 
+@pytest.mark.slow
 def test_experiment_plots_split_by_task_and_carry_the_privacy_caption(tmp_path):
     from privdl.experiment.plot import plot_experiment, privacy_caption
 

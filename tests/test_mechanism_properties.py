@@ -143,6 +143,7 @@ def sampled_gaussian_epsilon(z: float, *, q: float, steps: int, delta: float) ->
 
 
 @pytest.mark.parametrize("epsilons", [[3.0], [3.0, 1.0]], ids=["single", "stacked"])
+@pytest.mark.slow
 def test_a_cross_gradient_carries_its_owners_noise_level_for_every_requester(epsilons):
     """For every (replica, owner j, requester i): the noise on the lot sum, over the rounds and coordinates, has std
     σ_j·C, σ_j the noise multiplier the ledger states for owner j — which meets the target ε with owner j's own
