@@ -77,6 +77,25 @@ def assert_ghost_matches_per_example(task, *, seed: int, rate: float, spread: fl
     assert torch.allclose(ghost_clipped_sum(task, x, batch, mask, clip), expected, atol=1e-10)
 
 
+def readme_python(after: str) -> str:
+    """The first ```python block of README.md after the text ``after`` (examples are tested as printed)."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index(after):]
+    code = section[section.index("```python") + len("```python"):]
+    return code[:code.index("```")]
+
+
+def run_printed(code: str) -> str:
+    """Execute ``code`` and return what it printed."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), {})
+    return out.getvalue()
+
+
 def run_toml(tmp_path, text: str) -> dict:
     """Run the one-run experiment a TOML config text describes, through load_config and the runner; its manifest."""
     import json

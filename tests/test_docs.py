@@ -53,13 +53,14 @@ def python_blocks(page: Path) -> list[tuple[str, str]]:
             for m in PYTHON_BLOCK.finditer(text)]
 
 
-def run_blocks(page: Path) -> str:
-    """Run ``page``'s python blocks in order in a fresh interpreter (the repository root as working directory, the
-    shared data folder as ``PRIVDL_DATA_DIR``, one torch thread); what they printed. A failing block fails with its traceback."""
+def run_blocks(page: Path, cwd: Path) -> str:
+    """Run ``page``'s python blocks in order in a fresh interpreter (``cwd`` as working directory — what a block
+    writes, e.g. a saved run, lands there, not in the repository —, the shared data folder as ``PRIVDL_DATA_DIR``,
+    one torch thread); what they printed. A failing block fails with its traceback."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
                PRIVDL_DATA_DIR=str(SHARED_DATA), OMP_NUM_THREADS="1")  # one thread, as the other tests run
     res = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps(python_blocks(page)), text=True,
-                         capture_output=True, cwd=ROOT, env=env, timeout=600)
+                         capture_output=True, cwd=cwd, env=env, timeout=600)
     assert res.returncode == 0, f"{page.relative_to(ROOT)}:\n{res.stderr[-4000:]}"
     return res.stdout
 
@@ -114,11 +115,11 @@ def test_the_checked_pages_hold_python_blocks_and_no_other_fence_hides_python():
 @pytest.mark.parametrize("page", [
     pytest.param(p, marks=pytest.mark.slow) if str(p.relative_to(ROOT)) in SLOW_PAGES else p
     for p in PAGES if python_blocks(p)], ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_python_block_of_a_page_runs(page):
+def test_every_python_block_of_a_page_runs(page, tmp_path):
     check, needs = CHECKS.get(str(page.relative_to(ROOT)), (None, None))
     if needs is not None and not needs():
         pytest.skip(f"{page.name} reads the shared data (not present under {SHARED_DATA})")
-    printed = run_blocks(page)
+    printed = run_blocks(page, tmp_path)
     if check is not None:
         check(printed)
 
