@@ -99,8 +99,9 @@ CHECKS = {
     "docs/recipes/dual-protection.md": (_attack, _mnist_present),
     "docs/extending.md": (_extending, None),
 }
-#: pages whose blocks take minutes on 2 cores (iDLG's 300 L-BFGS iterations on the CNN): the slow tier runs them
-SLOW_PAGES = {"docs/recipes/dual-protection.md"}
+#: pages whose blocks take minutes on 2 cores (iDLG's 300 L-BFGS iterations on the CNN), or that the fast tier runs
+#: already with checks of their own (the tutorial: tests/test_own_data_doc.py): the slow tier runs them here
+SLOW_PAGES = {"docs/recipes/dual-protection.md", "docs/own-data.md"}
 
 
 def test_the_checked_pages_hold_python_blocks_and_no_other_fence_hides_python():

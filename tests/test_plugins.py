@@ -62,6 +62,7 @@ def _rows(out: Path) -> list[tuple]:
         return sorted(tuple(v for k, v in r.items() if k != "run_id") for r in csv.DictReader(f))
 
 
+@pytest.mark.slow  # worker processes (the slow tier)
 def test_a_one_file_plug_in_runs_sweeps_on_processes_and_re_accounts(plugin):
     """The config route: plugins = ["my_plugin"]. Its dataset, algorithm and mechanism run, the sweep over the
     plug-in mechanism's sigma gives two ledgers of the plug-in's event kind accounted with its accountant; 2
@@ -103,6 +104,7 @@ def test_a_one_file_plug_in_runs_sweeps_on_processes_and_re_accounts(plugin):
     assert given.returncode == 0 and json.loads(given.stdout)["epsilon"] == out["epsilon"], given.stderr
 
 
+@pytest.mark.slow  # worker processes (the slow tier)
 def test_the_plugin_flag_imports_it_in_the_workers_and_records_it(plugin):
     """The command-line route: a config without plugins, run with --plugin my_plugin on 2 processes; the runs'
     manifests record it, so account --manifest imports it without being told. Without the flag the plug-in's

@@ -339,6 +339,7 @@ def _check_pair(configs, source=(None, None)):
     return dict(out.get() for _ in range(2))
 
 
+@pytest.mark.slow
 def test_hosts_with_different_configs_or_sources_are_refused_at_rendezvous(tmp_path):
     """Every process compares process 0's config (less the keys that are paths on each host), privdl source and
     torch version with its own before any run: a difference stops every process, and the differing process names
