@@ -46,6 +46,16 @@ def encode(header: tuple) -> torch.Tensor:
     return torch.tensor(values + [-1] * (HEADER - len(values)), dtype=torch.int64)
 
 
+def failure(exc: BaseException) -> tuple[str, str]:
+    """What a gloo error says happened — "died" (the peer's connection closed or was reset), "timeout" (nothing
+    within the process group's timeout) or "failed" — and its first line (at most 200 characters)."""
+    text = str(exc)
+    low = text.lower()
+    kind = "died" if "closed" in low or "reset" in low else "timeout" if "timed out" in low or "timeout" in low \
+        else "failed"
+    return kind, (text.splitlines()[0][:200] if text else type(exc).__name__)
+
+
 @functools.lru_cache(maxsize=1024)
 def _crc(tag: str) -> int:
     return zlib.crc32(tag.encode())
@@ -118,12 +128,11 @@ class DistTransport:
         try:
             yield
         except RuntimeError as exc:
-            text = str(exc)
-            kind = ("died (its connection closed)" if "closed" in text.lower() or "reset" in text.lower() else
-                    f"did not answer within {self.timeout:g} s" if "timed out" in text.lower() or
-                    "timeout" in text.lower() else "failed")
-            raise TransportError(f"{self._who(self.rank)}: {self._who(peer)} {kind} while {what} "
-                                 f"{self._describe(header)} ({text.splitlines()[0][:200]})") from None
+            kind, text = failure(exc)
+            said = {"died": "died (its connection closed)", "timeout": f"did not answer within {self.timeout:g} s",
+                    "failed": "failed"}[kind]
+            raise TransportError(f"{self._who(self.rank)}: {self._who(peer)} {said} while {what} "
+                                 f"{self._describe(header)} ({text})") from None
 
     def _post(self, src: int, header: tuple):
         """Post the receive of one message from ``src`` of the size ``header`` announces (the receiver knows every
@@ -186,16 +195,24 @@ class DistTransport:
                           for k in range(1, self.parts)]
 
     def agree_max(self, part: int, value: int) -> int:
-        t = torch.tensor([int(value)], dtype=torch.int64)
-        try:
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        except RuntimeError as exc:
-            text = str(exc).splitlines()[0][:200]
-            why = "a process died" if "closed" in text.lower() or "reset" in text.lower() else "a process failed"
-            raise TransportError(f"{self._who(self.rank)}: the processes could not agree on a value: {why} "
-                                 f"({text})") from None
+        out = all_max(value, who=self._who(self.rank), what="agree on a value")
         self.control_messages += 1
-        return int(t)
+        return out
+
+
+#: what each kind of gloo failure (:func:`failure`) says about the processes of a collective
+_WHY = {"died": "a process died", "timeout": "a process did not answer within the timeout",
+        "failed": "a process failed"}
+
+
+@contextlib.contextmanager
+def _collective(message: str):
+    """gloo's errors in a collective as a :class:`TransportError`: ``message``, why, and gloo's first line."""
+    try:
+        yield
+    except RuntimeError as exc:
+        kind, text = failure(exc)
+        raise TransportError(f"{message}: {_WHY[kind]} ({text})") from None
 
 
 def broadcast_ints(values: list[int] | None, length: int, *, src: int = 0, what: str = "a control message"
@@ -210,15 +227,30 @@ def broadcast_ints(values: list[int] | None, length: int, *, src: int = 0, what:
         if values is None or len(values) != length:
             raise ValueError(f"broadcast_ints: {length} integers expected, got {values!r}")
         t[:] = torch.tensor([int(v) for v in values], dtype=torch.int64)
-    try:
+    with _collective(f"process {rank}: {what} from process {src} was not received"):
         dist.broadcast(t, src=src)
-    except RuntimeError as exc:
-        text = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        why = ("a process died" if "closed" in text.lower() or "reset" in text.lower() else
-               "a process did not answer within the timeout" if "timed out" in text.lower() or
-               "timeout" in text.lower() else "a process failed")
-        raise TransportError(f"process {rank}: {what} from process {src} was not received: {why} ({text})") from None
     return t.tolist()
 
 
-__all__ = ["DistTransport", "HEADER", "broadcast_ints", "encode"]
+def broadcast_bytes(data: bytes | None, *, src: int = 0, what: str = "a control message") -> bytes:
+    """Process ``src``'s ``data``, on every process: its length (:func:`broadcast_ints`), then the bytes — bytes
+    only, for the receiver to parse as text (never to unpickle)."""
+    rank = dist.get_rank()
+    n = broadcast_ints([len(data)] if rank == src else None, 1, src=src, what=what)[0]
+    buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8) if rank == src and n else \
+        torch.zeros(n, dtype=torch.uint8)
+    with _collective(f"process {rank}: {what} from process {src} was not received"):
+        dist.broadcast(buffer, src=src)
+    return bytes(buffer.tolist())
+
+
+def all_max(value: int, *, who: str, what: str) -> int:
+    """The largest ``value`` over every process (one int64 ``all_reduce(MAX)``: control data, outside the rounds);
+    a failure names ``who`` and what the processes could not do."""
+    t = torch.tensor([int(value)], dtype=torch.int64)
+    with _collective(f"{who}: the processes could not {what}"):
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t)
+
+
+__all__ = ["DistTransport", "HEADER", "all_max", "broadcast_bytes", "broadcast_ints", "encode", "failure"]

@@ -23,7 +23,8 @@ from privdl.errors import PrivdlError, ValidationError
 from privdl.keys import HeldKeys, Keys, RootKeys, drawn
 from privdl.placement import Placement, partition
 from privdl.comm.sliced import TransportError, Wire
-from privdl.runtime.transport import _CODE as CODES, DTYPES, HEADER, DistTransport, broadcast_ints
+from privdl.runtime.transport import (_CODE as CODES, DTYPES, HEADER, DistTransport, all_max, broadcast_bytes,
+                                      broadcast_ints)
 from privdl.runtime_spec import RuntimeSpec
 from privdl.simulator.checkpoint import Checkpoints
 from privdl.simulator.coordinator import BYTES, DRAWS, Coordinator
@@ -334,15 +335,8 @@ def check_same_launch(cfg: dict, rank: int, world: int) -> None:
     import json
 
     mine = launch_facts(cfg)
-    data = json.dumps(mine).encode() if rank == 0 else b""
-    n = broadcast_ints([len(data)] if rank == 0 else None, 1, what="process 0's config and versions")[0]
-    buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8) if rank == 0 else torch.zeros(n, dtype=torch.uint8)
-    try:
-        dist.broadcast(buffer, src=0)
-    except RuntimeError as exc:
-        raise TransportError(f"process {rank}: process 0's config and versions were not received "
-                             f"({str(exc).splitlines()[0][:200]})") from None
-    theirs = json.loads(bytes(buffer.tolist()).decode())
+    got = broadcast_bytes(json.dumps(mine).encode() if rank == 0 else None, what="process 0's config and versions")
+    theirs = json.loads(got.decode())
     differ = []
     if theirs.get("config") != mine["config"]:
         a, b = json.loads(theirs.get("config", "{}")), json.loads(mine["config"])
@@ -352,16 +346,11 @@ def check_same_launch(cfg: dict, rank: int, world: int) -> None:
     for name in ("privdl", "torch"):
         if theirs.get(name) != mine[name]:
             differ.append(f"{name} {mine[name]} here, {theirs.get(name)} at process 0")
-    flag = torch.tensor([1 if differ else 0], dtype=torch.int64)
-    try:
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    except RuntimeError as exc:
-        raise TransportError(f"process {rank}: the processes could not compare their configs "
-                             f"({str(exc).splitlines()[0][:200]})") from None
+    anyone = all_max(1 if differ else 0, who=f"process {rank}", what="compare their configs")
     if differ:
         raise PrivdlError(f"process {rank} of {world} runs another launch than process 0: " + "; ".join(differ) +
                           " — start every host with the same config and the same privdl and torch")
-    if int(flag):
+    if anyone:
         raise PrivdlError(f"process {rank} of {world}: another process runs a different config, privdl or torch "
                           "than process 0 (its error names the difference)")
 

@@ -47,6 +47,7 @@ class GradientOracle:
         # simulator's shapes, bit for bit (the sliced backend's specification, tests/test_sliced.py)
         self.placement = None if placement is None or placement.complete else placement
         self.held_rows = bool(held_rows)
+        self._blocks: dict[tuple, tuple[ClippedSum, int]] = {}  # (id(need), rows, d) -> (need, block): _block
         self.calls = 0
         #: ``on_access(t, access, batch)`` sees every access's examples (round t, set by the engine): the engine's
         #: own record of what was drawn, for attacks and audits that need the true samples
@@ -191,14 +192,15 @@ class GradientOracle:
 
     def clipped_sum(self, models: torch.Tensor, owners: torch.Tensor, requesters: torch.Tensor,
                     need: ClippedSum) -> torch.Tensor:
-        block = self._block(need, models.shape)
+        block = self._block(need, tuple(models.shape))
         if self.placement is not None:
             idx, batch, mask = self._held("subset" if need.batch is not None else "lot", owners, requesters, need,
                                           block)
             if self.on_access is not None:
                 full = self._full(models.shape[0], idx, batch)
                 self._batch = None if full is None else (full, self._full(models.shape[0], idx, (mask,))[0])
-            return self._rows(models, idx, lambda x, b, m: self._clipped(x, b, m, need, models.shape[0]), batch, mask)
+            return self._rows(models, idx, lambda x, b, m: self._clipped(x, b, m, need, models.shape, block),
+                              batch, mask)
         if need.batch is not None:  # a uniform batch of distinct examples, from the mini-batch key
             batch, mask = self.task.sample_subset(self._draws("batch", owners, requesters), self._agents(owners),
                                                   need.batch)
@@ -208,33 +210,44 @@ class GradientOracle:
             batch, mask = self.task.sample_lot(self._draws("lot", owners, requesters), self._agents(owners),
                                                row_rates, block=block)
         self._batch = (batch, mask)
-        return self._clipped(models, batch, mask.to(models.dtype), need, models.shape[0])
+        return self._clipped(models, batch, mask.to(models.dtype), need, models.shape, block)
 
-    def _block(self, need: ClippedSum, shape: torch.Size) -> int:
+    @staticmethod
+    def _chunk(need: ClippedSum, frame: tuple[int, int]) -> int:
+        """The generic path's examples per step, memory-bounded on the frame (the whole access's rows × d)."""
+        return need.chunk or max(1, CHUNK_BUDGET // max(1, frame[0] * frame[1]))
+
+    def _block(self, need: ClippedSum, frame: tuple[int, int]) -> int:
         """The examples per block of a lot's clipped sum (:meth:`_clipped`), from public facts only — the lot
         rates, every agent's data size, the frame's shape — so the simulator and every slice split lots alike: the
-        generic path's memory-bounded chunk, else a power of two ≥ a quarter of the largest expected lot (≥ 8)."""
+        generic path's chunk, else a power of two ≥ a quarter of the largest expected lot (≥ 8). Computed once per
+        need and frame (every access of a run asks again)."""
         if need.rates is None:
             return 1
+        key = (id(need), *frame)
+        known = self._blocks.get(key)
+        if known is not None and known[0] is need:
+            return known[1]
         if self.per_example == "vmap":
-            return need.chunk or max(1, CHUNK_BUDGET // max(1, shape[0] * shape[1]))
-        rates = need.rates.reshape(-1).to(torch.float64).cpu()
-        counts = self.task.counts.to(torch.float64)
-        expected = (float((rates * counts).max()) if rates.numel() == counts.numel() else
-                    float(rates.max()) * float(counts.max()))
-        return max(8, 1 << max(0, math.ceil(math.log2(max(expected / 4, 1.0)))))
+            block = self._chunk(need, frame)
+        else:
+            rates = need.rates.reshape(-1).to(torch.float64).cpu()
+            counts = self.task.counts.to(torch.float64)
+            expected = (float((rates * counts).max()) if rates.numel() == counts.numel() else
+                        float(rates.max()) * float(counts.max()))
+            block = max(8, 1 << max(0, math.ceil(math.log2(max(expected / 4, 1.0)))))
+        self._blocks[key] = (need, block)
+        return block
 
     def _clipped(self, models: torch.Tensor, batch: tuple[torch.Tensor, ...], mask: torch.Tensor,
-                 need: ClippedSum, frame: int) -> torch.Tensor:
-        """The clipped lot sums of ``models``' rows. A Poisson lot is summed block by block (:meth:`_block`
-        examples each, added in order): a row's sum is then the same bits however far its lot was padded — past its
-        slice's longest lot or the network's — since a block of padding adds exact zeros. The generic path's
-        examples per block follow the ``frame``'s rows (the whole access's), as the simulator's do."""
-        d = models.shape[1]
-        chunk = need.chunk or max(1, CHUNK_BUDGET // max(1, frame * d))
+                 need: ClippedSum, frame: tuple[int, int], block: int) -> torch.Tensor:
+        """The clipped lot sums of ``models``' rows. A Poisson lot is summed block by block (``block`` examples
+        each, :meth:`_block`, added in order): a row's sum is then the same bits however far its lot was padded —
+        past its slice's longest lot or the network's — since a block of padding adds exact zeros. The generic
+        path's examples per step follow the ``frame`` (the whole access's rows), as the simulator's do."""
+        chunk = self._chunk(need, frame)
         if need.rates is None:
             return self._clipped_block(models, batch, mask, need, chunk)
-        block = self._block(need, (frame, d))
         total = None
         for start in range(0, mask.shape[1], block):
             part = tuple(t[:, start:start + block] for t in batch)
