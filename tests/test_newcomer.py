@@ -213,8 +213,9 @@ PROVENANCE = {
     "seed003/dpdl_same_effective_step_3seeds.csv": ("dpdl", "dpdl_summary.csv"),
     "seed003/dpdl_same_effective_step_more_cells.csv": ("dpdl", "dpdl_summary.csv"),
     "seed004/table1.csv": ("table1", "table1.csv"),
-    "seed004/theorem51.csv": ("theorem51", "theorem51.csv"),
-    "seed004/theorem51_fit.csv": ("theorem51", "theorem51_fit.csv"),
+    "seed004/noise_linearity.csv": ("noise_linearity", "noise_linearity.csv"),
+    "seed004/neighbourhood_bound.csv": ("neighbourhood_bound", "neighbourhood_bound.csv"),
+    "seed004/noise_linearity_fit.csv": ("noise_linearity", "noise_linearity_fit.csv"),
     "seed004/table1_summary.csv": ("table1", "table1_summary.csv"),
     "seed004/table1_authors_settings_seed0.csv": ("table1", "table1.csv"),
     "seed004/table1_mnist_digits_seed0.csv": ("table1", "table1.csv"),
@@ -282,7 +283,9 @@ def written(tmp_path_factory):
 
     mp.setattr(attacks, "packaged_config", small)
     tiny = {"rms_localization": dict(seeds=1, iterations=10), "rms_filtering": dict(seeds=1, iterations=10),
-            "rms_remarks": dict(seeds=1, iterations=20), "theorem51": dict(seeds=1, iterations=5, sigmas=(0.01, 0.1)),
+            "rms_remarks": dict(seeds=1, iterations=20),
+            "noise_linearity": dict(seeds=1, iterations=5, sigmas=(0.01, 0.1)),
+            "neighbourhood_bound": dict(seeds=1, iterations=5, sigmas=(0.1,)),
             "rms_dlg": dict(iterations=1, images=1, round=1, attack_iterations=1),
             "attack_table": dict(iterations=1, images=1, round=1, attack_iterations=1),
             "dpdl": dict(seeds=1, iterations=1, dataset="mnist_t10k", methods=("CGA",), graphs=("ring",),

@@ -2,7 +2,7 @@
 the ordinary runner, plus the papers' numbers and a thin comparison."""
 
 from privdl.reproductions import (  # noqa: F401  (register)
-    attacks, corn, designs, dp_dec, dpdl, rms, rms_remarks, theorem51,
+    attacks, corn, designs, dp_dec, dpdl, neighbourhood_bound, noise_linearity, rms, rms_remarks,
 )
 from privdl.reproductions.common import REPRODUCTIONS, packaged_config, parallel
 
