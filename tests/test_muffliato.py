@@ -203,3 +203,50 @@ def test_other_algorithms_refused_at_build(tmp_path):
     (tmp_path / "exp.toml").write_text(CONFIG.replace('name = "dsgd"', 'name = "dsgt"'))
     with pytest.raises(ValidationError, match="D-SGD"):
         run_experiment(load_config(tmp_path / "exp.toml"), tmp_path / "out", progress=False)
+
+
+# ---- calibration = "mean_pair" (issue 46): the authors' way of reporting privacy ---------------------------------
+@pytest.mark.parametrize("n", [8, 13, 20])
+def test_mean_pair_on_a_ring_has_its_closed_form(n):
+    """Ring, Metropolis–Hastings weights 1/3, one plain round (P_0 = I, P_1 = W, every row of W has squared norm
+    1/3): an observer at distance 1 gets S = 1 (capped; P_0 alone gives 1) and at distance 2 gets S = (1/9)/(1/3) =
+    1/3 (one of its neighbours sees u with weight 1/3), farther 0. So the per-distance means are 1, 1/3, 0, …, the
+    mean over the n − 1 observers is (2·1 + 2·⅓)/(n − 1) = 8/(3(n − 1)), and the mean-pair σ is the worst-pair σ
+    times √(8/(3(n − 1)))."""
+    net = Network.from_topology("ring", n)
+    worst = make_mechanism("muffliato", steps=50, network=net, epsilon=3.0, gossip_rounds=1)
+    mean = make_mechanism("muffliato", steps=50, network=net, epsilon=3.0, gossip_rounds=1, calibration="mean_pair")
+    closed = 8 / (3 * (n - 1))
+    assert mean.mean_pair == pytest.approx(closed, rel=1e-12)
+    by = mean.noise_facts()["mean_pair_by_distance"]
+    assert by["1"] == pytest.approx(1.0) and by["2"] == pytest.approx(1 / 3)
+    assert all(v == pytest.approx(0.0, abs=1e-15) for k, v in by.items() if int(k) > 2)
+    assert len(by) == n // 2  # distances 1 … ⌊n/2⌋ on a ring
+    assert mean.sigma / worst.sigma == pytest.approx(math.sqrt(closed), rel=1e-12)
+    # the mean pair meets the target (never above it); the worst observer, a neighbour, does not
+    facts = mean.noise_facts()
+    assert facts["mean_pair"]["epsilon"] == pytest.approx(3.0, rel=1e-6) and facts["mean_pair"]["epsilon"] <= 3.0
+    assert mean.ledger().epsilon > 3.0 >= worst.ledger().epsilon
+    assert facts["calibration"] == "mean_pair" and "MEAN over pairs" in mean.ledger().note
+
+
+def test_mean_pair_equals_worst_pair_on_a_complete_graph_and_never_exceeds_it():
+    """On the complete graph every pair is a direct neighbour (S ≥ 1, capped at the local-DP 1): the mean is the
+    worst, the same σ. On any graph the mean over pairs is at most the largest, so the mean-pair σ is never larger."""
+    net = Network.from_topology("complete", 9)
+    a = make_mechanism("muffliato", steps=20, network=net, epsilon=1.0, gossip_rounds=2)
+    b = make_mechanism("muffliato", steps=20, network=net, epsilon=1.0, gossip_rounds=2, calibration="mean_pair")
+    assert b.mean_pair == pytest.approx(1.0) and b.sigma == pytest.approx(a.sigma, rel=1e-12)
+    for seed, rounds, accelerated in ((0, 1, False), (1, 3, True), (2, 10, True)):
+        net = Network.from_topology("erdos_renyi", 15, p=0.3, seed=seed)
+        kw = dict(steps=30, network=net, epsilon=3.0, gossip_rounds=rounds, accelerated=accelerated)
+        assert (make_mechanism("muffliato", calibration="mean_pair", **kw).sigma
+                <= make_mechanism("muffliato", **kw).sigma * (1 + 1e-12))
+        assert make_mechanism("muffliato", **kw).sigma == make_mechanism("muffliato", calibration="worst_pair",
+                                                                         **kw).sigma  # the default is unchanged
+
+
+def test_unknown_calibration_refused():
+    with pytest.raises(ValidationError, match="calibration must be one of worst_pair, mean_pair.*'median'"):
+        make_mechanism("muffliato", steps=5, network=Network.from_topology("ring", 5), epsilon=1.0,
+                       calibration="median")
