@@ -128,6 +128,11 @@ def test_every_design_runs_at_its_best_step_size_of_the_search(tmp_path):
         assert tried[r["method"]][float(r["eta"])] == best
         assert float(r["eta"]) == min(e for e, a in tried[r["method"]].items() if a == best)  # ties: the smaller η
         assert int(r["seed"]) != TUNE_SEED
+    # the noise-to-signal note: LDP (tight accountant, constant step) sits on the closed form, Whisper above 2√d/(μn)
+    note = (tmp_path / "designs.md").read_text().split("## Accumulated noise-to-signal (closed form)")[1]
+    cells = {line.split(" | ")[2]: line.strip("| ").split(" | ") for line in note.splitlines()
+             if line.startswith("| breast_cancer")}
+    assert cells["LDP"][8] == cells["LDP"][6] and float(cells["Whisper"][8]) >= float(cells["Whisper"][7])
     search = _read(tmp_path / "designs_search.csv")  # every search run, as the tuning runs themselves say
     assert {(s["method"], float(s["eta"])): float(s["accuracy"]) for s in search} == {
         (m, e): a for m, t in tried.items() for e, a in t.items()}
@@ -185,3 +190,43 @@ def test_unknown_labels_are_refused():
 
     with pytest.raises(ValidationError, match="unknown graph"):
         REPRODUCTIONS.get("designs")("unused", dataset="breast_cancer", graphs=("torus",))
+
+
+def _gdp_mu(epsilon, delta):
+    """μ of μ-GDP meeting (ε, δ), from Dong, Roth & Su's δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) by root finding:
+    our own implementation, not privdl's."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    return brentq(lambda m: norm.cdf(-epsilon / m + m / 2) - math.exp(epsilon) * norm.cdf(-epsilon / m - m / 2)
+                  - delta, 1e-6, 100.0, xtol=1e-14)
+
+
+@pytest.mark.parametrize("T,eta,d,n,eps", [(10, 0.1, 124, 20, 1.0), (500, 0.003, 28440, 20, 10.0),
+                                           (2000, 1.0, 7, 5, 3.0)])
+def test_accumulated_noise_to_signal_is_at_least_the_closed_form(T, eta, d, n, eps):
+    """The designs' closed form (REPRODUCTION.md): independent agent-level noise calibrated over T accesses gives the
+    network average an accumulated noise-to-signal ratio √(Σ η²·d·𝟙ᵀR𝟙)/(n C Σ η) of at least 2√d/(μ√n), μ the GDP
+    parameter of (ε, δ) — computed here by our own root finding — whatever T and η; equal for the tight accountant at
+    a constant step (accesses = steps), strictly above under a decaying schedule or an extra access (DSGT's T + 1), at
+    least under the paper's accountant and Muffliato's RDP conversion; any correlated design (DECOR, Whisper) is at least 2√d/(μn)."""
+    from privdl.mechanisms import make_mechanism
+    from privdl.network import Network
+    from privdl.reproductions.noise_signal import accumulated_ratio, closed_form
+
+    net, mu = Network.from_topology("ring", n), _gdp_mu(eps, 1e-5)
+    bound = 2 * math.sqrt(d) / (mu * math.sqrt(n))
+    assert closed_form(d=d, n=n, epsilon=eps, delta=1e-5) == pytest.approx(bound, rel=1e-9)
+    ldp = make_mechanism("ldp", steps=T, network=net, epsilon=eps, clip=0.7)
+    assert accumulated_ratio(ldp, d=d, etas=[eta] * T) == pytest.approx(bound, rel=1e-9)  # tight: equality
+    geometric = [eta * 0.01 ** (t / max(T - 1, 1)) for t in range(T)]
+    assert accumulated_ratio(ldp, d=d, etas=geometric) > bound * (1 + 1e-6)
+    extra = make_mechanism("ldp", steps=T + 1, network=net, epsilon=eps, clip=0.7)
+    assert accumulated_ratio(extra, d=d, etas=[eta] * T) > bound * (1 + 1e-6)
+    paper = make_mechanism("ldp", steps=T, network=net, epsilon=eps, accountant="paper")
+    assert accumulated_ratio(paper, d=d, etas=[eta] * T) >= bound
+    muff = make_mechanism("muffliato", steps=T, network=net, epsilon=eps)  # worst pair: LDP's noise (RDP conversion)
+    assert accumulated_ratio(muff, d=d, etas=[eta] * T) >= bound
+    for name in ("decor", "whisper"):
+        r = accumulated_ratio(make_mechanism(name, steps=T, network=net, epsilon=eps), d=d, etas=[eta] * T)
+        assert r >= 2 * math.sqrt(d) / (mu * n) * (1 - 1e-9), name

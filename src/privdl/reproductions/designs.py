@@ -1,5 +1,6 @@
 """Every design side by side (issue 34, part 4; ``privdl reproduce designs``): LDP, DECOR, Whisper, Zip-DL,
-Muffliato (1 and 10 gossip rounds) and DP-DSGT with DP-SGD on the same tasks — logistic regression on a9a and seed
+Muffliato (1 and 10 gossip rounds, worst pair; 1 round calibrated on the mean pair as its authors report, issue 46)
+and DP-DSGT with DP-SGD on the same tasks — logistic regression on a9a and seed
 004's small CNN on MNIST digits, 20 agents on a ring and on ER(0.3) — through the ordinary runner
 (``configs/designs_a9a.toml``, ``configs/designs_mnist.toml``: accuracy, ledgers, byte counts in the manifests), each
 run then attacked twice from real views and audited once.
@@ -41,7 +42,10 @@ design whose mechanism is not registered in this privdl (``MECHANISMS``) is skip
 Outputs: ``designs.csv`` (one row per run), ``designs_summary.csv`` (mean and sd over seeds), ``designs.md`` (the
 table and the matched-attack view), ``designs_search.csv`` (every run of the step-size search: accuracy and loss
 per η), and the runs (manifests, ledgers) under ``runs_<task>/``; attacks and audits are
-cached per run in ``cells/`` (an interrupted reproduction resumes).
+cached per run in ``cells/`` (an interrupted reproduction resumes). ``designs.md`` ends with the accumulated
+noise-to-signal ratio of the network average — the closed forms 2√d/(μ√n) (independent noise) and 2√d/(μn) (any
+agent-level Gaussian design), whatever T and η, beside each design's own calibrated ratio
+(:mod:`privdl.reproductions.noise_signal`).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ import numpy as np
 from privdl.errors import PrivdlError, ValidationError
 from privdl.experiment.config import expand
 from privdl.experiment.runner import distinct_runs
+from privdl.reproductions import noise_signal
 from privdl.reproductions.common import (
     REPRODUCTIONS, collecting, collecting_only, finished_runs, packaged_config, run, with_overrides, write_csv,
 )
@@ -319,7 +324,24 @@ def matched(summary: list[dict], *, audit_level: float, psnr_margin: float) -> l
     return out
 
 
-def _markdown(summary: list[dict], skipped: list[str], *, audit_level: float, psnr_margin: float) -> str:
+def _ratio_lines(ratios: list[dict]) -> list[str]:
+    """The noise-to-signal note of ``designs.md``: the closed forms per (task, ε) and each agent-level Gaussian
+    design's calibrated ratio (:mod:`privdl.reproductions.noise_signal`)."""
+    if not ratios:
+        return []
+    lines = ["the accumulated noise-to-signal ratio of the network average, whatever T and η: "
+             "≥ 2√d/(μ√n) for independent agent-level noise, ≥ 2√d/(μn) for any agent-level Gaussian design "
+             "(μ the GDP parameter of (ε, δ); REPRODUCTION.md derives both)", "",
+             "| task | graph | method | ε | d | n | 2√d/(μ√n) | 2√d/(μn) | calibrated |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(ratios, key=lambda r: (r["task"], r["graph"], r["epsilon"], r["method"])):
+        cal = "—" if not math.isfinite(r["calibrated"]) else f"{r['calibrated']:.3g}"
+        lines.append(f"| {r['task']} | {r['graph']} | {r['method']} | {r['epsilon']:g} | {r['d']} | {r['n']} | "
+                     f"{r['bound_independent']:.3g} | {r['bound_any_gaussian']:.3g} | {cal} |")
+    return lines
+
+
+def _markdown(summary: list[dict], skipped: list[str], *, audit_level: float, psnr_margin: float,
+              ratios: list[dict] | None = None) -> str:
     head = ["task", "graph", "method", "ε", "η", "unit", "notion", "accountant", "achieved ε", "accuracy",
             "bytes/round", "audit ε lb", "PSNR neighbour", "PSNR eavesdropper", "PSNR no-info"]
     lines = ["# Every design side by side", "",
@@ -342,6 +364,12 @@ def _markdown(summary: list[dict], skipped: list[str], *, audit_level: float, ps
         lines.append(f"| {m['task']} | {m['graph']} | {m['method']} | "
                      f"{'—' if m['epsilon'] is None else format(m['epsilon'], 'g')} | {m['accuracy']} | "
                      f"{m['psnr_measured']} |")
+    if ratios:
+        note = _ratio_lines(ratios)
+        lines += ["", "## Accumulated noise-to-signal (closed form)", "", note[0][0].upper() + note[0][1:] + ".",
+                  "A ratio above 1 means the noise the network average accumulates exceeds the largest displacement "
+                  "all clipped gradients together can cause; `calibrated` is each design's own (— for designs "
+                  "without an agent-level Gaussian covariance: DP-SGD, Zip-DL).", ""] + note[2:]
     if skipped:
         lines += ["", "## Skipped", ""] + [f"- {s}" for s in skipped]
     return "\n".join(lines) + "\n"
@@ -441,6 +469,7 @@ def _designs(out: Path, *, dataset, seeds, iterations, epsilons, graphs, methods
     rows: list[dict] = []
     searched: list[dict] = []  # every finished run of the step-size searches
     skipped_all: list[str] = []
+    ratio_specs: dict[tuple, tuple] = {}  # (task, graph, method, ε) → one run's config and d: the noise-to-signal note
     victim = 1
     for ds in datasets:
         cfg = task_config(ds, seeds=seeds, iterations=iterations, epsilons=epsilons, graphs=graphs,
@@ -481,6 +510,10 @@ def _designs(out: Path, *, dataset, seeds, iterations, epsilons, graphs, methods
                 unattacked += 1
                 continue
             rows.append(_row(ds, spec, r, cell))
+            method, graph = _labels(spec)
+            key = (ds, graph, method, float(spec.config["mechanism"].get("epsilon", math.nan)))
+            if key not in ratio_specs and "dim" in r.manifest.get("task", {}):
+                ratio_specs[key] = (ds, graph, method, spec.config, int(r.manifest["task"]["dim"]))
         if unattacked and shard is None:  # (a shard leaves the others' runs to them)
             say(f"designs {ds}: {unattacked} finished run(s) have no audit and attacks in {out / 'cells'} yet: "
                 "not in the table until they have")
@@ -495,8 +528,11 @@ def _designs(out: Path, *, dataset, seeds, iterations, epsilons, graphs, methods
                                                                                r["epsilon"], r["eta"])))
     summary = summarise(rows)
     write_csv(out / "designs_summary.csv", summary)
+    ratios = noise_signal.design_ratios(list(ratio_specs.values()))
+    for line in _ratio_lines(ratios)[:1]:
+        say(f"designs: {line}")
     (out / "designs.md").write_text(_markdown(summary, skipped_all, audit_level=audit_level,
-                                              psnr_margin=psnr_margin))
+                                              psnr_margin=psnr_margin, ratios=ratios))
     return rows
 
 
