@@ -119,19 +119,25 @@ def noise_linearity(out: Path, *, seeds: int = 5, iterations: int = 2000, sigmas
                      "sigma_range": f"{min(sigmas):g}–{max(sigmas):g}"})
     write_csv(out / "noise_linearity.csv", rows)
     write_csv(out / "noise_linearity_fit.csv", fits)
+    figure(out / "noise_linearity.png", rows, fits, seeds=seeds, iterations=iterations)
+    return rows + fits
+
+
+def figure(path: Path, rows: list[dict], fits: list[dict], *, seeds: int, iterations: int) -> Path:
+    """The deviation and the error to θ* against σ per algorithm, log-log (from the rows of the two CSVs: a
+    committed pair redraws without running)."""
     series = []
     for name in ("dsgd", "dsgt"):
-        mine = [r for r in rows if r["algorithm"] == LABEL[name] and r["sigma"] > 0]
-        xs = [r["sigma"] for r in mine]
+        mine = [r for r in rows if r["algorithm"] == LABEL[name] and float(r["sigma"]) > 0]
+        xs = [float(r["sigma"]) for r in mine]
         fit = next(f for f in fits if f["algorithm"] == LABEL[name])
-        series += [(f"{LABEL[name]}: E‖θ_T − θ_T⁰‖ (slope {fit['slope_deviation']:.3f})", xs,
-                    [r["deviation_from_noiseless"] for r in mine], None),
-                   (f"{LABEL[name]}: E‖θ_T − 𝟙⊗θ*‖", xs, [r["error_to_optimum"] for r in mine], None)]
-    draw(out / "noise_linearity.png", series, xlabel="σ (gradient noise std)", ylabel="final error", logx=True, logy=True,
-         title="the deviation the noise causes is linear in σ (not a test of Theorem 5.1)",
-         caption=f"L2-logistic regression (l2 = {L2}), breast cancer, {AGENTS} agents on a ring, η = {ETA}, "
-                 f"T = {iterations}, mean over {seeds} seeds; θ⁰: the same run without noise")
-    return rows + fits
+        series += [(f"{LABEL[name]}: E‖θ_T − θ_T⁰‖ (slope {float(fit['slope_deviation']):.3f})", xs,
+                    [float(r["deviation_from_noiseless"]) for r in mine], None),
+                   (f"{LABEL[name]}: E‖θ_T − 𝟙⊗θ*‖", xs, [float(r["error_to_optimum"]) for r in mine], None)]
+    return draw(path, series, xlabel="σ (gradient noise std)", ylabel="final error", logx=True, logy=True,
+                title="the deviation the noise causes is linear in σ (not a test of Theorem 5.1)",
+                caption=f"L2-logistic regression (l2 = {L2}), breast cancer, {AGENTS} agents on a ring, η = {ETA}, "
+                        f"T = {iterations}, mean over {seeds} seeds; θ⁰: the same run without noise")
 
 
 RENAMED = ("theorem51 was renamed noise_linearity: it checks that the deviation the noise causes is linear in σ, "
@@ -150,4 +156,4 @@ def theorem51(*_: object, **__: object) -> list[dict]:
 theorem51.__signature__ = inspect.signature(noise_linearity)  # type: ignore[attr-defined]
 
 
-__all__ = ["RENAMED", "noise_linearity", "optimum", "slope", "theorem51"]
+__all__ = ["RENAMED", "figure", "noise_linearity", "optimum", "slope", "theorem51"]
