@@ -209,7 +209,8 @@ def test_accumulated_noise_to_signal_is_at_least_the_closed_form(T, eta, d, n, e
     network average an accumulated noise-to-signal ratio √(Σ η²·d·𝟙ᵀR𝟙)/(n C Σ η) of at least 2√d/(μ√n), μ the GDP
     parameter of (ε, δ) — computed here by our own root finding — whatever T and η; equal for the tight accountant at
     a constant step (accesses = steps), strictly above under a decaying schedule or an extra access (DSGT's T + 1), at
-    least under the paper's accountant and Muffliato's RDP conversion; any correlated design (DECOR, Whisper) is at least 2√d/(μn)."""
+    least under the paper's accountant and Muffliato's RDP conversion; any correlated design (DECOR, Whisper) is at least
+    2√d/(μn)."""
     from privdl.mechanisms import make_mechanism
     from privdl.network import Network
     from privdl.reproductions.noise_signal import accumulated_ratio, closed_form

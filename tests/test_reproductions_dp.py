@@ -301,9 +301,10 @@ def test_grid_status_counts_a_stacked_run_as_its_share_of_the_batch(tmp_path):
 
 
 def test_noise_linearity_error_is_linear_in_sigma_and_the_optimum_is_stationary(tmp_path):
-    """noise_linearity (once ``theorem51``) at a small size: the deviation the noise causes grows as σ (fitted log-log slope 1 ± 0.05:
-    a noise scaled as σ² or √σ would fail), a σ near 0 changes nothing but the noise (the noiseless run draws the same
-    mini-batches), and θ* (L-BFGS on our own NumPy objective) zeroes the task's own full-data gradient."""
+    """noise_linearity (once ``theorem51``) at a small size: the deviation the noise causes grows as σ (fitted
+    log-log slope 1 ± 0.05: a noise scaled as σ² or √σ would fail), a σ near 0 changes nothing but the noise (the
+    noiseless run draws the same mini-batches), and θ* (L-BFGS on our own NumPy objective) zeroes the task's own
+    full-data gradient."""
     import numpy as np
     import torch
 

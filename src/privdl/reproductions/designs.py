@@ -332,7 +332,7 @@ def _ratio_lines(ratios: list[dict]) -> list[str]:
     lines = ["the accumulated noise-to-signal ratio of the network average, whatever T and η: "
              "≥ 2√d/(μ√n) for independent agent-level noise, ≥ 2√d/(μn) for any agent-level Gaussian design "
              "(μ the GDP parameter of (ε, δ); REPRODUCTION.md derives both)", "",
-             "| task | graph | method | ε | d | n | 2√d/(μ√n) | 2√d/(μn) | calibrated |", "|---|---|---|---|---|---|---|---|---|"]
+             "| task | graph | method | ε | d | n | 2√d/(μ√n) | 2√d/(μn) | calibrated |", "|" + "---|" * 9]
     for r in sorted(ratios, key=lambda r: (r["task"], r["graph"], r["epsilon"], r["method"])):
         cal = "—" if not math.isfinite(r["calibrated"]) else f"{r['calibrated']:.3g}"
         lines.append(f"| {r['task']} | {r['graph']} | {r['method']} | {r['epsilon']:g} | {r['d']} | {r['n']} | "

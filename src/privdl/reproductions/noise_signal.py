@@ -10,7 +10,7 @@ network average moves by x̄_{t+1} = x̄_t − η_t(ḡ_t + ν̄_t), ν̄_t the 
 variance 𝟙ᵀR𝟙/n². After T steps the accumulated noise Σ_t η_t ν̄_t has E‖·‖² = (Σ_t η_t²)·d·𝟙ᵀR𝟙/n², while the
 accumulated signal ‖Σ_t η_t ḡ_t‖ ≤ C·Σ_t η_t. Their ratio
 
-    r = √(Σ_t η_t² · d · 𝟙ᵀR𝟙) / (n · C · Σ_t η_t) ≥ √(d · 𝟙ᵀR𝟙 / T) / (n · C)      (Cauchy–Schwarz: (Σ η_t)² ≤ T Σ η_t²)
+    r = √(Σ_t η_t² · d · 𝟙ᵀR𝟙) / (n · C · Σ_t η_t) ≥ √(d · 𝟙ᵀR𝟙 / T) / (n · C)    (Cauchy–Schwarz: (Σ η_t)² ≤ TΣ η_t²)
 
 does not depend on η (and, with R ∝ T, not on T). For independent noise (LDP, and Muffliato at its worst-pair
 calibration, whose σ is LDP's up to the RDP conversion) R = I/b, 𝟙ᵀR𝟙 = n/b = 4C²Tn/μ², so
