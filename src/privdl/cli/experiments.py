@@ -309,8 +309,9 @@ def reproduce(
     method: list[str] = typer.Option([], "--method", help="table1/table2: methods to run (repeatable; central, "
                                                           "dsgd, dsgt, dinno); dpdl: method labels (DPDL, "
                                                           "'DPDL self-noise', …, CGA); designs: LDP, DECOR, "
-                                                          "Whisper, Zip-DL, 'Muffliato (1 round)', 'Muffliato (10 "
-                                                          "rounds)', 'DP-DSGT (DP-SGD)'"),
+                                                          "Whisper, Zip-DL, 'Muffliato (1 round)', 'Muffliato (1 "
+                                                          "round, mean pair)', 'Muffliato (10 rounds)', "
+                                                          "'DP-DSGT (DP-SGD)'"),
     device: Optional[str] = typer.Option(None, "--device", callback=_device, help="table1/table2, designs: cpu, cuda or auto"),
     shard: Optional[str] = typer.Option(None, "--shard", help="table1/table2, designs: I/K runs every K-th cell "
                                                               "from I (K processes share one table; designs: run "
