@@ -368,8 +368,8 @@ def _markdown(summary: list[dict], skipped: list[str], *, audit_level: float, ps
         note = _ratio_lines(ratios)
         lines += ["", "## Accumulated noise-to-signal (closed form)", "", note[0][0].upper() + note[0][1:] + ".",
                   "A ratio above 1 means the noise the network average accumulates exceeds the largest displacement "
-                  "all clipped gradients together can cause; `calibrated` is each design's own (— for designs "
-                  "without an agent-level Gaussian covariance: DP-SGD, Zip-DL).", ""] + note[2:]
+                  "all clipped gradients together can cause; `calibrated` is each agent-level design's own (— for "
+                  "Zip-DL, whose zero-sum noise leaves the average; example-level DP-SGD is not listed).", ""] + note[2:]
     if skipped:
         lines += ["", "## Skipped", ""] + [f"- {s}" for s in skipped]
     return "\n".join(lines) + "\n"

@@ -48,24 +48,29 @@ def accumulated_ratio(mechanism, *, d: int, etas: Sequence[float]) -> float:
 
 
 def design_ratios(specs: Sequence[tuple[str, str, str, dict, int]]) -> list[dict]:
-    """Per (task, graph, method, run config, d): the closed forms and, for an agent-level Gaussian design (one with a
-    ``design.R``), its calibrated ratio at a constant step (:func:`accumulated_ratio`)."""
+    """Per (task, graph, method, run config, d) of an agent-level design (example-level ones are left out): the
+    closed forms and, for a Gaussian design with a covariance R (LDP, DECOR, Whisper, Muffliato), its calibrated
+    ratio at a constant step (:func:`accumulated_ratio`; NaN for Zip-DL, whose zero-sum noise leaves the average)."""
     from privdl.experiment.build import build_algorithm, build_network
-    from privdl.mechanisms import make_mechanism
+    from privdl.mechanisms import MECHANISMS, make_mechanism
+    from privdl.mechanisms.correlated import CorrelatedGaussian
 
     out = []
     for task, graph, method, cfg, d in specs:
         mech = dict(cfg["mechanism"])
         name = mech.pop("name")
+        if name == "dp_sgd" or mech.get("clipping") == "per_example":  # example level: not what the bound is about
+            continue
         net = build_network(cfg["network"], int(cfg["seed"]), cfg.get("base_dir"))
         eps, delta = float(mech.get("epsilon", math.nan)), float(mech.get("delta", 1e-5))
         row = {"task": task, "graph": graph, "method": method, "epsilon": eps, "d": d, "n": net.n,
                "bound_independent": closed_form(d=d, n=net.n, epsilon=eps, delta=delta),
                "bound_any_gaussian": closed_form(d=d, n=net.n, epsilon=eps, delta=delta, correlated=True),
                "calibrated": math.nan}
-        m = make_mechanism(name, steps=build_algorithm(cfg).accesses(int(cfg["iterations"]), net.edges),
-                           network=net, **mech)
-        if getattr(m, "design", None) is not None:
+        kind = MECHANISMS.get(name)
+        if isinstance(kind, type) and issubclass(kind, CorrelatedGaussian):  # DP-SGD (example level), Zip-DL: —
+            m = make_mechanism(name, steps=build_algorithm(cfg).accesses(int(cfg["iterations"]), net.edges),
+                               network=net, **mech)
             row["calibrated"] = accumulated_ratio(m, d=d, etas=[1.0] * int(cfg["iterations"]))
         out.append(row)
     return out
