@@ -4,7 +4,8 @@
 the noiseless run that draws the same mini-batches) over a σ grid and fits the slope of log deviation against log σ.
 A slope of 1 is what seed 004's Theorem 5.1 ("an error neighbourhood of order O(σ)") predicts — but it is not
 evidence *for* the theorem: the deviation of any smooth iteration driven by small additive noise is linear in σ to
-first order, and a non-convex MLP, outside the theorem's conditions, gives a slope of 0.994 too. The check of the
+first order, and a non-convex MLP, outside the theorem's conditions, gives a slope of 0.994 too (as issue 46
+reports). The check of the
 theorem's own constant against a measurement, which can fail (and does, outside its conditions), is
 :mod:`privdl.reproductions.neighbourhood_bound` (``privdl reproduce neighbourhood_bound``).
 
@@ -141,8 +142,8 @@ def figure(path: Path, rows: list[dict], fits: list[dict], *, seeds: int, iterat
 
 
 RENAMED = ("theorem51 was renamed noise_linearity: it checks that the deviation the noise causes is linear in σ, "
-           "which is not evidence for seed 004's Theorem 5.1 (a non-convex MLP outside the theorem gives a slope "
-           "of 0.994 too). Run `privdl reproduce noise_linearity` for that check, and `privdl reproduce "
+           "which is not evidence for seed 004's Theorem 5.1 (issue 46: a non-convex MLP outside the theorem gives "
+           "a slope of 0.994 too). Run `privdl reproduce noise_linearity` for that check, and `privdl reproduce "
            "neighbourhood_bound` for the error neighbourhood against the constant of the seed's Appendix A")
 
 
