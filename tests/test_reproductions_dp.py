@@ -348,7 +348,8 @@ def test_appendix_a_bound_holds_for_dsgt_and_fails_for_dsgd_outside_its_premise(
     root mean square of ‖θ_T − 𝟙⊗x*‖ agrees with the exactly propagated one (tolerance: 8 seeds of a χ-like norm,
     ≈ 3 standard errors); (2) DSGT (premise holds: it converges to θ*) stays below the bound; (3) D-SGD at a constant
     step converges to a biased point (premise fails), so the O(σ) bound must fail at small σ — and it does, by the
-    bias, which the exact propagation also gives; (4) the neighbourhood term is linear in σ."""
+    bias, which the exact propagation also gives; (4) the neighbourhood term is linear in σ; (5) above DSGT's
+    step-size limit the premise fails the other way: no contraction, no bound, and the runs diverge."""
     import numpy as np
 
     from privdl.network import Network
@@ -371,3 +372,8 @@ def test_appendix_a_bound_holds_for_dsgt_and_fails_for_dsgd_outside_its_premise(
         assert ten["neighbourhood"] == pytest.approx(10 * b["neighbourhood"], rel=1e-9)
     bias = exact_rms(linear_system(task, w, "dsgd", ETA, 0.0), T)
     assert bias > 10 and appendix_a_bound(linear_system(task, w, "dsgd", ETA, 0.0), T)["neighbourhood"] == 0
+    # (5) the step-size condition: at η = 0.07 DSGT's iteration no longer contracts (ρ > 1), there is no bound, and
+    # the runs grow as ρ^T predicts
+    unstable = appendix_a_bound(linear_system(task, w, "dsgt", 0.07, 1.0), T)
+    assert unstable["rho"] > 1.05 and unstable["bound"] == math.inf
+    assert float(measured(task, net, "dsgt", 1.0, eta=0.07, iterations=T, seeds=2).min()) > 1e3
