@@ -21,7 +21,8 @@ from privdl.tasks import make_task
 N, ROUNDS = 5, 3
 PARAMS = {"dsgd": {}, "dsgt": {}, "dinno": {"primal_steps": 2}, "central_sgd": {}, "exact_diffusion": {},
           "dsg_rms": {}, "edsg_rms": {}, "dsgt_rms": {"structure": "diagonal"},
-          "pd_lms": {"scheme": "edge", "variance": 0.1}, "psgt": {}, "dpdl": {}, "cga": {"beta": 0.5}}
+          "pd_lms": {"scheme": "edge", "variance": 0.1}, "psgt": {}, "dpdl": {}, "cga": {"beta": 0.5},
+          "sgp": {}}
 
 
 @pytest.fixture(scope="module")

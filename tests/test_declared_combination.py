@@ -47,7 +47,7 @@ def test_every_built_in_algorithm_declares_a_known_combination_and_message_kinds
         assert alg.transmits and set(alg.transmits.values()) <= set(MESSAGE_KINDS), name
     # read from the steps: comm.mix of the privatised quantity (adapt then combine) is linear mixing
     assert [n for n in BUILT_IN if make_algorithm(n).combines == LINEAR_MIXING] == [
-        "dsg_rms", "dsgd", "dsgt", "dsgt_rms", "edsg_rms", "exact_diffusion"]
+        "dsg_rms", "dsgd", "dsgt", "dsgt_rms", "edsg_rms", "exact_diffusion", "sgp"]
     # combine then adapt (the gradient after the mix) and the authors' in-place gossip do not mix linearly
     assert make_algorithm("dsgd", form="cta").combines == "other"
     assert make_algorithm("dsgd", form="cta", gossip="authors").combines == "other"

@@ -37,6 +37,7 @@ VARIANTS = {
     "psgt": [{}, {"self_perturbed": False}],
     "dpdl": [{}, {"self_noise": True, "calibration": False}],
     "cga": [{"beta": 0.5}],
+    "sgp": [{}],
 }
 ROUNDS = 3
 

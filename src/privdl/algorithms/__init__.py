@@ -1,7 +1,7 @@
 """Decentralized and centralized optimisation algorithms on the agent axis."""
 
 from privdl.algorithms import (  # noqa: F401  (register)
-    central_sgd, cga, dinno, dpdl, dsgd, dsgt, exact_diffusion, pd_lms, psgt, rms,
+    central_sgd, cga, dinno, dpdl, dsgd, dsgt, exact_diffusion, pd_lms, psgt, rms, sgp,
 )
 from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext, per_round
 

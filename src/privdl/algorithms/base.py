@@ -103,6 +103,10 @@ class Algorithm(NamedTuple):
     #: what it sends each round: message tag → kind (:data:`privdl.comm.base.MESSAGE_KINDS`); Zip-DL and Muffliato
     #: average one "model" per round, the attacks' views read messages by their kind
     transmits: dict = {}
+    #: True when it is correct on a directed network (:class:`privdl.network.directed.DirectedNetwork`, a
+    #: column-stochastic push-sum A: ``sgp``, ``central_sgd``); every other algorithm is refused there
+    #: (:func:`check_directed`)
+    directed_ok: bool = False
 
     def gradient_calls(self, iterations: int) -> int:
         """The most noisy accesses any agent's data gets in ``iterations`` rounds (on a 2-agent complete graph for
@@ -131,6 +135,25 @@ def check_combination(algorithm: Algorithm, mechanism: Any) -> None:
             f"mechanism {name!r} averages what the algorithm sends once per round and covers messages of kind "
             f"{', '.join(sends)} only (one averaging of the model per step, D-SGD adapt then combine); algorithm "
             f"{algorithm.name!r} sends {dict(algorithm.transmits) or 'nothing it declares'}")
+
+
+def check_directed(algorithm: Algorithm, mechanism: Any, network: Any) -> None:
+    """On a directed network, refuse an algorithm without ``directed_ok`` and a mechanism whose ``directed_ok`` is
+    False, naming which and why."""
+    if not getattr(network, "directed", False):
+        return
+    if not algorithm.directed_ok:
+        why = ("it assumes an undirected graph with a doubly stochastic W: on the column-stochastic push-sum A of a "
+               "directed graph its mixing does not reach consensus on the average (its fixed point is biased by "
+               "A's Perron vector)")
+        if algorithm.cross or algorithm.name in ("pd_lms", "dinno"):
+            why += ", and it exchanges values along both directions of every edge, which a directed graph lacks"
+        raise ValidationError(f"algorithm {algorithm.name!r} cannot run on a directed network: {why}; use "
+                              "algorithm \"sgp\" (stochastic gradient push) or \"central_sgd\"")
+    if not getattr(mechanism, "directed_ok", True):
+        name = getattr(mechanism, "name", type(mechanism).__name__)
+        raise ValidationError(f"mechanism {name!r} cannot run on a directed network: "
+                              f"{getattr(mechanism, 'directed_reason', '') or 'it assumes a symmetric W'}")
 
 
 ALGORITHMS: Registry[Callable[..., Algorithm]] = Registry("algorithm")

@@ -13,11 +13,12 @@ import numpy as np
 import torch
 
 from privdl.algorithms import Algorithm, make_algorithm
-from privdl.algorithms.base import check_combination
+from privdl.algorithms.base import check_combination, check_directed
 from privdl.comm import Comm, make_comm
 from privdl.errors import DataError, FileError, ValidationError
-from privdl.mechanisms import GradientMechanism, make_mechanism
+from privdl.mechanisms import MECHANISMS, GradientMechanism, make_mechanism
 from privdl.network import Network, load_network_file
+from privdl.network.directed import build_directed, wants_directed
 from privdl.schedules import Schedule, make_schedule
 from privdl.tasks import Task, make_task
 
@@ -119,7 +120,9 @@ _NETWORKS: dict[tuple, Network] = {}
 
 
 def _build_network(net: dict, run_seed: int) -> Network:
-    fixed = ("topology", "n", "mixing", "lazy", "seed", "file", "file_kind", "sparse")
+    fixed = ("topology", "n", "mixing", "lazy", "seed", "file", "file_kind", "sparse", "directed")
+    if wants_directed(net):
+        return build_directed(net, run_seed, _rest(net, *fixed))
     if net.get("file"):
         return load_network_file(net["file"], kind=net.get("file_kind", "auto"),
                                  mixing=net.get("mixing", "metropolis_hastings"), lazy=net.get("lazy", False))
@@ -238,6 +241,9 @@ def build(cfg: dict, *, task: Task | None = None, network: Network | None = None
         raise ValidationError(f"the task's data are split over {task.n} agents, the network has {network.n}")
     algorithm = algorithm if algorithm is not None else build_algorithm(cfg)
     check_requirements(algorithm, network)
+    # a directed network: what may run on it, as each declares (the mechanism's class, before its design is built)
+    check_directed(algorithm, mechanism if mechanism is not None else MECHANISMS.get(cfg["mechanism"]["name"]),
+                   network)
     if mechanism is None:
         mechanism = build_mechanism(cfg, network, task, algorithm)
     check_combination(algorithm, mechanism)  # what the mechanism needs of the algorithm, as it declares it

@@ -83,6 +83,7 @@ NETWORK_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "file": (str, None),
     "file_kind": (str, "auto"),
     "sparse": ((bool, str), "auto"),
+    "directed": (bool, False),  # issue 46: a directed graph with column-stochastic push-sum weights
 }
 #: names a fixed key must be one of
 FIXED_CHOICES: dict[str, OneOf] = {
@@ -448,7 +449,7 @@ def resolve_table(section: str, table: Any, swept: set[str] = frozenset(), used:
             raise ConfigError(f"[network] file = {table['file']!r} defines the graph: remove "
                               f"{', '.join('network.' + k for k in given)} (they would be ignored, and the "
                               "manifest would say otherwise)")
-        allowed = {"file", "file_kind", "mixing", "lazy", "sparse"}
+        allowed = {"file", "file_kind", "mixing", "lazy", "sparse", "directed"}
         extra = sorted(k for k in table if k not in allowed and f"network.{k}" not in swept)
         if extra:
             raise ConfigError(f"unknown key(s) {', '.join('network.' + k for k in extra)} for a network read "

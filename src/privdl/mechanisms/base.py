@@ -259,6 +259,11 @@ class GradientMechanism(ABC):
     combination_reason: str = ""
     #: the kinds of message the algorithm must send each round, exactly (``Algorithm.transmits``), None: any
     needs_transmission: tuple[str, ...] | None = None
+    #: False when it cannot run on a directed network (:class:`privdl.network.directed.DirectedNetwork`: a
+    #: column-stochastic A, no reverse edges), with ``directed_reason`` (:func:`privdl.algorithms.base.check_directed`);
+    #: True for noise that never reads W (per agent: none, clip, dp_sgd, ldp)
+    directed_ok: bool = True
+    directed_reason: str = ""
 
     # ---- what is sent ---------------------------------------------------------------------------------------------
     #: True for a mechanism that also acts on what agents send (Zip-DL's per-edge zero-sum noise, Muffliato's

@@ -562,6 +562,9 @@ class DecorNoise(CorrelatedGaussian):
     name = design_name = "decor"
     needs_combination = LINEAR_MIXING
     combination_reason = W_MIXING_REASON
+    directed_ok = False
+    directed_reason = ("its canceling terms are drawn by both endpoints of every undirected edge (σ_cor² L, the "
+                       "Laplacian of a symmetric graph), and a directed graph's edges have no reverse")
 
 
 @MECHANISMS.register("whisper")
@@ -572,6 +575,9 @@ class WhisperNoise(CorrelatedGaussian):
     name = design_name = "whisper"
     needs_combination = LINEAR_MIXING
     combination_reason = W_MIXING_REASON
+    directed_ok = False
+    directed_reason = ("its covariance design, problem (P), is solved for a symmetric W only (the solver assumes "
+                       "W = Wᵀ)")
 
     def __init__(self, *, steps: int | torch.Tensor, network: Network, seeds: Seeds_ = "global",
                  **kwargs: object) -> None:

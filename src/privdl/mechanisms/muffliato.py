@@ -142,6 +142,9 @@ class Muffliato(AveragesTheModel, GaussianLDP):
     ``accelerated`` gossip (module doc). ``epsilon`` targets the pairwise notion (worst pair); ``sigma`` gives σ."""
 
     name = "muffliato"
+    directed_ok = False
+    directed_reason = ("its gossip and its privacy analysis assume a symmetric, doubly stochastic W (Muffliato, Cyffers et al.), "
+                       "which a directed graph's push-sum A is not")
     design_name = "ldp"
     wraps_comm = True
 

@@ -148,6 +148,9 @@ class ZipDL(AveragesTheModel, GradientMechanism):
     draw Y per unit step size)."""
 
     name = "zip_dl"
+    directed_ok = False
+    directed_reason = ("its per-sender zero-sum noise is weighted by W_{a,v} = W_{v,a} (symmetric W) "
+                       "and averages one model per round; push-sum sends a numerator and a weight")
     wraps_comm = True
     accountant_name = "rdp"
 

@@ -57,6 +57,15 @@ def uniform(graph: nx.Graph) -> np.ndarray:
     return np.full((n, n), 1.0 / n)
 
 
+@MIXING_RULES.register("push_sum")
+def push_sum(graph: nx.Graph) -> np.ndarray:
+    """Column-stochastic push-sum weights are for directed networks only (:mod:`privdl.network.directed`)."""
+    raise ValidationError("mixing rule 'push_sum' is column stochastic, for directed networks: set [network] "
+                          "directed = true (an undirected graph then sends both ways along each edge), or use a "
+                          "doubly stochastic rule (metropolis_hastings, max_degree, laplacian, uniform) on an "
+                          "undirected network")
+
+
 def lazy(w: np.ndarray) -> np.ndarray:
     """(I + W) / 2: positive definite when W is symmetric doubly stochastic (needed by exact diffusion)."""
     return 0.5 * (np.eye(len(w)) + w)

@@ -36,6 +36,9 @@ class Network:
     CSR array built from edge arrays (``network.sparse``), the graph is made only when asked for, and every dense
     object (``dense()``, the Laplacian, spectra) is refused up front when it would not fit in memory."""
 
+    #: False: undirected (:class:`privdl.network.directed.DirectedNetwork` is the directed kind)
+    directed = False
+
     def __init__(self, W: np.ndarray | sps.sparray, graph: nx.Graph | None = None,
                  description: str = "custom") -> None:
         self.description = description
@@ -54,6 +57,9 @@ class Network:
         cls, topology: str, n: int, *, mixing: str = "metropolis_hastings", lazy: bool = False, seed: int = 0,
         **params: object,
     ) -> "Network":
+        if topology.startswith("directed_"):
+            raise ValidationError(f"topology {topology!r} is directed: build it with DirectedNetwork.from_topology "
+                                  "(privdl.network.directed), or [network] directed = true in a config")
         desc = f"{topology}({', '.join(f'{k}={v}' for k, v in sorted(params.items()))}) n={n} {mixing}"
         desc += " lazy" if lazy else ""
         if isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n > DENSE_MAX_N:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from privdl.algorithms.base import Algorithm, StepContext, check_combination
+from privdl.algorithms.base import Algorithm, StepContext, check_combination, check_directed
 from privdl.comm import Comm, Observer, StackedComm, make_comm
 from privdl.comm.observers import AgentBytes
 from privdl.device import resolve_device
@@ -215,6 +215,7 @@ def simulate(
         if network is None:
             raise ValidationError("simulate needs a network or a comm")
         comm = make_comm(network, sparse=sparse)
+    check_directed(algorithm, mechanism, getattr(comm, "network", network))  # the library path too
     if keys is None:
         if seed is None:
             raise ValidationError("simulate needs a seed or keys")
