@@ -149,8 +149,8 @@ def _build(text):
      "algorithm 'dsgd' cannot run on a directed network: it assumes an undirected graph"),
     ('topology = "directed_ring"\nn = 5', "dpdl", 'name = "none"', ValidationError,
      "along both directions of every edge"),
-    ('topology = "directed_ring"\nn = 5', "sgp", 'name = "whisper"\nepsilon = 5.0', ValidationError,
-     "mechanism 'whisper' cannot run on a directed network"),
+    ('topology = "directed_ring"\nn = 5', "sgp", 'name = "whisper"\nepsilon = 5.0\nseeds = "edges"',
+     ValidationError, "whisper on a directed network solves problem \\(P\\) with one global seed only"),
     ('topology = "directed_ring"\nn = 5', "sgp", 'name = "decor"\nepsilon = 5.0', ValidationError,
      "mechanism 'decor' cannot run on a directed network: its canceling terms"),
     ('topology = "directed_ring"\nn = 5', "sgp", 'name = "zip_dl"\nsigma = 1.0', ValidationError,
@@ -220,3 +220,30 @@ def test_a_sliced_sgp_run_on_a_digraph_equals_the_simulator_bit_for_bit(family):
 def test_the_library_refuses_dsgd_on_a_directed_network(digraph):
     with pytest.raises(ValidationError, match="algorithm 'dsgd' cannot run on a directed network"):
         _quadratic_run(digraph, 0.01, 2, algorithm="dsgd")
+
+
+def test_whisper_solves_problem_p_for_a_non_symmetric_push_sum_matrix():
+    """Problem (P), min Tr(A R Aᵀ) s.t. [R⁻¹]_ii ≤ b, for a column-stochastic, non-symmetric A: privdl's dual solver
+    (both methods) against cvxpy's SDP (Clarabel; its interior-point tolerance ~1e-8 relative, here measured within
+    1e-7, bounded by 1e-6). The design for Aᵀ differs by 2.6%, so a transposition would fail the check. The
+    certificate (relative duality gap) is below 1e-10, and the design beats LDP's Tr(AAᵀ)/b."""
+    pytest.importorskip("cvxpy")
+    from privdl.covariance.designs import whisper_design
+    from privdl.covariance.reference import solve_precision
+
+    a = DirectedNetwork.from_topology("directed_erdos_renyi", 7, p=0.5, seed=4).W
+    assert np.abs(a - a.T).max() > 0.3
+    ref = solve_precision(a, bound=2.0).trace
+    for method in ("fixed_point", "newton"):
+        d = whisper_design(a, 2.0, method=method)
+        assert d.trace == pytest.approx(ref, rel=1e-6) and d.extra["relative_duality_gap"] < 1e-10
+        assert d.max_precision_ratio <= 1 + 1e-9 and d.trace < d.trace_ldp
+    assert abs(whisper_design(np.ascontiguousarray(a.T), 2.0).trace / ref - 1) > 0.01
+
+
+def test_whisper_runs_with_sgp_on_a_directed_network(tmp_path):
+    manifest = run_toml(tmp_path, _cfg(tmp_path, 'topology = "directed_erdos_renyi"\nn = 6\np = 0.5',
+                                       mechanism='name = "whisper"\nepsilon = 5.0'))
+    assert manifest["network"]["directed"] is True
+    assert manifest["privacy_ledger"][0]["epsilon"] == pytest.approx(5.0, rel=1e-6)
+    assert manifest["mechanism"]["trace"] < manifest["mechanism"]["trace_ldp"]

@@ -575,12 +575,18 @@ class WhisperNoise(CorrelatedGaussian):
     name = design_name = "whisper"
     needs_combination = LINEAR_MIXING
     combination_reason = W_MIXING_REASON
-    directed_ok = False
-    directed_reason = ("its covariance design, problem (P), is solved for a symmetric W only (the solver assumes "
-                       "W = Wᵀ)")
+    #: problem (P) is defined for any W and its dual solver reads W only through WᵀW (privdl.covariance.dual): on a
+    #: directed network R minimises Tr(A R Aᵀ) for the push-sum A, what one SGP step adds (tests/test_directed.py
+    #: checks it against cvxpy); the seed-group and coalition constructions (problem (10)) are undirected only
+    directed_ok = True
 
     def __init__(self, *, steps: int | torch.Tensor, network: Network, seeds: Seeds_ = "global",
                  **kwargs: object) -> None:
+        if getattr(network, "directed", False) and (seeds != "global" or kwargs.get("coalition_size", 0)):
+            raise ValidationError(f"whisper on a directed network solves problem (P) with one global seed only: "
+                                  f"seeds = {seeds!r}, coalition_size = {kwargs.get('coalition_size', 0)!r} build "
+                                  "seed groups on undirected edges and neighbourhoods (use seeds = \"global\", "
+                                  "coalition_size = 0)")
         self.seeds = seeds
         super().__init__(steps=steps, network=network, **kwargs)  # type: ignore[arg-type]
 
