@@ -153,8 +153,10 @@ def _build(text):
      ValidationError, "whisper on a directed network solves problem \\(P\\) with one global seed only"),
     ('topology = "directed_ring"\nn = 5', "sgp", 'name = "decor"\nepsilon = 5.0', ValidationError,
      "mechanism 'decor' cannot run on a directed network: its canceling terms"),
-    ('topology = "directed_ring"\nn = 5', "sgp", 'name = "zip_dl"\nsigma = 1.0', ValidationError,
-     "mechanism 'zip_dl' cannot run on a directed network"),
+    ('topology = "directed_ring"\nn = 5', "sgp", 'name = "muffliato"\nsigma = 1.0', ValidationError,
+     "mechanism 'muffliato' cannot run on a directed network: its gossip"),
+    ('topology = "ring"\nn = 5', "sgp", 'name = "zip_dl"\nsigma = 1.0', ValidationError,
+     "mechanism 'zip_dl' averages what the algorithm sends once per round"),
     ('topology = "ring"\nn = 5\nmixing = "push_sum"', "sgp", 'name = "none"', ValidationError,
      "push_sum.*add directed = true"),
     ('topology = "directed_ring"\nn = 5\ndirected = false', "sgp", 'name = "none"', ValidationError,
@@ -247,3 +249,31 @@ def test_whisper_runs_with_sgp_on_a_directed_network(tmp_path):
     assert manifest["network"]["directed"] is True
     assert manifest["privacy_ledger"][0]["epsilon"] == pytest.approx(5.0, rel=1e-6)
     assert manifest["mechanism"]["trace"] < manifest["mechanism"]["trace_ldp"]
+
+
+def test_zip_dl_noise_over_out_edges_leaves_the_network_sum_unperturbed(digraph):
+    """Per sender a, Σ_{v ∈ out(a) ∪ {a}} A[v, a] Z_{a→v} = 0, so one noisy push-sum mix keeps Σ_i x_i (A column
+    stochastic) while every agent's value moves; the weight's mix is A w exactly. Push-sum's uniform split gives
+    Remark 3.4's closed form c_{a→v} = (d_a − 1)/d_a, d_a = outdeg(a) + 1. (Built from A instead of Aᵀ the plan
+    would put the reverse direction's weight, 0 on a one-way edge, on each message: refused.)"""
+    from privdl.keys import Keys
+
+    mech = make_mechanism("zip_dl", steps=5, network=digraph, sigma=1.0)
+    d = digraph.out_degrees() + 1.0
+    assert np.allclose(mech.plan["c_edge"], ((d - 1) / d)[mech.src], rtol=0, atol=1e-14)
+    inner = make_comm(digraph)
+    comm = mech.wrap_comm(inner, keys=Keys(0, 8), eta=lambda t: 0.5, algorithm="sgp")
+    comm.t = inner.t = 1
+    x = torch.tensor(np.random.default_rng(1).normal(size=(8, 4)))
+    out = comm.mix(x, tag="x")
+    plain = torch.as_tensor(digraph.W) @ x
+    assert torch.allclose(out.sum(0), x.sum(0), rtol=0, atol=1e-12)
+    assert (out - plain).abs().max() > 0.1
+    w = torch.ones(8, 1, dtype=torch.float64)
+    assert torch.equal(comm.mix(w, tag="w"), inner.mix(w, tag="w"))
+
+
+def test_zip_dl_runs_with_sgp_on_a_directed_network(tmp_path):
+    manifest = run_toml(tmp_path, _cfg(tmp_path, 'topology = "directed_erdos_renyi"\nn = 6\np = 0.5',
+                                       mechanism='name = "zip_dl"\nepsilon = 5.0'))
+    assert manifest["privacy_ledger"][0]["epsilon"] == pytest.approx(5.0, rel=1e-3)

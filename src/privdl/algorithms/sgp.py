@@ -15,7 +15,8 @@ The model evaluated and reported is z. On an undirected network with a doubly st
 D-SGD adapt then combine (an extra ``mix`` of the constant weight a round).
 
 ``sgp`` is ``directed_ok``; it combines linearly (every privatised gradient reaches the models only through the
-mixing of x), so per-agent noise (``ldp``, ``gaussian_ldp``, ``dp_sgd``) applies unchanged.
+mixing of x), so per-agent noise (``ldp``, ``gaussian_ldp``, ``dp_sgd``) applies unchanged, Whisper's R solves
+problem (P) for A, and Zip-DL adds its zero-sum noise to the numerator's messages over the out-edges.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ import torch
 
 from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext
 from privdl.comm.base import LINEAR_MIXING
+
+
+#: the tag of the push-sum weight's ``mix``: it carries no data (w_t = A^t 1 depends on the graph only), so a
+#: mechanism that acts on what is sent (Zip-DL on a directed network) passes it through unperturbed
+WEIGHT_TAG = "w"
 
 
 class SGPState(NamedTuple):
@@ -46,7 +52,7 @@ def sgp() -> Algorithm:
     def step(s: SGPState, ctx: StepContext) -> SGPState:
         z = debiased(s)
         x = ctx.comm.mix(s.x - ctx.eta * ctx.gradient(z), tag="x")
-        return SGPState(x, ctx.comm.mix(s.w, tag="w"))
+        return SGPState(x, ctx.comm.mix(s.w, tag=WEIGHT_TAG))
 
     return Algorithm("sgp", init, step, debiased, combines=LINEAR_MIXING,
-                     transmits={"x": "other", "w": "other"}, directed_ok=True)
+                     transmits={"x": "push_sum_numerator", WEIGHT_TAG: "push_sum_weight"}, directed_ok=True)

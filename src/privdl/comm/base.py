@@ -48,9 +48,12 @@ COMBINATIONS = (LINEAR_MIXING, "other")
 #: ``model_per_edge`` — a model with a different term on each edge (PD-LMS); ``exact_diffusion`` — exact
 #: diffusion's φ = ψ + w − ψ_prev, and ``obfuscated_exact_diffusion`` (EDSG-RMS); ``tracking_model`` and
 #: ``tracker`` — gradient tracking's θ − η y and y (DSGT), and their ``obfuscated_`` forms (DSGT-RMS); ``other`` —
-#: anything else (cross-gradients, neighbour sums, a model before its gradient step, ...).
+#: anything else (cross-gradients, neighbour sums, a model before its gradient step, ...); ``push_sum_numerator``
+#: and ``push_sum_weight`` — SGP's x − η g̃ (the numerator after one step on one privatised gradient) and its
+#: data-independent push-sum weight w (directed networks, :mod:`privdl.algorithms.sgp`).
 MESSAGE_KINDS = ("model", "obfuscated_model", "model_per_edge", "exact_diffusion", "obfuscated_exact_diffusion",
-                 "tracking_model", "tracker", "obfuscated_tracking_model", "obfuscated_tracker", "other")
+                 "tracking_model", "tracker", "obfuscated_tracking_model", "obfuscated_tracker", "other",
+                 "push_sum_numerator", "push_sum_weight")
 
 
 class Observer(Protocol):

@@ -31,6 +31,14 @@ of the per-step analysis (the model is known to the observer) it knows a's next 
 so it knows W_{a,a}(x_a + Z_{a→a}) = x_a' − Σ received, and the weighted sum of all d_a copies gives x_a exactly. That
 statement is "none", never a number. ``epsilon`` calibrates each ς_a so
 that a's worst neighbour meets (ε, δ) (never overshooting); ``sigma`` gives ς directly (the same for every agent).
+
+**Directed networks** (issue 46; algorithm ``sgp`` on a column-stochastic push-sum A): the same construction over
+each sender's closed out-neighbourhood Γ_a = out(a) ∪ {a}, weighted by what the receivers apply, A[v, a] (the plan
+reads W_{a,v} = Aᵀ[a, v]): Σ_{v∈Γ_a} A[v, a] Z_{a→v} = 0, so Σ_v (A(x + Z))_v = Σ_a x_a — the network sum of SGP's
+numerators, hence the running average its de-biased iterates track, is untouched. Push-sum splits a's mass
+uniformly (A[v, a] = 1/d_a), so Z = Y − the mean of the Y over Γ_a and c_{a→v} = (d_a − 1)/d_a (Remark 3.4's
+uniform case) on every out-edge. The push-sum weights w go unperturbed (they depend on the graph only). The ledger's
+per-step bound is the same derivation (SGP's numerator changes by η times one clipped gradient).
 """
 
 from __future__ import annotations
@@ -141,6 +149,20 @@ class ZipDLComm(OncePerRound):
         return (own + self.inner.reduce(received, weight="mixing")).reshape(x.shape)
 
 
+class PushSumZipDLComm(ZipDLComm):
+    """Zip-DL on a directed network under SGP: the numerator's ``mix`` carries the zero-sum noise over the sender's
+    out-edges (once a round, as :class:`ZipDLComm`); the push-sum weight's ``mix`` (tag
+    :data:`privdl.algorithms.sgp.WEIGHT_TAG`) carries no data and goes through unperturbed — noise on w would not
+    hide anything and could make it negative."""
+
+    def mix(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        from privdl.algorithms.sgp import WEIGHT_TAG
+
+        if tag == WEIGHT_TAG:
+            return self.inner.mix(x, tag=tag)
+        return super().mix(x, tag=tag)
+
+
 @MECHANISMS.register("zip_dl")
 class ZipDL(AveragesTheModel, GradientMechanism):
     """Zip-DL: clip each agent's gradient to C (agent level); the averaging adds per-sender zero-sum noise
@@ -148,9 +170,9 @@ class ZipDL(AveragesTheModel, GradientMechanism):
     draw Y per unit step size)."""
 
     name = "zip_dl"
-    directed_ok = False
-    directed_reason = ("its per-sender zero-sum noise is weighted by W_{a,v} = W_{v,a} (symmetric W) "
-                       "and averages one model per round; push-sum sends a numerator and a weight")
+    #: on a directed network (push-sum A, algorithm ``sgp``): zero-sum noise over each sender's out-edges, weighted by
+    #: the receivers' weights A[v, a] (module doc, "Directed networks")
+    directed_ok = True
     wraps_comm = True
     accountant_name = "rdp"
 
@@ -163,7 +185,12 @@ class ZipDL(AveragesTheModel, GradientMechanism):
         if (epsilon is None) == (sigma is None):
             raise ValidationError("zip_dl needs exactly one of epsilon (calibrate) or sigma (the noise level ς)")
         self.clip, self.delta, self.network_ = float(clip), float(delta), network
-        w = symmetric_w(network, self.name)
+        self.directed = bool(getattr(network, "directed", False))
+        if self.directed:  # sender a's weight on v is the receiver's A[v, a]: the plan reads W_{a,v} = Aᵀ[a, v]
+            w = np.ascontiguousarray(np.asarray(network.W, dtype=np.float64).T)
+            self.needs_transmission = ("push_sum_numerator", "push_sum_weight")
+        else:
+            w = symmetric_w(network, self.name)
         e = network.edges
         self.src, self.dst = e.src.cpu().numpy(), e.dst.cpu().numpy()
         self.plan = zip_dl_plan(w, self.src, self.dst)
@@ -209,7 +236,10 @@ class ZipDL(AveragesTheModel, GradientMechanism):
         if comm.groups > 1:  # independent copies (an audit): the same plan on every copy
             plan = {k: np.tile(v, comm.groups) for k, v in plan.items()}
             sigma = np.tile(sigma, comm.groups)
-        return ZipDLComm(comm, ZipDLEncoding(plan, sigma, keys, eta), owner=self.name)
+        encoding = ZipDLEncoding(plan, sigma, keys, eta)
+        if self.directed:
+            return PushSumZipDLComm(comm, encoding, owner=self.name)
+        return ZipDLComm(comm, encoding, owner=self.name)
 
     # ---- privacy ------------------------------------------------------------------------------------------------
     def pair_precisions(self) -> np.ndarray:
@@ -266,4 +296,4 @@ class ZipDL(AveragesTheModel, GradientMechanism):
         return {"name": self.name, **{k: v for k, v in self.noise_facts().items() if not isinstance(v, dict)}}
 
 
-__all__ = ["ZipDL", "ZipDLComm", "ZipDLEncoding", "zip_dl_noise", "zip_dl_plan"]
+__all__ = ["PushSumZipDLComm", "ZipDL", "ZipDLComm", "ZipDLEncoding", "zip_dl_noise", "zip_dl_plan"]
