@@ -277,3 +277,33 @@ def test_zip_dl_runs_with_sgp_on_a_directed_network(tmp_path):
     manifest = run_toml(tmp_path, _cfg(tmp_path, 'topology = "directed_erdos_renyi"\nn = 6\np = 0.5',
                                        mechanism='name = "zip_dl"\nepsilon = 5.0'))
     assert manifest["privacy_ledger"][0]["epsilon"] == pytest.approx(5.0, rel=1e-3)
+
+
+@pytest.mark.slow
+def test_sgp_on_a_digraph_on_processes_equals_the_simulator_to_rounding(tmp_path):
+    """privdl run --procs 3, SGP + LDP on a directed Erdős–Rényi graph, writes the simulator's results.csv to
+    rounding (each process computes only its agents' rows: tests/test_runtime.py's REL)."""
+    import csv
+
+    from typer.testing import CliRunner
+
+    from privdl.cli import app
+
+    text = _cfg(tmp_path, 'topology = "directed_erdos_renyi"\nn = 6\np = 0.4',
+                mechanism='name = "gaussian_ldp"\nepsilon = 5.0').replace("iterations = 5", "iterations = 12\n"
+                                                                          "eval_every = 4")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    runner = CliRunner()
+
+    def rows(out):
+        with open(out / "results.csv") as f:
+            return [(r["iteration"], r["metric"], float(r["value"])) for r in csv.DictReader(f)]
+
+    want = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "sim"), "--no-plot", "--quiet"])
+    assert want.exit_code == 0, want.output
+    got = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "p3"), "--procs", "3", "--no-plot"])
+    assert got.exit_code == 0, got.output
+    a, b = rows(tmp_path / "p3"), rows(tmp_path / "sim")
+    assert len(a) == len(b) > 0 and [r[:2] for r in a] == [r[:2] for r in b]
+    assert all(np.isclose(x[2], y[2], rtol=1e-9, atol=1e-12) for x, y in zip(a, b)), (a, b)
