@@ -54,7 +54,8 @@ def require_symmetric_support(w: np.ndarray | sps.sparray, tol: float = 0.0, wha
     raise ValidationError(
         f"{what} must have a symmetric support (an undirected graph): {symbol}[{i},{j}] = {float(wij):.3g} but "
         f"{symbol}[{j},{i}] = {float(wji):.3g}, so agent {i} hears agent {j} and {j} does not hear {i}; give every "
-        "edge its reverse (directed graphs are not supported)")
+        "edge its reverse, or read it as a directed network ([network] directed = true: push-sum weights, "
+        "algorithm sgp)")
 
 
 def support_graph(w: np.ndarray, tol: float = 0.0) -> nx.Graph:
