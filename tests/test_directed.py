@@ -149,6 +149,8 @@ def _build(text):
      "algorithm 'dsgd' cannot run on a directed network: it assumes an undirected graph"),
     ('topology = "directed_ring"\nn = 5', "dpdl", 'name = "none"', ValidationError,
      "along both directions of every edge"),
+    ('topology = "directed_ring"\nn = 5', "exact_diffusion", 'name = "none"', ValidationError,
+     "algorithm 'exact_diffusion' cannot run on a directed network"),
     ('topology = "directed_ring"\nn = 5', "sgp", 'name = "whisper"\nepsilon = 5.0\nseeds = "edges"',
      ValidationError, "whisper on a directed network solves problem \\(P\\) with one global seed only"),
     ('topology = "directed_ring"\nn = 5', "sgp", 'name = "decor"\nepsilon = 5.0', ValidationError,
@@ -307,3 +309,15 @@ def test_sgp_on_a_digraph_on_processes_equals_the_simulator_to_rounding(tmp_path
     a, b = rows(tmp_path / "p3"), rows(tmp_path / "sim")
     assert len(a) == len(b) > 0 and [r[:2] for r in a] == [r[:2] for r in b]
     assert all(np.isclose(x[2], y[2], rtol=1e-9, atol=1e-12) for x, y in zip(a, b)), (a, b)
+
+
+def test_neighbour_sums_on_a_digraph_add_what_each_agent_hears():
+    """comm.neighbour_sum on a directed network sums over in-neighbours only (dense, sparse and stacked Comms alike)."""
+    from privdl.comm import StackedComm
+
+    net = DirectedNetwork.from_edges(3, [(0, 1), (1, 2), (2, 0), (0, 2)])
+    x = torch.tensor([[1.0], [10.0], [100.0]], dtype=torch.float64)
+    want = torch.tensor([[100.0], [1.0], [11.0]], dtype=torch.float64)  # 0 hears 2; 1 hears 0; 2 hears 0 and 1
+    for comm in (make_comm(net, sparse=False), make_comm(net, sparse=True)):
+        assert torch.equal(comm.neighbour_sum(x, tag="s"), want)
+    assert torch.equal(StackedComm(net, 2).neighbour_sum(torch.cat([x, x]), tag="s"), torch.cat([want, want]))

@@ -34,6 +34,16 @@ class _Cached:
         return self._cache[key]
 
 
+def _heard(network: Network) -> np.ndarray:
+    """The 0/1 matrix of ``neighbour_sum``: adjacency(W) (symmetric support), or on a directed network the senders
+    each agent hears, W_ij ≠ 0 (i ≠ j)."""
+    if not getattr(network, "directed", False):
+        return adjacency(network.W)
+    a = (np.asarray(network.W) != 0).astype(float)
+    np.fill_diagonal(a, 0.0)
+    return a
+
+
 class DenseComm(Comm):
     """All n rows of one network; ``mix`` is W @ x (BLAS), the rest edge by edge in canonical order."""
 
@@ -41,7 +51,7 @@ class DenseComm(Comm):
         super().__init__(network.edges)
         self.network = network
         w = network.dense("a dense Comm ([network] sparse = false)")
-        self._w, self._a = _Cached(w), _Cached(adjacency(w))
+        self._w, self._a = _Cached(w), _Cached(_heard(network))
 
     def _mix(self, x: torch.Tensor) -> torch.Tensor:
         return (self._w.get(x) @ x.reshape(self.rows, -1)).reshape(x.shape)
@@ -88,7 +98,7 @@ class StackedComm(Comm):
         self.edgewise = any(net.sparse for net in nets)
         if not self.edgewise:
             self._w = _Cached(nets[0].W if shared else np.stack([net.W for net in nets]))
-            self._a = _Cached(adjacency(nets[0].W) if shared else np.stack([adjacency(net.W) for net in nets]))
+            self._a = _Cached(_heard(nets[0]) if shared else np.stack([_heard(net) for net in nets]))
 
     @classmethod
     def copies(cls, network: Network, copies: int) -> "StackedComm":

@@ -240,10 +240,10 @@ def build(cfg: dict, *, task: Task | None = None, network: Network | None = None
     if task.n != network.n:
         raise ValidationError(f"the task's data are split over {task.n} agents, the network has {network.n}")
     algorithm = algorithm if algorithm is not None else build_algorithm(cfg)
-    check_requirements(algorithm, network)
     # a directed network: what may run on it, as each declares (the mechanism's class, before its design is built)
     check_directed(algorithm, mechanism if mechanism is not None else MECHANISMS.get(cfg["mechanism"]["name"]),
                    network)
+    check_requirements(algorithm, network)
     if mechanism is None:
         mechanism = build_mechanism(cfg, network, task, algorithm)
     check_combination(algorithm, mechanism)  # what the mechanism needs of the algorithm, as it declares it
