@@ -224,6 +224,10 @@ def test_a_sliced_sgp_run_on_a_digraph_equals_the_simulator_bit_for_bit(family):
 def test_the_library_refuses_dsgd_on_a_directed_network(digraph):
     with pytest.raises(ValidationError, match="algorithm 'dsgd' cannot run on a directed network"):
         _quadratic_run(digraph, 0.01, 2, algorithm="dsgd")
+    with pytest.raises(ValidationError, match="algorithm 'dsgd' cannot run on a directed network"):
+        simulate_sliced(task=make_task("quadratic", 8), network=digraph, algorithm=make_algorithm("dsgd"),
+                        mechanism=make_mechanism("none", steps=2), iterations=2, seed=0, slices=2,
+                        schedule=make_schedule("constant", eta=0.1, iterations=2))
 
 
 @pytest.mark.parametrize("p,seed,singular", [(0.4, 0, False), (0.5, 4, True)])

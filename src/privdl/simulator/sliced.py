@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from privdl.agreement import agree, shared_groups
-from privdl.algorithms.base import Algorithm
+from privdl.algorithms.base import Algorithm, check_directed
 from privdl.comm import Observer
 from privdl.comm.observers import AgentBytes
 from privdl.comm.sliced import SliceComm, Transport, Wire
@@ -122,6 +122,7 @@ def simulate_sliced(
     n = network.n
     if task.n != n:
         raise ValidationError(f"the task has {task.n} agents, the network {n}")
+    check_directed(algorithm, mechanism, network)
     if placements is None:
         placements = partition(n, slices=slices)
     placements = list(placements)
