@@ -341,3 +341,16 @@ def test_the_directed_recipes_config_runs_as_written(tmp_path):
     manifest = run_toml(tmp_path, block)
     assert manifest["network"]["directed"] is True and manifest["config"]["algorithm"]["name"] == "sgp"
     assert manifest["privacy_ledger"][0]["epsilon"] == pytest.approx(10.0, rel=1e-6)
+
+
+def test_a_directed_mixing_file_is_validated_column_by_column(tmp_path):
+    a = DirectedNetwork.from_topology("directed_erdos_renyi", 5, p=0.5, seed=0).W
+    np.savetxt(tmp_path / "a.csv", a, delimiter=",")
+    assert np.allclose(load_directed_file(tmp_path / "a.csv", kind="mixing").W, a, rtol=0, atol=1e-15)
+    np.savetxt(tmp_path / "rows.csv", a.T / a.T.sum(axis=1, keepdims=True), delimiter=",")  # row, not column
+    with pytest.raises(ValidationError, match=r"rows.csv: directed mixing matrix is not column stochastic: column \d"):
+        load_directed_file(tmp_path / "rows.csv", kind="mixing")
+    s = np.zeros((3, 3))
+    s[0, 1] = s[1, 2] = s[2, 0] = 1  # adjacency S[i, j] = 1: edge i → j
+    np.savetxt(tmp_path / "s.txt", s)
+    assert sorted(load_directed_file(tmp_path / "s.txt").graph.edges()) == [(0, 1), (1, 2), (2, 0)]
