@@ -143,8 +143,8 @@ class Muffliato(AveragesTheModel, GaussianLDP):
 
     name = "muffliato"
     directed_ok = False
-    directed_reason = ("its gossip and its privacy analysis assume a symmetric, doubly stochastic W (Muffliato, Cyffers et al.), "
-                       "which a directed graph's push-sum A is not")
+    directed_reason = ("its gossip and its privacy analysis assume a symmetric, doubly stochastic W (Muffliato, "
+                       "Cyffers et al.), which a directed graph's push-sum A is not")
     design_name = "ldp"
     wraps_comm = True
 

@@ -226,7 +226,8 @@ class DirectedNetwork(Network):
             raise ValidationError(f"edge endpoints must lie in 0..{n - 1}")
         g = nx.empty_graph(n, create_using=nx.DiGraph)
         g.add_edges_from(zip(i.tolist(), j.tolist()))
-        return cls.from_graph(g, mixing=mixing, lazy=lazy, description=description or f"edges n={n} {mixing} directed")
+        return cls.from_graph(g, mixing=mixing, lazy=lazy,
+                              description=description or f"edges n={n} {mixing} directed")
 
     @classmethod
     def from_matrix(cls, w: np.ndarray, description: str = "user A (directed)") -> "DirectedNetwork":
@@ -269,7 +270,8 @@ class DirectedNetwork(Network):
 
     @cached_property
     def slem(self) -> float:
-        """Second largest eigenvalue modulus of A (its eigenvalue 1 is simple: strongly connected, positive diagonal)."""
+        """Second largest eigenvalue modulus of A (its eigenvalue 1 is simple: strongly connected, positive
+        diagonal)."""
         if self.n < 2:
             return 0.0
         return float(np.sort(np.abs(np.linalg.eigvals(self.W)))[-2])
