@@ -354,3 +354,23 @@ def test_a_directed_mixing_file_is_validated_column_by_column(tmp_path):
     s[0, 1] = s[1, 2] = s[2, 0] = 1  # adjacency S[i, j] = 1: edge i → j
     np.savetxt(tmp_path / "s.txt", s)
     assert sorted(load_directed_file(tmp_path / "s.txt").graph.edges()) == [(0, 1), (1, 2), (2, 0)]
+
+
+@pytest.mark.exact
+def test_an_sgp_run_on_a_digraph_resumes_from_its_checkpoint_bit_for_bit(digraph, tmp_path):
+    """The push-sum weights are run state: a run cut after round 5 and resumed from its per-agent checkpoint equals the
+    uninterrupted one bit for bit (tests/test_checkpoint.py's argument: same operations on the same numbers)."""
+    from privdl.simulator.checkpoint import Checkpoints
+    from tests.conftest import Stop, stop_after
+
+    task = make_task("quadratic", 8, dtype=torch.float64)
+    mech = make_mechanism("gaussian_ldp", steps=10, network=digraph, clip=1.0, epsilon=20.0)
+    kw = dict(task=task, network=digraph, algorithm=make_algorithm("sgp"), mechanism=mech, iterations=10, seed=7,
+              schedule=make_schedule("constant", eta=0.01, iterations=10), sparse=True, eval_every=2)
+    want = simulate(**kw)
+    ck = lambda: Checkpoints([tmp_path], [{"run_id": "r", "config_digest": "c", "source": "s"}], n=8,  # noqa: E731
+                             every=3)
+    with pytest.raises(Stop):
+        simulate(**kw, checkpoints=ck(), on_step=stop_after(5))
+    got = simulate(**kw, checkpoints=ck(), resume=True)
+    assert torch.equal(got.final, want.final) and got.records == want.records
