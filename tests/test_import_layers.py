@@ -29,6 +29,7 @@ ROOMS = [
     "plugins",        # modules imported before any name is checked (config, --plugin, entry points)
     "private_file",   # files only their owner may read
     "process_defaults",  # the environment privdl's own processes start with (standard library only)
+    "lazy_module",    # a module imported on first use (standard library only)
     "placement",      # which agents an engine holds
     "runtime_spec",   # the [runtime] table, typed (RuntimeSpec): every reader of it is above
     "device",         # which torch device a run's ``device`` names

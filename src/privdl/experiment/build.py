@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import warnings
 import json
@@ -266,9 +267,13 @@ def build_mechanism(cfg: dict, network: Network, task: Task, algorithm: Algorith
         if not Path(mech["file"]).exists():
             raise ValidationError(f"covariance file {mech['file']} does not exist{how}")
         check_covariance_file(mech["file"])
-    from privdl.covariance.dual import eigh_device
+    if cfg.get("device") in (None, "cpu"):  # (privdl.covariance loaded only by a run that solves a design)
+        on_device = contextlib.nullcontext()
+    else:
+        from privdl.covariance.dual import eigh_device
 
-    with eigh_device(cfg.get("device")):  # (a run on a GPU solves its Whisper design's eigenproblems there)
+        on_device = eigh_device(cfg.get("device"))
+    with on_device:  # (a run on a GPU solves its Whisper design's eigenproblems there)
         return computed("mechanism", cfg["mechanism"],
                         lambda: make_mechanism(cfg["mechanism"]["name"], steps=accesses, network=network,
                                                task=task, **mech))

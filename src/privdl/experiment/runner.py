@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 import privdl
 from privdl.agreement import keys_facts
@@ -468,6 +467,8 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
     nonfinite: dict[str, list[str]] = {}  # run id → its nan/inf metrics, filled as runs are saved
     costs = {r.run_id: run_cost(r.config) for r in unique}
     lines = Lines(cfg.get("name", "experiment"), costs, finished, progress) if callable(progress) else None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   disable=progress is not True, transient=False) as bar:
         overall = bar.add_task(f"{cfg.get('name', 'experiment')}: runs", total=len(unique),

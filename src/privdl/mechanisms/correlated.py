@@ -26,17 +26,11 @@ from __future__ import annotations
 
 import math
 from functools import cached_property
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import torch
 
-from privdl.covariance.designs import design_covariance
-from privdl.covariance.hbc import solve_hbc
-from privdl.covariance.problem import (
-    CovarianceDesign, check_square, finish_design, precision_diagonal, verify_covariance,
-)
-from privdl.covariance.seeds import SeedComponent, coalition_precisions, seed_groups
 from privdl.comm.base import LINEAR_MIXING
 from privdl.errors import ValidationError
 from privdl.keys import Keys, as_keys, fold, normal
@@ -53,6 +47,12 @@ from privdl.privacy.example_accountant import (
 )
 from privdl.privacy.ledger import Ledger
 from privdl.registry import OneOf, Recorded, one_of
+
+if TYPE_CHECKING:
+    from privdl.covariance.problem import CovarianceDesign
+    from privdl.covariance.seeds import SeedComponent
+# privdl.covariance (and the scipy.linalg, scipy.optimize it loads) is imported where a design is made or checked,
+# not with this module: a process that runs another mechanism never loads it (docs/backends.md, what a worker imports)
 
 GENERATIONS = ("per_agent", "matmul")
 CLIPPINGS = ("batch", "per_example")
@@ -163,6 +163,8 @@ class CorrelatedNoise:
         return self.sigma_mix**2 * np.eye(self.n) + f @ f.T
 
     def generated_components(self) -> list[SeedComponent]:
+        from privdl.covariance.seeds import SeedComponent
+
         return [SeedComponent(tuple(members), f @ f.T, label) for label, members, f in self.parts]
 
     def dense_factor(self) -> np.ndarray:
@@ -371,6 +373,8 @@ class CorrelatedGaussian(GradientMechanism):
         return min(bounds.values())
 
     def make_design(self, w: np.ndarray, b: float) -> CovarianceDesign:
+        from privdl.covariance.designs import design_covariance
+
         return design_covariance(self.design_name, w, bound=b)
 
     def components(self) -> list[SeedComponent]:
@@ -385,6 +389,9 @@ class CorrelatedGaussian(GradientMechanism):
         return noise
 
     def _precisions(self) -> np.ndarray:
+        from privdl.covariance.problem import precision_diagonal
+        from privdl.covariance.seeds import coalition_precisions
+
         n = self.network_.n
         generated = "noise" in self.__dict__ or n <= 400
         if self.coalition_size == 0:
@@ -591,6 +598,10 @@ class WhisperNoise(CorrelatedGaussian):
         super().__init__(steps=steps, network=network, **kwargs)  # type: ignore[arg-type]
 
     def make_design(self, w: np.ndarray, b: float) -> CovarianceDesign:
+        from privdl.covariance.designs import design_covariance
+        from privdl.covariance.hbc import solve_hbc
+        from privdl.covariance.seeds import seed_groups
+
         if self.seeds == "global" and self.coalition_size == 0:
             return design_covariance("whisper", w, bound=b)
         return solve_hbc(w, bound=b, groups=seed_groups(self.seeds, w), coalition_size=self.coalition_size,
@@ -611,6 +622,8 @@ class FileCovarianceNoise(CorrelatedGaussian):
         super().__init__(steps=steps, network=network, **kwargs)  # type: ignore[arg-type]
 
     def make_design(self, w: np.ndarray, b: float) -> CovarianceDesign:
+        from privdl.covariance.problem import check_square, finish_design, verify_covariance
+
         try:
             r = check_square(np.load(self.file), f"covariance file {self.file}")
         except (OSError, ValueError) as exc:

@@ -21,12 +21,15 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.special import log_ndtr
 
 from privdl.errors import ValidationError
+from privdl.lazy_module import lazy
 from privdl.privacy.events import GaussianEvent, PrivacyEvent, SubsampledGaussianEvent
 from privdl.registry import Registry
+
+# scipy's Gaussian tails and root finder, loaded when something is first accounted (privdl.lazy_module)
+_special = lazy("scipy.special")
+_optimize = lazy("scipy.optimize")
 
 
 def check_budget(*, epsilon: float | None = None, delta: float | None = None, clip: float | None = None,
@@ -81,16 +84,16 @@ def gdp_delta(*, epsilon: float, mu: float) -> float:
     """δ(ε) of μ-GDP: Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) (Dong, Roth, Su, Cor. 2.13), in log space."""
     if mu <= 0:
         return 0.0
-    a = float(log_ndtr(-epsilon / mu + mu / 2))
-    b = epsilon + float(log_ndtr(-epsilon / mu - mu / 2))
+    a = float(_special.log_ndtr(-epsilon / mu + mu / 2))
+    b = epsilon + float(_special.log_ndtr(-epsilon / mu - mu / 2))
     if b >= a:
         return 0.0
     return math.exp(a) * -math.expm1(b - a)
 
 
 def _gdp_delta_many(eps: np.ndarray, mu: np.ndarray) -> np.ndarray:
-    a = log_ndtr(-eps / mu + mu / 2)
-    b = eps + log_ndtr(-eps / mu - mu / 2)
+    a = _special.log_ndtr(-eps / mu + mu / 2)
+    b = eps + _special.log_ndtr(-eps / mu - mu / 2)
     with np.errstate(over="ignore", invalid="ignore"):
         out = np.exp(a) * -np.expm1(np.minimum(b - a, 0.0))
     return np.where(b >= a, 0.0, out)
@@ -108,8 +111,8 @@ def gdp_epsilon(*, mu: float, delta: float) -> float:
     target = math.log(delta)
     eps = 0.5 * (lo + hi)
     for _ in range(200):
-        la = float(log_ndtr(-eps / mu + mu / 2))
-        lb = eps + float(log_ndtr(-eps / mu - mu / 2))
+        la = float(_special.log_ndtr(-eps / mu + mu / 2))
+        lb = eps + float(_special.log_ndtr(-eps / mu - mu / 2))
         if lb >= la:  # δ(ε) = 0 here: ε is above the answer
             hi, eps = eps, 0.5 * (lo + eps)
             continue
@@ -160,7 +163,7 @@ def gdp_mu_for(*, epsilon: float, delta: float) -> float:
     hi = 1.0
     while gdp_delta(epsilon=epsilon, mu=hi) < delta:
         hi *= 2.0
-    mu = brentq(lambda m: gdp_delta(epsilon=epsilon, mu=m) - delta, 0.0, hi, xtol=1e-15, rtol=1e-15)
+    mu = _optimize.brentq(lambda m: gdp_delta(epsilon=epsilon, mu=m) - delta, 0.0, hi, xtol=1e-15, rtol=1e-15)
     while gdp_delta(epsilon=epsilon, mu=mu) > delta:  # never overshoot
         mu *= 1 - 1e-15
     return mu

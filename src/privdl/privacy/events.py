@@ -63,11 +63,14 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, TypeVar, Union
 
-import dp_accounting
-from dp_accounting import dp_event
-
 from privdl.errors import ValidationError
+from privdl.lazy_module import lazy
 from privdl.registry import Registry, origin
+
+# dp_accounting (and the scipy.stats, scipy.signal it loads) only when an event is accounted: a process that only
+# records events — a worker of the distributed runtime — never loads it (privdl.lazy_module)
+dp_accounting = lazy("dp_accounting")
+dp_event = lazy("dp_accounting.dp_event")
 
 #: every event type, by its ``kind`` (the built-in ones and those registered with :func:`register_event`)
 EVENTS: Registry[type] = Registry("privacy event")

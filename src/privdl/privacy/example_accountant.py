@@ -52,17 +52,29 @@ import functools
 import logging
 import math
 
-import dp_accounting
-from dp_accounting import mechanism_calibration
-from dp_accounting.pld import PLDAccountant as _DpPldAccountant
-from dp_accounting.rdp import RdpAccountant as _DpRdpAccountant
-from scipy import optimize
-
 from privdl.errors import ValidationError
+from privdl.lazy_module import lazy
 from privdl.privacy.agent_accountant import UnsupportedEventError
 from privdl.privacy.events import (
     PrivacyEvent, SubsampledGaussianEvent, account_pure, claims_no_guarantee, is_non_private,
 )
+
+# dp_accounting and scipy.optimize are loaded when something is first accounted or calibrated, not when this module
+# is imported (privdl.lazy_module: a worker of the distributed runtime that only records events never loads them)
+dp_accounting = lazy("dp_accounting")
+mechanism_calibration = lazy("dp_accounting.mechanism_calibration")
+optimize = lazy("scipy.optimize")
+_dp_pld = lazy("dp_accounting.pld")
+_dp_rdp = lazy("dp_accounting.rdp")
+
+
+def _DpPldAccountant(*args, **kwargs):  # noqa: N802 - dp_accounting's PLDAccountant, imported on first use
+    return _dp_pld.PLDAccountant(*args, **kwargs)
+
+
+def _DpRdpAccountant(*args, **kwargs):  # noqa: N802 - dp_accounting's RdpAccountant, imported on first use
+    return _dp_rdp.RdpAccountant(*args, **kwargs)
+
 
 #: Orders used by the accountant (Opacus' default set: 1.1 … 10.9 in steps of 0.1, then 12 … 63).
 DEFAULT_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))
@@ -244,25 +256,31 @@ def _subsampled(noise_multiplier: float, sample_rate: float, steps: int) -> tupl
     return (_event(noise_multiplier, sample_rate, steps),)
 
 
-class _AdaptivePld(dp_accounting.PrivacyAccountant):
-    """dp_accounting's PLD accountant (add/remove neighbours) whose discretisation interval is fixed (``interval``)
-    or chosen from the events composed (:func:`pld_interval`) when ε is asked: what
-    :func:`mechanism_calibration.calibrate_dp_mechanism` calls for each candidate σ."""
+@functools.cache
+def _adaptive_pld() -> type:
+    """The class :class:`_AdaptivePld` (defined on first use: it subclasses a dp_accounting class)."""
 
-    def __init__(self, interval: float | None = None) -> None:
-        super().__init__(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
-        self.interval = interval
-        self._events: list[dp_accounting.DpEvent] = []
+    class _AdaptivePld(dp_accounting.PrivacyAccountant):
+        """dp_accounting's PLD accountant (add/remove neighbours) whose discretisation interval is fixed
+        (``interval``) or chosen from the events composed (:func:`pld_interval`) when ε is asked: what
+        :func:`mechanism_calibration.calibrate_dp_mechanism` calls for each candidate σ."""
 
-    def _maybe_compose(self, event: dp_accounting.DpEvent, count: int,
-                       do_compose: bool) -> dp_accounting.PrivacyAccountant.CompositionErrorDetails | None:
-        error = _DpPldAccountant()._maybe_compose(event, count, False)
-        if error is None and do_compose:
-            self._events.append(event if count == 1 else dp_accounting.SelfComposedDpEvent(event, count))
-        return error
+        def __init__(self, interval: float | None = None) -> None:
+            super().__init__(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+            self.interval = interval
+            self._events: list[dp_accounting.DpEvent] = []
 
-    def get_epsilon(self, target_delta: float) -> float:
-        return _pld_of(tuple(self._events), float(target_delta), self.interval)[0]
+        def _maybe_compose(self, event: dp_accounting.DpEvent, count: int,
+                           do_compose: bool) -> dp_accounting.PrivacyAccountant.CompositionErrorDetails | None:
+            error = _DpPldAccountant()._maybe_compose(event, count, False)
+            if error is None and do_compose:
+                self._events.append(event if count == 1 else dp_accounting.SelfComposedDpEvent(event, count))
+            return error
+
+        def get_epsilon(self, target_delta: float) -> float:
+            return _pld_of(tuple(self._events), float(target_delta), self.interval)[0]
+
+    return _AdaptivePld
 
 
 def pld_epsilon(*, noise_multiplier: float, sample_rate: float, steps: int, delta: float,
@@ -332,7 +350,7 @@ def _calibrate_pld(epsilon: float, sample_rate: float, steps: int, delta: float,
             return lo
         a, b = max(a * 0.7, lo), a
     sigma = mechanism_calibration.calibrate_dp_mechanism(
-        lambda: _AdaptivePld(interval), lambda s: _event(float(s), sample_rate, steps), epsilon, delta,
+        lambda: _adaptive_pld()(interval), lambda s: _event(float(s), sample_rate, steps), epsilon, delta,
         mechanism_calibration.ExplicitBracketInterval(a, b), tol=1e-5 * b)
     sigma = b if sigma is None else float(sigma)
     step = 1e-6

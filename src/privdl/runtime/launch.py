@@ -20,6 +20,7 @@ import socket
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 from privdl.errors import PrivdlError
@@ -254,6 +255,39 @@ def _check(config: str | Path, overrides: list[str], procs: int) -> None:
             placements_for(c, build_network(c["network"], c["seed"], c.get("base_dir")).n, procs)
 
 
+def _privdl_command(main) -> bool:
+    """Whether the main module is privdl's own command: the ``privdl`` console script (its ``main`` is the CLI's) or
+    a module of privdl run with ``python -m``."""
+    entry = main.__dict__.get("main")
+    spec = main.__dict__.get("__spec__")
+    return (str(getattr(entry, "__module__", "")).startswith("privdl.cli")
+            or str(getattr(spec, "name", "") or "").startswith("privdl."))
+
+
+@contextmanager
+def main_not_rerun():
+    """Within the block, processes spawned do not run the ``privdl`` command's main module again. ``spawn`` runs the
+    starting program's main module in every child (as ``__mp_main__``, by its path or its module name) so that what
+    it defines can be unpickled there; the workers' target and arguments live in privdl's modules, so the
+    ``privdl`` command's script is not needed there — and it would import the CLI (typer, rich) into every worker.
+    Its ``__file__`` and ``__spec__`` are hidden from multiprocessing while the processes start, and restored. A
+    program of a user's is run again as before (what it registers at its top level — an algorithm, a dataset —
+    is then known to the workers too)."""
+    main = sys.modules.get("__main__")
+    if main is not None and not _privdl_command(main):
+        main = None
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__} if main else {}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
+
+
 def launch(config: str | Path, *, procs: int, out: str | Path, overrides: list[str] | None = None,
            resume: bool = False, progress: bool = False):
     """Run the experiment of ``config`` with its agents split over ``procs`` processes on this machine. Returns the
@@ -276,7 +310,8 @@ def launch(config: str | Path, *, procs: int, out: str | Path, overrides: list[s
                                                  resume, threads, messages, progress, os.getpid()), daemon=False)
                for r in range(procs)]
     try:
-        with for_children():  # privdl's process defaults for the workers, not for this (perhaps a user's) process
+        with for_children(), main_not_rerun():  # privdl's process defaults for the workers (not for this, perhaps a
+            # user's, process); the workers import what they run, not the program that launched them
             for w in workers:
                 w.start()
         summary, errors, stopped, _ = supervise(workers, messages)
