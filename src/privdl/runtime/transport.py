@@ -73,6 +73,9 @@ class DistTransport:
         self.header_bytes = 0
         self.setup_bytes = 0
         self.control_bytes = 0  # the coordinator's gathers and the wire for observers
+        #: control bytes this process received (headers included), per round: what process 0 takes in on a
+        #: recorded round (placement.control_bytes_received in the manifest)
+        self.control_received: dict[int, int] = {}
         self.tap = None  # tests: called with the bytes of every header and payload sent
         self.control_messages = 0
         self.failed = None
@@ -159,7 +162,9 @@ class DistTransport:
         if not torch.equal(got, encode(header)):
             raise TransportError(f"{self._who(dst)} expected {self._describe(header)} from {self._who(src)}, "
                                  f"received {self._decode(got)}")
-        _, _, _, dtype, shape = header
+        t, tag, _, dtype, shape = header
+        if kind_of(tag) == "control":
+            self.control_received[int(t)] = self.control_received.get(int(t), 0) + int(buffer.numel())
         return buffer[HEADER * 8:].view(DTYPES[_CODE[dtype]]).reshape(tuple(shape))
 
     def recv(self, src: int, dst: int, header: tuple) -> torch.Tensor:

@@ -152,7 +152,8 @@ class DistWire:
 def run_one_distributed(spec, components, *, rank: int, world: int, timeout: float, checkpoints=None,
                         resume: bool = False, on_step=None, secrets: Path | None = None,
                         secrets_identity: dict | None = None, since: float | None = None):
-    """One run as this process's slice; process 0 returns (records, final models, accesses, seconds, extra).
+    """One run as this process's slice; process 0 returns (records, None, accesses, seconds, extra): the final
+    models stay with the processes that hold them (no run writes them; a checkpoint does, by its holder).
     ``secrets``: the folder of an agreed-key run's agent secrets (each process writes and reads its agents').
     ``since``: when this process began working towards the run (epoch seconds; default: the process's start) —
     the start of its ``startup_seconds`` in the manifest's ``placement.per_process``."""
@@ -169,7 +170,9 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     p = placements[rank]
     transport = DistTransport(rank, world, [q.agents for q in placements], timeout=timeout)
     marks = set(recorded_rounds(cfg["iterations"], cfg["eval_every"] or cfg["iterations"]))
-    coordinator = Coordinator(transport, rank, placements, task=c.task, observers=watching, checkpoints=checkpoints)
+    # metrics where the agents live: process 0 receives scalars on a recorded round, never the models
+    coordinator = Coordinator(transport, rank, placements, task=c.task, observers=watching, checkpoints=checkpoints,
+                              local_metrics=True)
     wire = DistWire(rank, world, transport, watching) if watching else None
     last = None
     if checkpoints is not None and resume:
@@ -203,7 +206,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
         on_step=step, checkpoints=checkpoints, resume=resume, last=last, saved=coordinator.saved, held_rows=True)
     after = drawn()
     draws = coordinator.counts(DRAWS, cfg["iterations"], [[after[k] - before[k] for k in GENERATORS]])
-    ends = coordinator.finals(cfg["iterations"], final, accesses)
+    ends = coordinator.finals(cfg["iterations"], None, accesses)  # the final models stay with their holders
     seconds = time.perf_counter() - start
     sent = torch.zeros(3, world, dtype=torch.int64)
     sent[0, rank] = int(transport.payload_bytes.sum())
@@ -221,10 +224,11 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
              **({"setup_bytes": int(sent[1].sum()), "setup_seconds": setup} if agreed else {}),
              "control_messages": transport.control_messages, "control_bytes": int(control),
              "resumed_from_round": last, "per_process": per_process,
+             "control_bytes_received": {str(t): transport.control_received.get(t, 0) for t in sorted(marks)},
              "bytes": per_tag,
              "keys": keys_facts(cfg, restored=bool(getattr(source, "restored", False)), gathered="process 0",
                                 draws={k: sum(int(part[0][j]) for part in draws) for j, k in enumerate(GENERATORS)})}
-    return coordinator.records, ends[0].cpu(), ends[1].reshape(-1), seconds, extra
+    return coordinator.records, None, ends[1].reshape(-1), seconds, extra
 
 
 def _per_process(transport: DistTransport, rank: int, t: int, placements: list[Placement],

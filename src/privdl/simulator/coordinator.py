@@ -26,6 +26,9 @@ from privdl.tasks.base import Task
 #: tags of the coordinator's messages (control: never algorithm payloads)
 RECORD, FINAL, ACCESSES, SAVED = "privdl/record", "privdl/final", "privdl/accesses", "privdl/saved"
 BYTES, DRAWS = "privdl/bytes", "privdl/draws"
+#: tags of the metrics evaluated where the agents live (``local_metrics``): each process's sums of its agents' terms
+#: (to slice 0), its partial sum of the models with its spread (to the mean's holder), the terms of the mean (from it)
+TERMS, PARTIAL, AT_MEAN = "privdl/terms", "privdl/partial", "privdl/at_mean"
 #: a per-tag count's columns, in the order they travel
 COUNTS = ("bytes_sent", "bytes_received", "messages")
 
@@ -67,9 +70,12 @@ class Coordinator:
 
     def __init__(self, transport, part: int, placements: Sequence[Placement], *, task: Task,
                  observers: Sequence[Observer] = (), checkpoints: Checkpoints | None = None,
-                 metrics: bool = True) -> None:
+                 metrics: bool = True, local_metrics: bool = False) -> None:
         self.transport, self.part, self.placements = transport, int(part), list(placements)
         self.task, self.checkpoints, self.metrics = task, checkpoints, metrics
+        #: evaluate each slice's agents where they live (:meth:`_local_metrics`) when the task splits its metrics
+        self.local = (bool(local_metrics) and metrics and len(self.placements) > 1
+                      and type(task).agent_terms is not Task.agent_terms)
         self.bytes = NetworkBytes()
         self.watchers = [*observers, self.bytes]  # the simulator's order: observers, then the meter
         n = self.placements[0].n
@@ -113,7 +119,15 @@ class Coordinator:
         return self.bytes.add([{name: dict(zip(COUNTS, row)) for name, row in zip(names, part)} for part in got])
 
     def record(self, t: int, x: torch.Tensor, totals: tuple[int, int]) -> None:
-        """A recorded round: the models and the meters' (sent, received) totals go to slice 0, which records."""
+        """A recorded round: the models (or, with ``local_metrics``, the scalars the metrics need) and the meters'
+        (sent, received) totals go to slice 0, which records."""
+        if self.local:
+            values = self._local_metrics(t, x)
+            counts = self.counts(BYTES, t, [list(totals)])
+            if values is not None:
+                self.bytes.record([c[0] for c in counts])
+                self.recorder.add(t, [values])
+            return
         full = self.rows(RECORD, t, x)
         counts = self.counts(BYTES, t, [list(totals)])
         if full is None:
@@ -122,6 +136,58 @@ class Coordinator:
         if self.metrics:
             self.task.at_round(t)
             self.recorder(t, full)
+
+    @property
+    def mean_holder(self) -> int:
+        """The slice that sums the models into their average: the last (not slice 0, so that what slice 0 receives
+        on a recorded round does not grow with the models' dimension)."""
+        return len(self.placements) - 1
+
+    def _local_metrics(self, t: int, x: torch.Tensor) -> dict[str, float] | None:
+        """Round t's task metrics with every slice evaluating its own agents (the task's split:
+        :meth:`privdl.tasks.base.Task.agent_terms`). Each slice sums its agents' terms (a few float64 scalars, to
+        slice 0) and sends the mean's holder (:attr:`mean_holder`) its models' sum s_p (d values) and spread
+        M2_p = Σ_{i∈p} ‖x_i − s_p/n_p‖²; the holder forms x̄ = Σ_p s_p / n, the consensus distance
+        (Σ_p M2_p + Σ_p n_p ‖s_p/n_p − x̄‖²) / n (Chan et al.'s pairwise update: no cancellation between two large
+        sums) and the task's metrics of x̄, and sends slice 0 those scalars. Slice 0 returns the metrics; the others
+        None. Equal to the simulator's within rounding (sums in another order)."""
+        tr, part, holder, n = self.transport, self.part, self.mean_holder, self.placements[0].n
+        p = self.placements[part]
+        rows = p.held_rows.to(x.device)
+        mine = x[rows].to(torch.float64)
+        self.task.at_round(t)
+        terms = self.task.agent_terms(x[rows], (p.held_rows % n).to(x.device))
+        names = list(terms)
+        sums = torch.tensor([float(terms[k].sum()) for k in names], dtype=torch.float64)
+        total = mine.sum(dim=0)
+        spread = float(((mine - total / max(len(rows), 1)) ** 2).sum())
+        partial = torch.cat([torch.tensor([spread], dtype=torch.float64), total.cpu()])
+        header = (t, PARTIAL, -1, "torch.float64", tuple(partial.shape))
+        mean_names = self.task.mean_term_names()
+        at_header = (t, AT_MEAN, -1, "torch.float64", (1 + len(mean_names),))
+        at_mean = None
+        if part != holder:
+            tr.send(part, holder, header, partial)
+            tr.flush(part)
+        else:
+            parts = [partial if k == part else tr.recv(k, part, header) for k in range(len(self.placements))]
+            counts = [len(q.held_rows) for q in self.placements]
+            mean = sum(q[1:] for q in parts) / n
+            m2 = sum(float(q[0]) for q in parts) + sum(
+                c * float(((q[1:] / c - mean) ** 2).sum()) for q, c in zip(parts, counts) if c)
+            of_mean = self.task.mean_terms(mean.to(x.dtype))
+            at_mean = torch.tensor([m2 / n] + [float(of_mean[k]) for k in mean_names], dtype=torch.float64)
+            if part != 0:
+                tr.send(part, 0, at_header, at_mean)
+                tr.flush(part)
+        if part == 0 and at_mean is None:
+            at_mean = tr.recv(holder, 0, at_header)
+        got = tr.gather(part, t, TERMS, sums, [tuple(sums.shape)] * len(self.placements))
+        if got is None:
+            return None
+        means = {k: float(sum(float(g[j]) for g in got)) / n for j, k in enumerate(names)}
+        values = at_mean.tolist()
+        return self.task.join_metrics(means, values[0], dict(zip(mean_names, values[1:])))
 
     def saved(self, t: int, per_tag: dict) -> None:
         """This slice wrote its agents' files of round t (``per_tag``: its meter's counts); slice 0, once every
@@ -134,12 +200,13 @@ class Coordinator:
         self.checkpoints.save_run(RunState(t, None, 0, torch.zeros(0), records, sums, totals,
                                            [o.state_dict() for o in stateful(self.watchers)]))
 
-    def finals(self, t: int, final: torch.Tensor, accesses: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The end of the run: every slice's final models and access counts (per row) at slice 0, or None."""
-        models = self.rows(FINAL, t, final)
+    def finals(self, t: int, final: torch.Tensor | None, accesses: torch.Tensor
+               ) -> tuple[torch.Tensor | None, torch.Tensor] | None:
+        """The end of the run: every slice's final models and access counts (per row) at slice 0, or None.
+        ``final`` None: the models stay with their slices (slice 0 gets None for them; the counts only)."""
+        models = None if final is None else self.rows(FINAL, t, final)
         counts = self.rows(ACCESSES, t, accesses.reshape(-1, 1))
-        return None if models is None else (models, counts.reshape(accesses.shape))
+        return None if counts is None else (models, counts.reshape(accesses.shape))
 
     @property
     def records(self) -> list[tuple[int, str, float]]:

@@ -79,7 +79,11 @@ class Recorder:
         self.counts = list(counts)
 
     def __call__(self, t: int, x: torch.Tensor) -> None:
-        batch = self.task.metrics_many(x.reshape(len(self.records), self.n, *x.shape[1:]))
+        self.add(t, self.task.metrics_many(x.reshape(len(self.records), self.n, *x.shape[1:])))
+
+    def add(self, t: int, batch: list[dict[str, float]]) -> None:
+        """Record round t's task metrics of every system (``batch``: one dict each), with the observers' metrics
+        and the running averages."""
         for r, out in enumerate(self.records):
             rows = slice(r * self.n, (r + 1) * self.n)
             values = batch[r]

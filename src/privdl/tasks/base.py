@@ -149,6 +149,31 @@ class Task(ABC):
         """:meth:`metrics` of R systems (stacked replicas), x (R, n, d); tasks may evaluate them at once."""
         return [self.metrics(x[r]) for r in range(x.shape[0])]
 
+    # ---- metrics evaluated where the agents live (the distributed runtime: privdl.simulator.coordinator) ----------
+    # A task may split :meth:`metrics` into what each process computes from its own agents' models and what needs
+    # their average x̄: per-agent terms whose mean over the agents is a metric (:meth:`agent_terms`), metrics of x̄
+    # (:meth:`mean_terms`), and how they join (:meth:`join_metrics`, with the consensus distance (1/n) Σ‖x_i − x̄‖²,
+    # which the coordinator computes). A task that does not (agent_terms None) has its models gathered instead.
+
+    def agent_terms(self, x: torch.Tensor, agents: torch.Tensor) -> dict[str, torch.Tensor] | None:
+        """For the models x (m, d) of the agents ``agents`` (m,): one float64 value per row and name, each name a
+        metric that is the mean of its values over all n agents (before :meth:`join_metrics`). None (the default):
+        this task's metrics are not split."""
+        return None
+
+    def mean_term_names(self) -> tuple[str, ...]:
+        """The names :meth:`mean_terms` returns, in its order."""
+        return ()
+
+    def mean_terms(self, mean: torch.Tensor) -> dict[str, float]:
+        """The metrics of the agents' average model ``mean`` (d,)."""
+        return {}
+
+    def join_metrics(self, means: dict[str, float], consensus: float, at_mean: dict[str, float]) -> dict[str, float]:
+        """:meth:`metrics` from its parts: ``means`` (the mean over the agents of each :meth:`agent_terms`),
+        ``consensus`` ((1/n) Σ‖x_i − x̄‖²) and ``at_mean`` (:meth:`mean_terms`)."""
+        raise NotImplementedError
+
     def batched_grad(self, x: torch.Tensor, batch: Batch) -> torch.Tensor | None:
         """Optional closed-form per-row mini-batch gradients (m, d); None means use torch.func."""
         return None

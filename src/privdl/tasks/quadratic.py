@@ -123,6 +123,16 @@ class Quadratic(Task):
             "consensus_distance": consensus_distance(x),
         }
 
+    def agent_terms(self, x: torch.Tensor, agents: torch.Tensor) -> dict[str, torch.Tensor]:
+        x = x.to(self.dtype)
+        diff = x - self.c[agents]
+        local = torch.einsum("ki,kij,kj->k", diff, self.A[agents], diff)
+        return {"optimality_gap": self.objective(x).to(torch.float64), "local_optimality_gap": local.to(torch.float64)}
+
+    def join_metrics(self, means: dict[str, float], consensus: float, at_mean: dict[str, float]) -> dict[str, float]:
+        return {"optimality_gap": means["optimality_gap"] - self.f_star,
+                "local_optimality_gap": means["local_optimality_gap"] - self.f_star, "consensus_distance": consensus}
+
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "x_star": self.x_star.tolist(), "f_star": self.f_star}
 

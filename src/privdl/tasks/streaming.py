@@ -156,6 +156,24 @@ class StreamingRegression(Task):
         return [{"msd": m, "msd_db": decibels(m), "grad_norm_sq": gn, "consensus_distance": c, "centroid_msd": cm,
                  "gap": gp} for m, gn, c, cm, gp in rows]
 
+    def agent_terms(self, x: torch.Tensor, agents: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"msd": ((x.to(torch.float64) - self.optimum()[None]) ** 2).sum(dim=1)}
+
+    def mean_term_names(self) -> tuple[str, ...]:
+        return ("grad_norm_sq", "centroid_msd", "gap")
+
+    def mean_terms(self, mean: torch.Tensor) -> dict[str, float]:
+        mean = mean.to(torch.float64)[None]
+        g = self.full_gradient(mean)
+        err = mean - self.optimum()[None]
+        gap = 0.5 * torch.einsum("ri,ij,rj->r", err, self.R.mean(dim=0), err)
+        return {"grad_norm_sq": float((g * g).sum()), "centroid_msd": float((err * err).sum()), "gap": float(gap[0])}
+
+    def join_metrics(self, means: dict[str, float], consensus: float, at_mean: dict[str, float]) -> dict[str, float]:
+        m = means["msd"]
+        return {"msd": m, "msd_db": decibels(m), "grad_norm_sq": at_mean["grad_norm_sq"],
+                "consensus_distance": consensus, "centroid_msd": at_mean["centroid_msd"], "gap": at_mean["gap"]}
+
     def describe(self) -> dict[str, object]:
         return {**super().describe(), "w_star": self.w_star.tolist(), "switch_at": self.switch_at,
                 "exact_gradient": self.exact_gradient}

@@ -187,13 +187,18 @@ class SupervisedTask(Task):
         return Xf, torch.softmax(z, dim=-1) - F.one_hot(y, k).to(z.dtype)
 
     # ---- evaluation -----------------------------------------------------------------------------------------
-    def _eval(self, x: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    def _per_agent(self, x: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> tuple[list[float], list[float]]:
+        """Each model's loss and accuracy on (X, y)."""
         losses, accs = [], []
         for theta in x.to(self.dtype):  # evaluation is off the hot path
             logits = self.model.predict(theta, X)
             losses.append(float(self._data_loss(logits, y)))
             pred = (logits > 0).long() if self.binary else logits.argmax(dim=-1)
             accs.append(float((pred == y).double().mean()))
+        return losses, accs
+
+    def _eval(self, x: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+        losses, accs = self._per_agent(x, X, y)
         return float(np.mean(losses)), float(np.mean(accs))
 
     def metrics(self, x: torch.Tensor) -> dict[str, float]:
@@ -205,6 +210,24 @@ class SupervisedTask(Task):
         if self.grad_norm:
             out["grad_norm_sq"] = self.grad_norm_sq(x)
         return out
+
+    def agent_terms(self, x: torch.Tensor, agents: torch.Tensor) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            test_loss, test_acc = self._per_agent(x, self.X_test, self.y_test)
+            train_loss, _ = self._per_agent(x, self.X_train_eval, self.y_train_eval)
+        f64 = torch.float64
+        return {"test_loss": torch.tensor(test_loss, dtype=f64), "test_accuracy": torch.tensor(test_acc, dtype=f64),
+                "train_loss": torch.tensor(train_loss, dtype=f64)}
+
+    def mean_term_names(self) -> tuple[str, ...]:
+        return ("grad_norm_sq",) if self.grad_norm else ()
+
+    def mean_terms(self, mean: torch.Tensor) -> dict[str, float]:
+        return {"grad_norm_sq": self.grad_norm_sq(mean[None])} if self.grad_norm else {}
+
+    def join_metrics(self, means: dict[str, float], consensus: float, at_mean: dict[str, float]) -> dict[str, float]:
+        return {"test_loss": means["test_loss"], "test_accuracy": means["test_accuracy"],
+                "train_loss": means["train_loss"], "consensus_distance": consensus, **at_mean}
 
     def grad_norm_sq(self, x: torch.Tensor) -> float:
         """‖∇F(x̄)‖²: the squared norm of the training loss's gradient (on the training-evaluation subset) at the
