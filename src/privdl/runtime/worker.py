@@ -423,7 +423,7 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
                          say=lambda note: print(note, file=sys.stderr, flush=True) if progress else None)
     ran: list[int] = []
     nonfinite: dict[str, list[str]] = {}
-    saved: tuple | None = None  # (secrets folder, this process's agents) of the run process 0 saved last
+    saved: tuple | None = None  # (secrets folder, this process's agents, checkpoints) of the run process 0 saved last
     first = True  # this process's first run: its start-up counts from the process's start
     while True:
         order = next(orders) if rank == 0 else None
@@ -431,7 +431,11 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
             ran = order[2]
         kind, i = broadcast_ints(None if order is None else list(order[:2]), 2, what="the next run")
         if saved is not None:  # process 0 saved that run before this order: this process's secrets of it go
-            forget(*saved)
+            forget(*saved[:2])
+            if saved[2] is not None:  # and its checkpoint files on this host (process 0 removed its folder)
+                ck_done = saved[2]
+                Checkpoints(ck_done.folders, ck_done.identity, n=ck_done.n, every=ck_done.every, agents=saved[1],
+                            writes_run=False).remove_held()
             saved = None
         if kind == END:
             break
@@ -460,7 +464,7 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
                 got = run_one_distributed(spec, c, rank=rank, world=world, timeout=timeout, checkpoints=ck,
                                           resume=resume, secrets=secrets,
                                           secrets_identity=secrets_identity(spec), since=ordered)
-            saved = (secrets, placements_for(spec.config, c.network.n, world)[rank].agents)
+            saved = (secrets, placements_for(spec.config, c.network.n, world)[rank].agents, ck)
             if rank == 0:
                 rows, final, accesses, seconds, extra = got
                 rows, man = finished_run(spec, c, rows, seconds=seconds, accesses=accesses, keys=extra.pop("keys"))
