@@ -74,8 +74,10 @@ NONCE, WRAPPED = 12, 12 + 32 + 16  # ChaCha20-Poly1305 nonce; a wrapped group se
 PUBLIC = 32  # an X25519 public key
 
 
-def threat_model(identity: str = "none", gathered: str = "process 0") -> str:
-    """How the manifest states what agreed keys protect against, for identity mode ``identity``."""
+def threat_model(identity: str = "none", gathered: str = "process 0", summed: str | None = None) -> str:
+    """How the manifest states what agreed keys protect against, for identity mode ``identity``. ``summed``: the
+    process that sums the models into their average where the metrics are evaluated where the agents live (then
+    ``gathered`` receives scalars only); None: ``gathered`` receives every model."""
     keys = ("passive and active on the links: eavesdroppers and curious agents learn no secret they do not hold "
             "(256-bit keys for every draw, ChaCha20 keystreams, one-way folds: observed noise reveals no key); every "
             "X25519 public key is signed by its agent's Ed25519 identity and checked against the roster before use, "
@@ -85,7 +87,13 @@ def threat_model(identity: str = "none", gathered: str = "process 0") -> str:
             "every draw, ChaCha20 keystreams, one-way folds: observed noise reveals no key); the X25519 exchange is "
             "not authenticated (runtime.identity = \"none\"): an active attacker rewriting a link during setup, "
             "or a process announcing a key for an agent it does not hold, could stand in the middle")
-    return (f"{keys}. {gathered[:1].upper() + gathered[1:]} receives every agent's model at every recorded round and at the end (it computes "
+    who = gathered[:1].upper() + gathered[1:]
+    if summed is not None:
+        return (f"{keys}. {who} receives only the metrics' scalars; {summed} receives each process's sum of its "
+                "agents' models at every recorded round (an agent's own model where a process holds one) to form "
+                "their average (it computes the consensus distance and the metrics of the average): it is trusted "
+                "with what it receives")
+    return (f"{keys}. {who} receives every agent's model at every recorded round and at the end (it computes "
             "the metrics): it is trusted with what it gathers")
 
 
@@ -153,7 +161,8 @@ def config_options(cfg: dict, n: int, agents: Sequence[int]) -> dict:
     return {"entropy": entropy, "identities": load(RuntimeSpec.of(cfg), n, agents, cfg.get("base_dir"))}
 
 
-def keys_facts(cfg: dict, *, restored: bool, draws: dict[str, int], gathered: str = "process 0") -> dict:
+def keys_facts(cfg: dict, *, restored: bool, draws: dict[str, int], gathered: str = "process 0",
+               summed: str | None = None) -> dict:
     """The manifest's ``keys`` section: the key mode, identities, where the entropy came from, whether the secrets
     were loaded from the run's store (a run started again), and the numbers drawn per generator."""
     runtime = RuntimeSpec.of(cfg)
@@ -163,7 +172,7 @@ def keys_facts(cfg: dict, *, restored: bool, draws: dict[str, int], gathered: st
     return {"mode": "agreed", "identity": identity, "key_bits": 256,
             "entropy": (f"seeded from {TEST_ENTROPY} (a test: the secrets are not secret)"
                         if os.environ.get(TEST_ENTROPY) else "operating system"),
-            "restored_from_store": bool(restored), "threat_model": threat_model(identity, gathered), "draws": draws}
+            "restored_from_store": bool(restored), "threat_model": threat_model(identity, gathered, summed), "draws": draws}
 
 
 class AgreedKeys:

@@ -227,6 +227,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
              "control_bytes_received": {str(t): transport.control_received.get(t, 0) for t in sorted(marks)},
              "bytes": per_tag,
              "keys": keys_facts(cfg, restored=bool(getattr(source, "restored", False)), gathered="process 0",
+                                summed=f"process {coordinator.mean_holder}" if coordinator.local else None,
                                 draws={k: sum(int(part[0][j]) for part in draws) for j, k in enumerate(GENERATORS)})}
     return coordinator.records, None, ends[1].reshape(-1), seconds, extra
 
