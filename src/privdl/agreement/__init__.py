@@ -172,7 +172,8 @@ def keys_facts(cfg: dict, *, restored: bool, draws: dict[str, int], gathered: st
     return {"mode": "agreed", "identity": identity, "key_bits": 256,
             "entropy": (f"seeded from {TEST_ENTROPY} (a test: the secrets are not secret)"
                         if os.environ.get(TEST_ENTROPY) else "operating system"),
-            "restored_from_store": bool(restored), "threat_model": threat_model(identity, gathered, summed), "draws": draws}
+            "restored_from_store": bool(restored), "threat_model": threat_model(identity, gathered, summed),
+            "draws": draws}
 
 
 class AgreedKeys:
