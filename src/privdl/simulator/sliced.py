@@ -101,7 +101,7 @@ def simulate_sliced(
     tasks: Sequence[Task] | None = None, sources: Sequence[KeySource] | None = None,
     checkpoints: Checkpoints | None = None, resume: bool = False, agreed: bool = False, context: str = "",
     entropy: Callable[[str], bytes] | None = None, keep_secrets: bool = False, identities=None, store=None,
-    store_identity: dict | None = None, held_rows: bool = False,
+    store_identity: dict | None = None, held_rows: bool = False, local_metrics: bool = False,
 ) -> SimulationResult:
     """Run ``algorithm`` with ``mechanism`` as K slices (``placements``, or ``slices`` contiguous blocks), one
     thread each, joined by an in-process transport. Same arguments and result as :func:`privdl.simulate` (keys from
@@ -118,7 +118,9 @@ def simulate_sliced(
     the slices' key sources, ``key_sources``, for an audit of the wire. ``identities``
     (:class:`privdl.agreement.identity.Identities` of every agent) authenticate the exchange. ``held_rows``: each
     slice computes gradients on its agents' rows alone, as the distributed runtime's processes do (equal to the
-    simulator within rounding; by default on the network's frame, bit for bit)."""
+    simulator within rounding; by default on the network's frame, bit for bit). ``local_metrics``: each slice
+    evaluates its own agents and slice 0 receives the metrics' scalars (the distributed runtime's way; equal to the
+    simulator within rounding: :meth:`privdl.simulator.coordinator.Coordinator._local_metrics`)."""
     n = network.n
     if task.n != n:
         raise ValidationError(f"the task has {task.n} agents, the network {n}")
@@ -138,8 +140,9 @@ def simulate_sliced(
     transport = Transport(parts, timeout=timeout)
     wire = Wire(parts, observers) if observers else None
     marks = set(recorded_rounds(iterations, eval_every or iterations))
-    coordinators = [Coordinator(transport, k, placements, task=task, observers=observers, checkpoints=checkpoints,
-                                metrics=metrics) for k in range(parts)]
+    coordinators = [Coordinator(transport, k, placements, task=task if not local_metrics else copy.copy(task),
+                                observers=observers, checkpoints=checkpoints, metrics=metrics,
+                                local_metrics=local_metrics) for k in range(parts)]
     last = checkpoints.latest() if (checkpoints is not None and resume) else None
     coordinators[0].load(last)  # the coordinator's part of the checkpoint: records and observers
     ends: dict = {}  # slice 0's: the final models, accesses and per-tag bytes of every slice
