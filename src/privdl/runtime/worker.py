@@ -4,9 +4,11 @@ Every process expands the same config into the same runs and runs each of them a
 :func:`privdl.simulator.sliced.run_slice` — the sliced backend's engine — over a :class:`DistTransport`. The
 placement is a pure function of (config, world size, rank): contiguous blocks of agents, ``runtime.assignment``
 when given. Process 0 is the coordinator: it decides which runs are left (a finished run in ``--out`` is kept),
-gathers the held rows at the recorded rounds and at the end (metrics computed as the simulator computes them),
-merges the access counts behind the ledger, completes checkpoints and writes results, manifests and results.csv
-into ``--out`` exactly as a simulator run does.
+receives the metrics' scalars at the recorded rounds (each process evaluates its own agents; the last one sums the
+models into their average: :meth:`privdl.simulator.coordinator.Coordinator._local_metrics`), merges the access
+counts behind the ledger, completes checkpoints and writes results, manifests and results.csv into ``--out`` as a
+simulator run does. Each process writes its agents' checkpoint files in its own ``--out`` and removes them once the
+run is saved.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ the round complete). It talks to the other slices through one method of its tran
 ``gather(part, t, tag, value, shapes)`` — every slice's tensor at slice 0, the others get None —, which the
 in-process :class:`privdl.comm.sliced.Transport` (a hand-over under its lock: the others do not wait) and the
 runtime's :class:`privdl.runtime.transport.DistTransport` (point-to-point to process 0) both have: threads and
-processes run the same code.
+processes run the same code. With ``local_metrics`` (the distributed runtime) the slices evaluate their own agents
+instead and slice 0 receives scalars only (:meth:`Coordinator._local_metrics`, over the transport's ``send`` /
+``recv``): what it receives per recorded round does not grow with the models' dimension.
 """
 
 from __future__ import annotations
