@@ -33,7 +33,11 @@ def exact_diffusion_parts() -> Algorithm:
         phi = psi + s.w - s.psi
         return ExactDiffusionState(ctx.comm.mix(phi, tag="phi"), psi)
 
-    return Algorithm("exact_diffusion", init, step, lambda s: s.w, requires=("positive_definite",),
+    #: (privdl.network.dynamics.fixed_mixing_reason) why a time-varying W is refused
+    FIXED = ("fixed_mixing: exact diffusion's correction φ = ψ + w − ψ_prev cancels its bias only at the fixed point "
+             "of one combination matrix A, and A must be positive definite; W(t) changes that fixed point every round "
+             "(and a matching's W(t) is singular)")
+    return Algorithm("exact_diffusion", init, step, lambda s: s.w, requires=("positive_definite", FIXED),
                      combines=LINEAR_MIXING, transmits={"phi": "exact_diffusion"})
 
 

@@ -89,6 +89,9 @@ class StackedComm(Comm):
             if copies is not None:
                 raise ValidationError("copies applies to a single network")
         n = nets[0].n
+        if any(getattr(net, "dynamics", None) is not None for net in nets):
+            raise ValidationError("networks with a time-varying graph ([network] dynamics) are not stacked: each "
+                                  "replica's edges change with its own round law; run them one by one")
         if any(net.n != n for net in nets):
             raise ValidationError(f"stacked networks must have the same number of agents; got {[x.n for x in nets]}")
         edges = Edges.stack([nets[0].edges] * reps if shared else [net.edges for net in nets])
@@ -119,6 +122,8 @@ class StackedComm(Comm):
 def make_comm(network: Network, *, sparse: bool | None = None) -> Comm:
     """The simulator's Comm for ``network``: :class:`SparseComm` when ``sparse`` (default: n ≥ 200 and fewer than
     10% of the pairs are edges), else :class:`DenseComm`."""
+    if getattr(network, "dynamics", None) is not None:  # a time-varying graph: W(t)'s edges, canonical sums
+        return SparseComm(network).follow(network.dynamics)
     if sparse is None:
         density = (len(network.edges) + network.n) / network.n**2
         sparse = network.sparse or (network.n >= 200 and density < 0.1)

@@ -78,6 +78,43 @@ class Comm(ABC):
         self.meter = None  # an AgentBytes (privdl.comm.observers): payload bytes per agent and tag, from shapes
         self._sweep: tuple | None = None  # average_in_place's per-agent edge lists, built once per edge set
 
+    # ---- time-varying graphs: the round's edges (privdl.network.dynamics) -----------------------------------------
+    #: the law of W(t) the edges follow (None: one W for the run); set by :meth:`follow`
+    dynamics = None
+    _device = None
+
+    @property
+    def t(self) -> int:
+        """The current round (set by the engine); on a time-varying graph setting it switches to W(t)'s edges."""
+        return self._t
+
+    @t.setter
+    def t(self, value: int) -> None:
+        self._t = value
+        if self.dynamics is not None:
+            edges = self.dynamics.edges(int(value))
+            if self._device is not None:  # each round's edges moved once (kept with their CPU original)
+                entry = self._moved.get(id(edges))
+                if entry is None or entry[0] is not edges:
+                    if len(self._moved) > 64:
+                        self._moved.clear()
+                    entry = self._moved[id(edges)] = (edges, edges.to(self._device))
+                edges = entry[1]
+            if edges is not self.edges:
+                self._set_edges(edges)
+
+    def follow(self, dynamics) -> "Comm":
+        """Mix with W(t) of ``dynamics`` (a :class:`privdl.network.dynamics.Dynamics`) in round t; returns self."""
+        if self.groups != 1:
+            raise ValueError("a stacked Comm does not follow a time-varying graph: run the replicas one by one")
+        self.dynamics, self._moved = dynamics, {}
+        self.t = self._t
+        return self
+
+    def _set_edges(self, edges: Edges) -> None:
+        """Use ``edges`` from now on (a time-varying graph's round); backends that plan per edge set re-plan."""
+        self.edges, self._sweep = edges, None
+
     # ---- observation ----------------------------------------------------------------------------------------------
     def attach(self, observer: Observer) -> Observer:
         """Report every later message to ``observer``; returns it."""
@@ -129,6 +166,8 @@ class Comm(ABC):
 
     def to(self, device: torch.device | str) -> "Comm":
         self.edges = self.edges.to(device)
+        if self.dynamics is not None:
+            self._device, self._moved = device, {}
         return self
 
     # ---- transmissions --------------------------------------------------------------------------------------------

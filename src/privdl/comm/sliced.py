@@ -235,11 +235,24 @@ class SliceComm(Comm):
         self.network, self.placement, self.part = network, placement, int(part)
         self.owner = np.asarray(owner, dtype=np.int64)
         self.transport, self.wire = transport, wire
-        e = self.edges
+        self.seq = 0  # messages exchanged, the same count in every slice
+        self.reports = 0  # report points passed, the same count in every slice
+        self._plan(self.edges)
+        if getattr(network, "dynamics", None) is not None:
+            self.follow(network.dynamics)
+
+    def _set_edges(self, edges) -> None:
+        super()._set_edges(edges)
+        self._plan(edges)
+
+    def _plan(self, e) -> None:
+        """Who sends what to whom over edges ``e`` (once, or each round of a time-varying graph: every slice
+        computes the same W(t) from the public key, so the plans agree without a message)."""
+        placement = self.placement
         src, dst = e.src.long().numpy(), e.dst.long().numpy()
         so, do = self.owner[src], self.owner[dst]
         me = self.part
-        self.peers = [p for p in range(transport.parts) if p != me]
+        self.peers = [p for p in range(self.transport.parts) if p != me]
         # rows each peer needs from me (my agents that send to its agents) and rows I need from it, increasing
         self.rows_out = {p: torch.from_numpy(np.unique(src[(so == me) & (do == p)])) for p in self.peers}
         self.rows_in = {p: torch.from_numpy(np.unique(src[(so == p) & (do == me)])) for p in self.peers}
@@ -255,8 +268,6 @@ class SliceComm(Comm):
         self.read_rows = torch.from_numpy(read)
         self.position = torch.full((self.rows,), -1, dtype=torch.long)
         self.position[self.read_rows] = torch.arange(len(read))
-        self.seq = 0  # messages exchanged, the same count in every slice
-        self.reports = 0  # report points passed, the same count in every slice
 
     # ---- observation: parts merged by the wire --------------------------------------------------------------------
     def attach(self, observer: Observer) -> Observer:

@@ -109,12 +109,67 @@ def build_network(net: dict, run_seed: int = 0, base_dir: str | None = None) -> 
         if not Path(path).exists():
             raise ValidationError(f"network file {path} does not exist{how}")
         net = {**net, "file": path}
-    key = (json.dumps(net, sort_keys=True, default=str), run_seed if net.get("seed") == "run" else None)
+    dynamic = net.get("dynamics", "static") != "static"
+    if net.get("graphs") is not None:
+        if not isinstance(net["graphs"], list) or not all(isinstance(g, str) and g for g in net["graphs"]):
+            raise ValidationError(f"[network] graphs = {net['graphs']!r}: a list of graph file paths")
+        paths = []
+        for g in net["graphs"]:
+            path, how = resolve_path(g, base_dir, "network.graphs")
+            if not Path(path).exists():
+                raise ValidationError(f"cycle graph file {path} does not exist{how}")
+            paths.append(path)
+        net = {**net, "graphs": paths}
+    key = (json.dumps(net, sort_keys=True, default=str),
+           run_seed if net.get("seed") == "run" or dynamic else None)  # (W(t) is drawn from the run's keys)
     if key not in _NETWORKS:
         if len(_NETWORKS) >= 512:
             _NETWORKS.pop(next(iter(_NETWORKS)))
-        _NETWORKS[key] = _build_network(net, run_seed)
+        _NETWORKS[key] = _build_network(net, run_seed) if not dynamic else _dynamic_network(net, run_seed)
     return _NETWORKS[key]
+
+
+def _dynamic_network(net: dict, run_seed: int) -> Network:
+    """A network on a time-varying graph: its ``dynamics`` (the law of W(t), drawn from the run seed's public key)
+    on a reference network — the union of the law's graphs over one period (``cycle``, ``one_peer_exponential``),
+    or over its first rounds until connected (``random_matching``, ``peer_sampling``) — whose static facts the
+    manifest records beside the law."""
+    from privdl.network.dynamics import Dynamics
+
+    name = net["dynamics"]
+    if net.get("file") and name == "cycle":
+        raise ValidationError("[network] dynamics = \"cycle\" reads its graphs from network.graphs; remove "
+                              "network.file")
+    n = net.get("n", 10)
+    if net.get("file"):
+        n = _build_network({k: v for k, v in net.items() if k not in ("dynamics", "peers", "graphs")}, run_seed).n
+    dyn = Dynamics(name, n, seed=run_seed, mixing=net.get("mixing", "metropolis_hastings"),
+                   lazy=net.get("lazy", False), peers=net.get("peers"), graphs=net.get("graphs") or ())
+    if name == "cycle" and "n" in net and net["n"] != dyn.n:
+        raise ValidationError(f"[network] n = {net['n']} but the cycle's graphs have {dyn.n} agents")
+    src, dst = [], []
+    rounds = dyn.period or 256
+    for t in range(rounds):
+        e = dyn.edges(t)
+        src.append(e.src.long().numpy())
+        dst.append(e.dst.long().numpy())
+        if dyn.period is None and t >= 1:
+            if _connected(dyn.n, src, dst):
+                union = Network.from_edges(dyn.n, np.concatenate(src), np.concatenate(dst))
+                break
+    else:
+        union = Network.from_edges(dyn.n, np.concatenate(src), np.concatenate(dst))
+    union.dynamics = dyn
+    union.description = f"{name} ({', '.join(f'{k}={v}' for k, v in dyn.law().items() if k in ('n', 'peers', 'period'))}) over {union.description}"
+    return union
+
+
+def _connected(n: int, src: list, dst: list) -> bool:
+    from scipy.sparse import csr_array
+    from scipy.sparse.csgraph import connected_components
+
+    s, d = np.concatenate(src), np.concatenate(dst)
+    return connected_components(csr_array((np.ones(len(s)), (s, d)), shape=(n, n)), directed=False)[0] == 1
 
 
 _NETWORKS: dict[tuple, Network] = {}
@@ -134,7 +189,18 @@ def _build_network(net: dict, run_seed: int) -> Network:
 
 
 def check_requirements(algorithm: Algorithm, network: Network) -> None:
-    """Refuse a network whose combination matrix lacks a fact the algorithm needs."""
+    """Refuse a network whose combination matrix lacks a fact the algorithm needs (one W for the whole run:
+    ``"fixed_mixing: <reason>"`` in ``requires``, refused on a time-varying graph with that reason)."""
+    if getattr(network, "dynamics", None) is not None:
+        from privdl.network.dynamics import fixed_mixing_reason
+
+        why = fixed_mixing_reason(algorithm.requires)
+        if why is not None:
+            raise ValidationError(f"algorithm {algorithm.name!r} needs one mixing matrix for the whole run ({why}); "
+                                  f"[network] dynamics = {network.dynamics.name!r} changes W every round: use "
+                                  "dynamics = \"static\", or an algorithm that mixes with any W(t) (dsgd, dsgt, psgt, "
+                                  "dsg_rms, dsgt_rms)")
+        return
     if "positive_definite" in algorithm.requires:
         if network.sparse:
             _check_positive_definite_sparse(algorithm, network)
@@ -248,6 +314,10 @@ def build(cfg: dict, *, task: Task | None = None, network: Network | None = None
     if mechanism is None:
         mechanism = build_mechanism(cfg, network, task, algorithm)
     check_combination(algorithm, mechanism)  # what the mechanism needs of the algorithm, as it declares it
+    if network.dynamics is not None:
+        from privdl.network.dynamics import check_mechanism
+
+        check_mechanism(mechanism, network.dynamics)
     if schedule is None:
         schedule = make_schedule(cfg["schedule"]["name"], iterations=cfg["iterations"],
                                  **_rest(cfg["schedule"], "name"))
@@ -260,7 +330,8 @@ def build_mechanism(cfg: dict, network: Network, task: Task, algorithm: Algorith
     """The mechanism of a run config, covering every noisy access the algorithm makes to each agent's data."""
     # privacy is accounted over every noisy access to each agent's data, which may exceed the iterations (inner
     # steps, initialisation, cross-gradients)
-    accesses = algorithm.accesses(cfg["iterations"], network.edges)
+    accesses = (algorithm.accesses(cfg["iterations"], network.edges) if network.dynamics is None
+                else network.dynamics.accesses(algorithm, cfg["iterations"]))
     mech = _rest(cfg["mechanism"], "name")
     if isinstance(mech.get("file"), str):
         mech["file"], how = resolve_path(mech["file"], cfg.get("base_dir"), "mechanism.file")

@@ -44,6 +44,7 @@ from privdl.errors import ConfigError, PrivdlError
 from privdl.experiment.backends import BACKENDS
 from privdl.mechanisms import MECHANISMS
 from privdl.network.mixing import MIXING_RULES
+from privdl.network.dynamics import DYNAMICS
 from privdl.network.topology import TOPOLOGIES
 from privdl.plugins import check_names, load_plugins, merged
 from privdl.registry import OneOf, annotated_choices, annotated_recorded, one_of
@@ -84,6 +85,10 @@ NETWORK_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "file_kind": (str, "auto"),
     "sparse": ((bool, str), "auto"),
     "directed": (bool, False),  # issue 46: a directed graph with column-stochastic push-sum weights
+    # time-varying graphs (privdl.network.dynamics): the law of W(t), its out-peers, a cycle's graph files
+    "dynamics": (str, "static"),
+    "peers": (int, None),
+    "graphs": (list, None),
 }
 #: names a fixed key must be one of
 FIXED_CHOICES: dict[str, OneOf] = {
@@ -93,6 +98,7 @@ FIXED_CHOICES: dict[str, OneOf] = {
     "network.file_kind": one_of("auto", "edges", "adjacency", "mixing"),
     "network.seed": OneOf((), lambda v: v == "run", "an integer, or \"run\" (the graph follows the run seed)"),
     "network.sparse": OneOf((), lambda v: v == "auto", "true, false or \"auto\""),
+    "network.dynamics": OneOf(DYNAMICS),
 }
 #: [runtime]: where a run's agents live (docs/CONFIG.md). Absent from a config, the run is the simulator's and its
 #: run id is what it was before the section existed.
@@ -440,6 +446,8 @@ def resolve_table(section: str, table: Any, swept: set[str] = frozenset(), used:
     if not isinstance(table, dict):
         raise ConfigError(f"[{section}] must be a table")
     default_name = "erdos_renyi" if section == "network" else DEFAULT_NAMES[section]
+    if section == "network" and table.get("dynamics", "static") != "static" and "topology" not in table:
+        default_name = "complete"  # (a law of W(t) draws its own graphs: the topology is only its reference)
     name_key = "topology" if section == "network" else "name"
     name = table.get(name_key, default_name)
     registry = TOPOLOGIES if section == "network" else SECTIONS[section]
@@ -449,7 +457,7 @@ def resolve_table(section: str, table: Any, swept: set[str] = frozenset(), used:
             raise ConfigError(f"[network] file = {table['file']!r} defines the graph: remove "
                               f"{', '.join('network.' + k for k in given)} (they would be ignored, and the "
                               "manifest would say otherwise)")
-        allowed = {"file", "file_kind", "mixing", "lazy", "sparse", "directed"}
+        allowed = {"file", "file_kind", "mixing", "lazy", "sparse", "directed", "dynamics", "peers"}
         extra = sorted(k for k in table if k not in allowed and f"network.{k}" not in swept)
         if extra:
             raise ConfigError(f"unknown key(s) {', '.join('network.' + k for k in extra)} for a network read "

@@ -147,6 +147,7 @@ def manifest(spec: RunSpec, c: Components, *, seconds: float, rows: list[tuple[i
                            "root seed → (purpose, access, agent[, neighbour]) and shared keys per holder set")},
         "network": c.network.facts(),
         "W_fingerprint": c.network.fingerprint,
+        **({"dynamics": c.network.dynamics.law()} if c.network.dynamics is not None else {}),
         "input_files": input_files(cfg),
         "task": c.task.describe(),
         "mechanism": c.mechanism.describe(),
@@ -526,6 +527,7 @@ def run_experiment(cfg: dict, out: str | Path, *, progress: bool | Callable[[str
                         specs, comps = [group[k] for k in chunk], [parts[k] for k in chunk]
                         ids[:] = [s.run_id for s in specs]
                         if (len(chunk) > 1 and comps[0].algorithm.stackable
+                                and all(c.network.dynamics is None for c in comps)  # (W(t): run one by one)
                                 and stackable([c.mechanism for c in comps], comps[0].network.n,
                                               cross=comps[0].algorithm.cross)):
                             save_all([(spec, rows, man) for spec, (rows, man)

@@ -38,6 +38,9 @@ class Network:
 
     #: False: undirected (:class:`privdl.network.directed.DirectedNetwork` is the directed kind)
     directed = False
+    #: the law of W(t) on a time-varying graph (:class:`privdl.network.dynamics.Dynamics`), None for one W: the
+    #: network is then the reference graph (the union of the law's graphs) and the rounds mix with W(t)
+    dynamics = None
 
     def __init__(self, W: np.ndarray | sps.sparray, graph: nx.Graph | None = None,
                  description: str = "custom") -> None:

@@ -1,0 +1,308 @@
+"""Time-varying graphs: the law of W(t) (``[network] dynamics``; issue 46 item 1).
+
+A run on a time-varying graph mixes with a different symmetric doubly stochastic W(t) each round t (round 0 is the
+algorithm's ``init``). W(t) is a *public* draw: every process computes it alone from the run's root seed
+(the key ``public("network/dynamics")`` of :class:`privdl.keys.RootKeys`, folded with t, seeds a
+``numpy`` PCG64 generator — the same numbers on every CPU and backend), so no message is needed to agree on it,
+and a process knows from it which neighbours it exchanges with in round t. Laws (``dynamics``):
+
+* ``static`` — W(t) = W, the ``[network]`` graph's (the default; no law is recorded).
+* ``random_matching`` — a uniformly random matching of the n agents each round (a random permutation, paired
+  consecutively; one agent idles when n is odd); matched pairs average: w_ij = 1/2 (the Metropolis–Hastings weights
+  of a matching). The ``[network]`` topology is not used.
+* ``one_peer_exponential`` — agent i averages with i XOR 2^m, m = t mod ⌈log₂ n⌉, w = 1/2 (an agent whose partner
+  would be ≥ n idles that round). This is the **symmetric** one-peer exponential graph (the hypercube's dimension
+  exchange). Ying et al. 2021 ("Exponential graph is provably efficient for decentralized deep training") define a
+  *directed* one-peer graph, i → i + 2^m mod n with weights 1/2; both share the property checked in the tests: with
+  n a power of 2, any log₂ n consecutive rounds of plain averaging give the exact average (the product of the
+  W(t) is 11ᵀ/n).
+* ``peer_sampling`` — each agent draws ``peers`` = k distinct out-peers uniformly among the others every round;
+  the round's graph is the union of those edges made undirected (symmetrised), weighted by Metropolis–Hastings.
+* ``cycle`` — W(t) = W_{t mod L} for the graphs of ``graphs = [file, …]`` (edge lists, adjacency matrices or W
+  itself, read like ``network.file``; relative paths against the config's folder), weighted by ``mixing``. One graph
+  of the cycle may be disconnected; their union must be connected.
+
+Every W(t) is validated when it is made (:func:`check_round`): non-negative, symmetric, rows (hence columns)
+summing to 1. The manifest records the law (:meth:`Dynamics.law`), not the matrices.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import networkx as nx
+import numpy as np
+import scipy.sparse as sps
+import torch
+
+from privdl.errors import ValidationError
+from privdl.keys import RootKeys, fold_int
+from privdl.network.edges import Edges, fingerprint
+
+#: the laws of W(t) ``[network] dynamics`` names
+DYNAMICS = ("static", "random_matching", "one_peer_exponential", "peer_sampling", "cycle")
+#: laws whose weights are their own (matching: 1/2; peer sampling: Metropolis–Hastings on the round's graph)
+NATURAL = ("random_matching", "one_peer_exponential", "peer_sampling")
+#: purpose of the public key W(t) is drawn from
+PURPOSE = "network/dynamics"
+#: the requirement (``Algorithm.requires``) of an algorithm that needs one W for the whole run: "fixed_mixing: why"
+FIXED_MIXING = "fixed_mixing"
+
+
+def fixed_mixing_reason(requires: Sequence[str]) -> str | None:
+    """The reason an algorithm needs a fixed W (its ``requires`` entry ``"fixed_mixing: <reason>"``), or None."""
+    for r in requires:
+        if r.split(":", 1)[0].strip() == FIXED_MIXING:
+            return r.split(":", 1)[1].strip() if ":" in r else "its analysis uses one W for the whole run"
+    return None
+
+
+def mh_edges(n: int, i: np.ndarray, j: np.ndarray, *, lazy: bool = False) -> Edges:
+    """The :class:`Edges` of the Metropolis–Hastings W on the undirected edges (i, j) of ``n`` agents (duplicates
+    and self-loops dropped; agents in no edge keep w_ii = 1), in canonical order."""
+    i, j = np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
+    lo, hi = np.minimum(i, j), np.maximum(i, j)
+    keep = lo != hi
+    pairs = np.unique(lo[keep] * n + hi[keep])
+    lo, hi = pairs // n, pairs % n
+    deg = np.bincount(lo, minlength=n) + np.bincount(hi, minlength=n)
+    w = 1.0 / (1.0 + np.maximum(deg[lo], deg[hi]))
+    return _edges(n, np.concatenate([lo, hi]), np.concatenate([hi, lo]), np.concatenate([w, w]), lazy=lazy)
+
+
+def _edges(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, *, lazy: bool) -> Edges:
+    off = sps.csr_array((w, (dst, src)), shape=(n, n))
+    diag = 1.0 - np.asarray(off.sum(axis=1)).reshape(-1)
+    full = (off + sps.diags_array(diag, format="csr")).tocsr()
+    if lazy:
+        full = (0.5 * (full + sps.eye_array(n, format="csr"))).tocsr()
+    return Edges.from_matrix(full)
+
+
+def check_round(edges: Edges, t: int, law: str, *, tol: float = 1e-9) -> None:
+    """Refuse a W(t) that is not symmetric doubly stochastic with non-negative entries, naming the round and the
+    offending value."""
+    w, s = edges.weight.numpy(), edges.self_weight.numpy()
+    where = f"W({t}) of dynamics {law!r}"
+    if len(w) and w.min() < 0 or s.min() < -tol:
+        raise ValidationError(f"{where} has a negative entry (min off-diagonal {w.min() if len(w) else 0:g}, "
+                              f"min diagonal {s.min():g})")
+    rows = s + np.bincount(edges.dst.numpy(), weights=w, minlength=edges.rows)
+    bad = np.flatnonzero(np.abs(rows - 1.0) > tol)
+    if len(bad):
+        raise ValidationError(f"{where}: row {int(bad[0])} sums to {rows[bad[0]]:.12g}, not 1")
+    asym = np.flatnonzero(np.abs(w - w[edges.reverse.numpy()]) > tol)
+    if len(asym):
+        e = int(asym[0])
+        raise ValidationError(f"{where} is not symmetric: w[{int(edges.dst[e])},{int(edges.src[e])}] = {w[e]:g}")
+
+
+def read_graph(path: str | Path, *, n: int | None, mixing: str, lazy: bool) -> tuple[int, Edges]:
+    """One graph of a ``cycle``: (its number of agents, the Edges of its W under ``mixing``). A square 0/1 matrix
+    with zero diagonal is an adjacency matrix, two integer columns an edge list (agents 0..n−1, n the largest + 1,
+    or ``n``), any other square matrix W itself. The graph need not be connected."""
+    from privdl.data.files import read_matrix
+    from privdl.network.mixing import mixing_matrix
+    from privdl.network.validation import validate_mixing_matrix  # noqa: F401  (W files: checked per round)
+
+    path = Path(path)
+    arr = read_matrix(path, "cycle graph file")
+    if arr.ndim != 2:
+        raise ValidationError(f"cycle graph file {path}: a graph file holds a matrix or an edge list")
+    square = arr.shape[0] == arr.shape[1]
+    if square and np.isin(arr, (0.0, 1.0)).all() and not arr.diagonal().any():
+        g = nx.from_numpy_array(arr)
+    elif arr.shape[1] == 2 and np.all(arr == np.round(arr)) and arr.min() >= 0:
+        m = int(arr.max()) + 1 if n is None else int(n)
+        if arr.size and arr.max() >= m:
+            raise ValidationError(f"cycle graph file {path} names agent {int(arr.max())}; [network] n = {m}")
+        g = nx.empty_graph(m)
+        g.add_edges_from((int(a), int(b)) for a, b in arr if a != b)
+    elif square:
+        edges = Edges.from_matrix(arr)
+        check_round(edges, 0, f"cycle: W from {path.name}")
+        return arr.shape[0], edges
+    else:
+        raise ValidationError(f"cycle graph file {path} holds a {arr.shape[0]}×{arr.shape[1]} table: an edge list "
+                              "has two integer columns, a matrix is square")
+    try:
+        w = mixing_matrix(g, mixing, lazy_=lazy)
+    except ValidationError as exc:
+        raise ValidationError(f"cycle graph file {path}: {exc}") from None
+    return g.number_of_nodes(), Edges.from_matrix(w)
+
+
+class Dynamics:
+    """The law of W(t) for a run of ``n`` agents: ``edges(t)`` gives round t's edges and weights (cached: a
+    periodic law keeps its period's W, a random one the last round's), each checked by :func:`check_round`."""
+
+    def __init__(self, name: str, n: int, *, seed: int = 0, mixing: str = "metropolis_hastings",
+                 lazy: bool = False, peers: int | None = None, graphs: Sequence[str | Path] = (),
+                 description: Sequence[str] | None = None) -> None:
+        if name not in DYNAMICS or name == "static":
+            raise ValidationError(f"unknown dynamics {name!r}; valid: {', '.join(DYNAMICS)}")
+        self.name, self.n, self.lazy, self.mixing = name, int(n), bool(lazy), mixing
+        if name in NATURAL and mixing != "metropolis_hastings":
+            raise ValidationError(
+                f"dynamics {name!r} weighs each round's graph itself ("
+                + ("w = 1/2 on the matched pairs: the Metropolis–Hastings weights of a matching"
+                   if name != "peer_sampling" else "Metropolis–Hastings on the round's graph")
+                + f"); mixing = {mixing!r} cannot be used with it: allowed mixing = \"metropolis_hastings\" "
+                "(lazy = true for (I + W(t))/2)")
+        if name == "peer_sampling":
+            if peers is None:
+                raise ValidationError("dynamics \"peer_sampling\" needs [network] peers = k (out-peers per round)")
+            if isinstance(peers, bool) or not isinstance(peers, (int, np.integer)) or not 1 <= peers < self.n:
+                raise ValidationError(f"[network] peers = {peers!r}: each agent draws k distinct peers among the "
+                                      f"other {self.n - 1}, so 1 <= peers <= {self.n - 1} (n = {self.n})")
+        elif peers is not None:
+            raise ValidationError(f"[network] peers = {peers!r} applies to dynamics \"peer_sampling\" only, "
+                                  f"not {name!r}")
+        self.peers = None if peers is None else int(peers)
+        if name == "cycle":
+            if not graphs:
+                raise ValidationError("dynamics \"cycle\" needs [network] graphs = [\"a.csv\", ...] (at least one)")
+            read = [read_graph(g, n=None, mixing=mixing, lazy=lazy) for g in graphs]
+            sizes = [m for m, _ in read]
+            if len(set(sizes)) > 1:
+                named = ", ".join(f"{Path(g).name}: n = {m}" for g, m in zip(graphs, sizes))
+                raise ValidationError(f"the graphs of a cycle must have one number of agents; got {named}")
+            self.n = sizes[0]
+            self._cycle = [e for _, e in read]
+            union = nx.empty_graph(self.n)
+            for e in self._cycle:
+                union.add_edges_from(zip(e.src.tolist(), e.dst.tolist()))
+            if not nx.is_connected(union):
+                raise ValidationError("the union of the cycle's graphs is disconnected: some agents never reach "
+                                      "the others, so no average is reached")
+            self.graphs = [str(Path(g).name) for g in (description or graphs)]
+        elif graphs:
+            raise ValidationError(f"[network] graphs applies to dynamics \"cycle\" only, not {name!r}")
+        else:
+            self.graphs = []
+        if self.n < 2:
+            raise ValidationError(f"a time-varying graph needs at least 2 agents, got n = {self.n}")
+        self.seed = int(seed)
+        self.key = RootKeys(self.seed).public(PURPOSE)
+        self._periodic: dict[int, Edges] = {}
+        self._last: tuple[int, Edges] | None = None
+
+    # ---- the law --------------------------------------------------------------------------------------------
+    @property
+    def period(self) -> int | None:
+        """The number of distinct W(t) of a periodic law (W(t) = W(t mod period)), None for a random one."""
+        if self.name == "cycle":
+            return len(self._cycle)
+        if self.name == "one_peer_exponential":
+            return max(1, math.ceil(math.log2(self.n)))
+        return None
+
+    def law(self) -> dict:
+        """What the manifest records: the law's name and parameters (not the matrices)."""
+        out: dict = {"dynamics": self.name, "n": self.n, "mixing": self.mixing, "lazy": self.lazy,
+                     "key": f"public({PURPOSE!r}) of the run's root seed, folded with t"}
+        if self.peers is not None:
+            out["peers"] = self.peers
+        if self.name == "cycle":
+            out["graphs"] = self.graphs
+            out["fingerprints"] = [self.fingerprint(t) for t in range(len(self._cycle))]
+        if self.period is not None:
+            out["period"] = self.period
+        return out
+
+    def edges(self, t: int) -> Edges:
+        """Round t's edges with their weights w_ij(t) (checked)."""
+        p = self.period
+        if p is not None:
+            k = t % p
+            if k not in self._periodic:
+                e = self._cycle[k] if self.name == "cycle" else self._make(k)
+                check_round(e, t, self.name)
+                self._periodic[k] = e
+            return self._periodic[k]
+        if self._last is None or self._last[0] != t:
+            e = self._make(t)
+            check_round(e, t, self.name)
+            self._last = (t, e)
+        return self._last[1]
+
+    def matrix(self, t: int) -> sps.csr_array:
+        """W(t) as a sparse matrix."""
+        e = self.edges(t)
+        m = sps.csr_array((e.weight.numpy(), (e.dst.long().numpy(), e.src.long().numpy())), shape=(self.n, self.n))
+        return (m + sps.diags_array(e.self_weight.numpy(), format="csr")).tocsr()
+
+    def fingerprint(self, t: int) -> str:
+        return fingerprint(self.matrix(t))
+
+    def rng(self, t: int) -> np.random.Generator:
+        """Round t's public generator (PCG64 seeded by the dynamics key folded with t)."""
+        return np.random.default_rng(fold_int(self.key, int(t)))
+
+    def _make(self, t: int) -> Edges:
+        n = self.n
+        if self.name == "one_peer_exponential":
+            i = np.arange(n)
+            j = i ^ (1 << t)
+            keep = (j < n) & (i < j)
+            return _edges(n, np.concatenate([i[keep], j[keep]]), np.concatenate([j[keep], i[keep]]),
+                          np.full(2 * int(keep.sum()), 0.5), lazy=self.lazy)
+        rng = self.rng(t)
+        if self.name == "random_matching":
+            perm = rng.permutation(n)
+            a, b = perm[0:n - 1:2], perm[1:n:2]
+            return _edges(n, np.concatenate([a, b]), np.concatenate([b, a]), np.full(2 * len(a), 0.5),
+                          lazy=self.lazy)
+        k = self.peers  # peer_sampling: k distinct peers among the n − 1 others, redrawn where two coincide
+        picks = rng.integers(0, n - 1, size=(n, k))
+        while k > 1:
+            s = np.sort(picks, axis=1)
+            dup = np.flatnonzero((s[:, 1:] == s[:, :-1]).any(axis=1))
+            if not len(dup):
+                break
+            picks[dup] = rng.integers(0, n - 1, size=(len(dup), k))
+        agents = np.arange(n)[:, None]
+        peers = picks + (picks >= agents)  # skip oneself
+        return mh_edges(n, np.repeat(np.arange(n), k), peers.reshape(-1), lazy=self.lazy)
+
+    def accesses(self, algorithm, iterations: int) -> torch.Tensor:
+        """The noisy accesses per data owner ``algorithm`` makes in ``iterations`` rounds of this law: its count
+        on round 0's edges, plus each round's increment on that round's edges (an algorithm whose count depends on
+        the degree — cross-gradients — accesses deg_i(t) times in round t)."""
+        if not getattr(algorithm, "cross", False):
+            return algorithm.accesses(iterations, self.edges(0))
+        total = algorithm.accesses(0, self.edges(0)).clone()
+        for t in range(1, iterations + 1):
+            e = self.edges(t)
+            total += algorithm.accesses(1, e) - algorithm.accesses(0, e)
+        return total
+
+    def __repr__(self) -> str:
+        return f"Dynamics({self.law()})"
+
+
+#: why a mechanism cannot run on a time-varying graph (its design or its ledger rests on one W), by name
+FIXED_W_MECHANISMS = {
+    "zip_dl": "its pairwise network-DP ledger is computed from one W (each agent's worst neighbour's weight) and "
+              "its zero-sum noise from one edge set",
+    "muffliato": "its pairwise network-DP ledger is computed from one W (the gossip's spread S_uv = Σ_t W^t) and its "
+                 "averaging from one edge set",
+}
+
+
+def check_mechanism(mechanism, dynamics: "Dynamics") -> None:
+    """Refuse a mechanism whose design or ledger needs one W, naming why."""
+    name = getattr(mechanism, "name", type(mechanism).__name__)
+    why = FIXED_W_MECHANISMS.get(name)
+    if why is None and getattr(mechanism, "needs_combination", None) is not None:
+        why = getattr(mechanism, "dynamic_reason", None)
+        if why is None and not getattr(mechanism, "follows_dynamics", False):
+            why = "its noise covariance R is designed for one W (the noise cancels in W's mixing)"
+    if why is not None:
+        raise ValidationError(f"mechanism {name!r} cannot run on a time-varying graph ([network] dynamics = "
+                              f"{dynamics.name!r}): {why}; use dynamics = \"static\", or ldp / dp_sgd / none")
+
+
+__all__ = ["DYNAMICS", "Dynamics", "FIXED_MIXING", "FIXED_W_MECHANISMS", "check_mechanism", "check_round", "fixed_mixing_reason", "mh_edges", "read_graph"]

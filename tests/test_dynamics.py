@@ -1,0 +1,168 @@
+"""Time-varying graphs ([network] dynamics, issue 46 item 1): the law of W(t), the round loop on W(t), refusals.
+
+Facts checked, each independent of privdl's own validation: every W(t) is symmetric doubly stochastic (dense numpy);
+the one-peer exponential graph with n a power of 2 averages exactly in log₂ n rounds (Ying et al. 2021; the product
+of the log₂ n matchings of the hypercube is 11ᵀ/n) while random matchings do not; the messages of a run are exactly
+W(t)'s edges; the sliced backend equals the simulator bit for bit on W(t).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from privdl.comm import Transcript, make_comm
+from privdl.errors import ConfigError, ValidationError
+from privdl.experiment.build import build_network
+from privdl.algorithms import make_algorithm
+from privdl.mechanisms import make_mechanism
+from privdl.network.dynamics import Dynamics
+from privdl.schedules import make_schedule
+from privdl.simulator import simulate
+from privdl.simulator.sliced import simulate_sliced
+from privdl.tasks import make_task
+
+LAWS = [("random_matching", {}), ("one_peer_exponential", {}), ("peer_sampling", {"peers": 2})]
+
+
+@pytest.mark.parametrize("name,kw", LAWS)
+@pytest.mark.parametrize("n", [7, 16])
+def test_every_round_is_symmetric_doubly_stochastic(name, kw, n):
+    d = Dynamics(name, n, seed=5, **kw)
+    for t in range(12):
+        w = d.matrix(t).toarray()
+        assert np.array_equal(w, w.T) and w.min() >= 0
+        np.testing.assert_allclose(w.sum(axis=1), 1.0, atol=1e-12)
+    if name == "peer_sampling":  # every agent has at least its k out-peers (symmetrised: maybe more)
+        assert ((d.matrix(3).toarray() > 0).sum(axis=1) - 1 >= 2).all()
+
+
+def test_the_law_is_a_function_of_the_run_seed_only():
+    a, b, c = (Dynamics("random_matching", 10, seed=s) for s in (1, 1, 2))
+    assert all(np.array_equal(a.matrix(t).toarray(), b.matrix(t).toarray()) for t in range(5))
+    assert any(not np.array_equal(a.matrix(t).toarray(), c.matrix(t).toarray()) for t in range(5))
+
+
+def _average_through_comm(network, rounds, start=1, n=None):
+    """Plain averaging x ← W(t) x through the run's Comm for ``rounds`` rounds from round ``start``."""
+    comm = make_comm(network)
+    x = torch.as_tensor(np.random.default_rng(0).normal(size=(network.n, 3)))
+    y = x.clone()
+    for t in range(start, start + rounds):
+        comm.t = t
+        y = comm.mix(y, tag="x")
+    return (y - x.mean(dim=0)).abs().max().item()
+
+
+@pytest.mark.parametrize("n", [8, 16])
+def test_one_peer_exponential_averages_exactly_in_log2_n_rounds(n):
+    """Ying et al. 2021: on the one-peer exponential graph with n = 2^τ, any τ consecutive rounds of plain averaging
+    give the exact average (up to rounding: τ halvings of sums of doubles), and τ − 1 rounds do not."""
+    net = build_network({"dynamics": "one_peer_exponential", "n": n}, 3)
+    tau = int(np.log2(n))
+    for start in (1, 2):
+        assert _average_through_comm(net, tau, start) < 1e-12
+    assert _average_through_comm(net, tau - 1) > 1e-3
+
+
+@pytest.mark.parametrize("n", [8, 16])
+def test_random_matching_does_not_average_in_log2_n_rounds(n):
+    net = build_network({"dynamics": "random_matching", "n": n}, 3)
+    assert _average_through_comm(net, int(np.log2(n))) > 1e-3
+
+
+def _run(net, task, alg, mech, rounds, **kw):
+    sched = make_schedule("constant", eta=0.1, iterations=rounds)
+    return simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=rounds,
+                    seed=4, **kw)
+
+
+@pytest.mark.parametrize("name,kw", LAWS)
+def test_messages_and_bytes_follow_the_rounds_edges(name, kw):
+    n, rounds = 6, 4
+    net = build_network({"dynamics": name, "n": n, **kw}, 9)
+    task = make_task("quadratic", n)
+    alg = make_algorithm("dsgd")
+    wire = Transcript()
+    res = _run(net, task, alg, make_mechanism("none", steps=alg.accesses(rounds, net.edges)), rounds,
+               observers=[wire])
+    sent = {m.t: (m.src.tolist(), m.dst.tolist()) for m in wire.messages}
+    for t in range(1, rounds + 1):
+        e = net.dynamics.edges(t)
+        assert sent[t] == (e.src.tolist(), e.dst.tolist())
+    total = sum(len(net.dynamics.edges(t)) for t in range(1, rounds + 1))
+    assert res.extra["bytes"]["x"]["messages"] == total
+
+
+@pytest.mark.exact
+@pytest.mark.parametrize("name,kw", LAWS[:2])
+def test_sliced_equals_the_simulator_on_a_time_varying_graph(name, kw):
+    n, rounds = 6, 3
+    net = build_network({"dynamics": name, "n": n, **kw}, 2)
+    task = make_task("softmax", n, dataset="digits", batch_size=8, seed=1)
+    for alg_name in ("dsgd", "dsgt"):
+        alg = make_algorithm(alg_name)
+        mech = make_mechanism("gaussian_ldp", steps=alg.accesses(rounds, net.edges), network=net, clip=1.0,
+                              epsilon=20.0)
+        sched = make_schedule("constant", eta=0.1, iterations=rounds)
+        want = simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=rounds,
+                        seed=3, sparse=True, eval_every=1)
+        got = simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched,
+                              iterations=rounds, seed=3, slices=3, eval_every=1)
+        assert torch.equal(got.final, want.final)
+        assert got.records == want.records
+
+
+def test_a_cycle_of_graph_files(tmp_path):
+    (tmp_path / "a.csv").write_text("0,1\n2,3\n")
+    (tmp_path / "b.csv").write_text("1,2\n3,0\n")
+    net = build_network({"dynamics": "cycle", "graphs": ["a.csv", "b.csv"]}, 0, str(tmp_path))
+    d = net.dynamics
+    assert d.n == 4 and d.period == 2 and len(d.law()["fingerprints"]) == 2
+    want_a = np.array([[.5, .5, 0, 0], [.5, .5, 0, 0], [0, 0, .5, .5], [0, 0, .5, .5]])
+    np.testing.assert_array_equal(d.matrix(4).toarray(), want_a)
+    assert np.array_equal(d.matrix(1).toarray(), d.matrix(3).toarray())
+    (tmp_path / "c.csv").write_text("0,1\n1,2\n2,3\n3,4\n")
+    with pytest.raises(ValidationError, match=r"one number of agents.*a.csv: n = 4.*c.csv: n = 5"):
+        build_network({"dynamics": "cycle", "graphs": ["a.csv", "c.csv"]}, 0, str(tmp_path))
+    with pytest.raises(ValidationError, match="union of the cycle's graphs is disconnected"):
+        build_network({"dynamics": "cycle", "graphs": ["a.csv", "a.csv"]}, 0, str(tmp_path))
+
+
+@pytest.mark.parametrize("table,match", [
+    ({"dynamics": "peer_sampling", "n": 5, "peers": 5}, r"peers = 5.*1 <= peers <= 4"),
+    ({"dynamics": "peer_sampling", "n": 5}, r"needs \[network\] peers"),
+    ({"dynamics": "random_matching", "n": 5, "peers": 2}, r"peers = 2 applies to dynamics \"peer_sampling\" only"),
+    ({"dynamics": "random_matching", "n": 5, "mixing": "laplacian"},
+     r"mixing = 'laplacian' cannot be used with it: allowed mixing = \"metropolis_hastings\""),
+    ({"dynamics": "one_peer_exponential", "n": 5, "mixing": "max_degree"}, r"mixing = 'max_degree'"),
+    ({"dynamics": "cycle", "n": 5}, r"needs \[network\] graphs"),
+])
+def test_bad_dynamics_are_refused_naming_the_value(table, match):
+    with pytest.raises(ValidationError, match=match):
+        build_network(table, 0)
+
+
+def test_an_unknown_dynamics_name_is_a_config_error(tmp_path):
+    from privdl.experiment import load_config
+
+    path = tmp_path / "c.toml"
+    path.write_text('[network]\ndynamics = "gossip"\nn = 4\n')
+    with pytest.raises(ConfigError, match=r"gossip.*random_matching"):
+        load_config(path)
+
+
+def test_algorithms_and_mechanisms_that_need_one_W_are_refused_by_reason():
+    from privdl.experiment.build import build
+
+    base = {"seed": 0, "iterations": 3, "dtype": "float64", "network": {"dynamics": "random_matching", "n": 4},
+            "task": {"name": "quadratic"}, "schedule": {"name": "constant", "eta": 0.1},
+            "mechanism": {"name": "none"}}
+    for name, why in (("exact_diffusion", "fixed point of one combination matrix"), ("dinno", "consensus ADMM")):
+        with pytest.raises(ValidationError, match=f"algorithm '{name}' needs one mixing matrix.*{why}"):
+            build({**base, "algorithm": {"name": name}})
+    with pytest.raises(ValidationError, match="mechanism 'zip_dl' cannot run on a time-varying graph.*one W"):
+        build({**base, "algorithm": {"name": "dsgd"}, "mechanism": {"name": "zip_dl", "sigma": 1.0}})
+    c = build({**base, "algorithm": {"name": "dsgt"}})  # gradient tracking: any doubly stochastic W(t) (DIGing)
+    assert c.network.dynamics.name == "random_matching"
