@@ -39,7 +39,7 @@ import torch
 
 from privdl.errors import ValidationError
 from privdl.keys import RootKeys, fold_int
-from privdl.network.edges import Edges, fingerprint
+from privdl.network.edges import Edges, fingerprint, index_dtype
 
 #: the laws of W(t) ``[network] dynamics`` names
 DYNAMICS = ("static", "random_matching", "one_peer_exponential", "peer_sampling", "cycle")
@@ -65,7 +65,8 @@ def mh_edges(n: int, i: np.ndarray, j: np.ndarray, *, lazy: bool = False) -> Edg
     i, j = np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
     lo, hi = np.minimum(i, j), np.maximum(i, j)
     keep = lo != hi
-    pairs = np.unique(lo[keep] * n + hi[keep])
+    pairs = np.sort(lo[keep] * n + hi[keep])
+    pairs = pairs[np.concatenate([[True], pairs[1:] != pairs[:-1]])] if len(pairs) else pairs
     lo, hi = pairs // n, pairs % n
     deg = np.bincount(lo, minlength=n) + np.bincount(hi, minlength=n)
     w = 1.0 / (1.0 + np.maximum(deg[lo], deg[hi]))
@@ -73,12 +74,48 @@ def mh_edges(n: int, i: np.ndarray, j: np.ndarray, *, lazy: bool = False) -> Edg
 
 
 def _edges(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, *, lazy: bool) -> Edges:
-    off = sps.csr_array((w, (dst, src)), shape=(n, n))
-    diag = 1.0 - np.asarray(off.sum(axis=1)).reshape(-1)
-    full = (off + sps.diags_array(diag, format="csr")).tocsr()
+    """The :class:`Edges` of the W with off-diagonal entries w_{dst,src} = w (every edge given with its reverse,
+    none twice) and w_ii = 1 − Σ_j w_ij, built in numpy with its slot table (once per round: no sparse matrix)."""
+    src, dst, w = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64), np.asarray(w, dtype=np.float64)
+    key = dst * n + src
+    order = np.argsort(key, kind="stable")  # canonical order: by receiver, then sender
+    src, dst, w, key = src[order], dst[order], w[order], key[order]
+    reverse = np.searchsorted(key, src * n + dst)
+    if len(key) and (reverse.max() >= len(key) or not np.array_equal(key[reverse], src * n + dst)):
+        raise ValueError("edges without their reverse")
+    selfw = 1.0 - np.bincount(dst, weights=w, minlength=n)
     if lazy:
-        full = (0.5 * (full + sps.eye_array(n, format="csr"))).tocsr()
-    return Edges.from_matrix(full)
+        w, selfw = 0.5 * w, 0.5 * (1.0 + selfw)
+    index = index_dtype(max(n, len(src)))
+    deg = np.bincount(dst, minlength=n)
+    slots = np.full((int(deg.max()) if len(src) else 0, n), -1, dtype=index)
+    slots[np.arange(len(src)) - (np.cumsum(deg) - deg)[dst], dst] = np.arange(len(src))
+    e = Edges(torch.from_numpy(src.astype(index)), torch.from_numpy(dst.astype(index)), torch.from_numpy(w),
+              torch.from_numpy(reverse.astype(index)), torch.from_numpy(selfw), n)
+    e.__dict__["degree"] = torch.from_numpy(deg)  # (Edges' cached properties, computed here in numpy)
+    e.__dict__["slots"] = torch.from_numpy(slots)
+    return e
+
+
+def matching_edges(partner: np.ndarray, *, lazy: bool = False) -> Edges:
+    """The :class:`Edges` of a matching's W (w = 1/2 between partners; ``partner[i]`` = −1: i idles, w_ii = 1):
+    one incoming edge per matched agent, so the canonical order is the matched agents' order."""
+    partner = np.asarray(partner, dtype=np.int64)
+    n = len(partner)
+    dst = np.flatnonzero(partner >= 0)
+    src = partner[dst]
+    rank = np.full(n, -1, dtype=np.int64)
+    rank[dst] = np.arange(len(dst))
+    half = np.full(len(dst), 0.5)
+    selfw = np.where(partner >= 0, 0.5, 1.0)
+    if lazy:
+        half, selfw = 0.5 * half, 0.5 * (1.0 + selfw)
+    index = index_dtype(n)
+    e = Edges(torch.from_numpy(src.astype(index)), torch.from_numpy(dst.astype(index)), torch.from_numpy(half),
+              torch.from_numpy(rank[src].astype(index)), torch.from_numpy(selfw), n)
+    e.__dict__["degree"] = torch.from_numpy((partner >= 0).astype(np.int64))
+    e.__dict__["slots"] = torch.from_numpy(rank.astype(index)[None, :] if len(dst) else np.zeros((0, n), index))
+    return e
 
 
 def check_round(edges: Edges, t: int, law: str, *, tol: float = 1e-9) -> None:
@@ -244,17 +281,15 @@ class Dynamics:
     def _make(self, t: int) -> Edges:
         n = self.n
         if self.name == "one_peer_exponential":
-            i = np.arange(n)
-            j = i ^ (1 << t)
-            keep = (j < n) & (i < j)
-            return _edges(n, np.concatenate([i[keep], j[keep]]), np.concatenate([j[keep], i[keep]]),
-                          np.full(2 * int(keep.sum()), 0.5), lazy=self.lazy)
+            j = np.arange(n) ^ (1 << t)
+            return matching_edges(np.where(j < n, j, -1), lazy=self.lazy)
         rng = self.rng(t)
         if self.name == "random_matching":
             perm = rng.permutation(n)
             a, b = perm[0:n - 1:2], perm[1:n:2]
-            return _edges(n, np.concatenate([a, b]), np.concatenate([b, a]), np.full(2 * len(a), 0.5),
-                          lazy=self.lazy)
+            partner = np.full(n, -1, dtype=np.int64)
+            partner[a], partner[b] = b, a
+            return matching_edges(partner, lazy=self.lazy)
         k = self.peers  # peer_sampling: k distinct peers among the n − 1 others, redrawn where two coincide
         picks = rng.integers(0, n - 1, size=(n, k))
         while k > 1:

@@ -1,0 +1,67 @@
+"""Benchmark: a time-varying graph against a static one (issue 46 item 1, "Speed": at most 1.2×).
+
+n = 1000 agents, sparse W: D-SGD with agent-level Gaussian LDP on seed 001's quadratic (d = 2: the rounds are
+nearly all communication, the case where making W(t) weighs most) and on softmax regression over the bundled
+digits (d = 650), each run on a static sparse graph (random 4-regular, Metropolis–Hastings, ``SparseComm``) and on
+each law of W(t) (``random_matching``, ``one_peer_exponential``, ``peer_sampling`` with k = 2), in the same
+process, best of ``--repeats``. The ratio is time-varying / static, same algorithm, mechanism and task.
+
+    PYTHONPATH=src python benchmarks/bench_dynamics.py [--iterations 200] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from privdl.algorithms import make_algorithm
+from privdl.experiment.build import build_network
+from privdl.mechanisms import make_mechanism
+from privdl.schedules import make_schedule
+from privdl.simulator import simulate
+from privdl.tasks import make_task
+
+LAWS = {
+    "static (random 4-regular)": {"topology": "random_regular", "degree": 4},
+    "random_matching": {"dynamics": "random_matching"},
+    "one_peer_exponential": {"dynamics": "one_peer_exponential"},
+    "peer_sampling (k = 2)": {"dynamics": "peer_sampling", "peers": 2},
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iterations", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    n, T = args.n, args.iterations
+    tasks = {"quadratic (d = 2)": lambda: make_task("quadratic", n),
+             "softmax digits (d = 650)": lambda: make_task("softmax", n, dataset="digits", batch_size=1, seed=0)}
+    alg = make_algorithm("dsgd")
+    print(f"n = {n}, T = {T}, D-SGD + gaussian_ldp, {args.threads} threads, best of {args.repeats}")
+    for label, make in tasks.items():
+        task = make()
+        rounds = T if label.startswith("quadratic") else max(5, T // 10)  # (softmax: the gradients dominate)
+        sched = make_schedule("constant", eta=0.05, iterations=rounds)
+        nets = {law: build_network({"n": n, **table}, 0) for law, table in LAWS.items()}
+        best = dict.fromkeys(LAWS, float("inf"))
+        for _ in range(args.repeats):  # interleaved: a busy machine slows every law alike
+            for law, net in nets.items():
+                mech = make_mechanism("gaussian_ldp", steps=alg.accesses(rounds, net.edges), network=net, clip=1.0,
+                                      epsilon=10.0)
+                start = time.perf_counter()
+                simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=rounds,
+                         seed=1, sparse=True, metrics=False)
+                best[law] = min(best[law], time.perf_counter() - start)
+        base = best[next(iter(LAWS))]
+        for law, secs in best.items():
+            print(f"{label:26s} {law:28s} T = {rounds:4d} {secs * 1e3 / rounds:8.3f} ms/round   ratio {secs / base:5.2f}")
+
+
+if __name__ == "__main__":
+    main()
