@@ -195,3 +195,41 @@ def test_processes_equal_the_simulator_on_a_time_varying_graph(tmp_path):
     for a, b in zip(rows["p2"], rows["sim"]):
         assert a[:-1] == b[:-1]
         assert a[-1] == b[-1] or math.isclose(float(a[-1]), float(b[-1]), rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_the_eavesdropper_averages_each_sender_over_the_rounds_it_sent_in():
+    """On a random matching of 5 agents one agent idles each round: its sliding average is the mean of what it sent,
+    never diluted by the rounds it was silent (checked against the transcript)."""
+    from privdl.comm.eavesdropper import Eavesdropper
+
+    n, rounds = 5, 6
+    net = build_network({"dynamics": "random_matching", "n": n}, 1)
+    task = make_task("quadratic", n, init_scale=1.0)
+    alg = make_algorithm("dsgd")
+    spy = Eavesdropper(n, window=100, target=lambda t: torch.zeros(2))
+    wire = Transcript()
+    _run(net, task, alg, make_mechanism("none", steps=alg.accesses(rounds, net.edges)), rounds,
+         observers=[spy, wire])
+    sums, counts = torch.zeros(n, 2, dtype=torch.float64), torch.zeros(n)
+    for m in wire.messages:
+        for k in range(len(m.src)):  # every message an agent sends in a round is the same value (its x − η g)
+            s = int(m.src[k])
+            if k == 0 or int(m.src[:k].eq(s).sum()) == 0:
+                sums[s] += m.payload[k].to(torch.float64)
+                counts[s] += 1
+    assert (counts < rounds).any()  # someone idled
+    torch.testing.assert_close(spy.estimate(), sums / counts[:, None], rtol=1e-12, atol=1e-14)
+
+
+def test_the_ledger_counts_the_accesses_each_round_made():
+    """DPDL reads a neighbour's data once per incoming edge per round: on W(t) an owner's accesses are
+    Σ_t deg_i(t) (+ T self-gradients), what the mechanism was built for and what the run made."""
+    n, rounds = 6, 5
+    net = build_network({"dynamics": "peer_sampling", "peers": 1, "n": n}, 2)
+    task = make_task("quadratic", n)
+    alg = make_algorithm("dpdl", self_noise=True)
+    want = sum(net.dynamics.edges(t).degree for t in range(1, rounds + 1)) + rounds
+    planned = net.dynamics.accesses(alg, rounds)
+    assert torch.equal(planned, want)
+    res = _run(net, task, alg, make_mechanism("none", steps=planned), rounds)
+    assert torch.equal(res.accesses, want)

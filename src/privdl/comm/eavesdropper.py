@@ -35,6 +35,10 @@ class Eavesdropper:
         # per kind (plain, adaptive): the last ``window`` rounds' per-sender values and their running sum
         self._buffers: dict[bool, deque[torch.Tensor]] = {False: deque(), True: deque()}
         self._sums: dict[bool, torch.Tensor | None] = {False: None, True: None}
+        # which senders sent in each round of the window (a time-varying graph: an idle agent sends nothing, and
+        # its average is over the rounds it sent in)
+        self._sent: deque[torch.Tensor] = deque()
+        self._seen: torch.Tensor | None = None
         self._round = -1
         self._cache: tuple[int, dict[bool, torch.Tensor | None]] | None = None
         self._links: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
@@ -51,6 +55,10 @@ class Eavesdropper:
         def per_sender(values: torch.Tensor) -> torch.Tensor:
             return torch.zeros(self.rows, values.shape[1], dtype=torch.float64).index_add_(0, src, values).div_(count)
 
+        self._sent.append(self._links[3])
+        self._seen = self._links[3].clone() if self._seen is None else self._seen + self._links[3]
+        if len(self._sent) > self.window:
+            self._seen -= self._sent.popleft()
         self._push(False, per_sender(flat))
         if self.wire is not None:
             self._push(True, per_sender(self.wire.recover(flat)))
@@ -60,8 +68,9 @@ class Eavesdropper:
         tensor (every round of a run)."""
         if self._links is None or self._links[0] is not src:
             cpu = src.cpu().long()  # index_add_ is about 3× slower with int32 indices
-            count = torch.bincount(cpu, minlength=self.rows).clamp(min=1).to(torch.float64)[:, None]
-            self._links = (src, cpu, count)
+            links = torch.bincount(cpu, minlength=self.rows)
+            count = links.clamp(min=1).to(torch.float64)[:, None]
+            self._links = (src, cpu, count, (links > 0).to(torch.float64)[:, None])
         return self._links[1], self._links[2]
 
     def _push(self, adaptive: bool, value: torch.Tensor) -> None:
@@ -78,18 +87,27 @@ class Eavesdropper:
         """What a checkpoint keeps: the window of per-sender values and their running sums, the last round seen."""
         return {"tag": self.tag, "round": self._round,
                 "buffers": {str(k): [v.clone() for v in b] for k, b in self._buffers.items()},
-                "sums": {str(k): None if v is None else v.clone() for k, v in self._sums.items()}}
+                "sums": {str(k): None if v is None else v.clone() for k, v in self._sums.items()},
+                "sent": [v.clone() for v in self._sent]}
 
     def load_state_dict(self, state: dict) -> None:
         self.tag, self._round = state["tag"], int(state["round"])
         self._buffers = {k: deque(state["buffers"][str(k)]) for k in (False, True)}
         self._sums = {k: state["sums"][str(k)] for k in (False, True)}
+        ones = torch.ones(self.rows, 1, dtype=torch.float64)  # (a checkpoint from before: every sender sent)
+        self._sent = deque(state.get("sent", [ones] * len(self._buffers[False])))
+        self._seen = sum(self._sent, torch.zeros_like(ones)) if self._sent else None
         self._cache = None
 
     def estimate(self, adaptive: bool = False) -> torch.Tensor | None:
         """Every sender's sliding average (rows, L), or None before the first message."""
         total = self._sums[adaptive]
-        return None if total is None else total / len(self._buffers[adaptive])
+        if total is None:
+            return None
+        seen = self._seen
+        if seen is None or bool((seen == len(self._buffers[adaptive])).all()):
+            return total / len(self._buffers[adaptive])  # every sender sent in every round of the window
+        return total / seen.clamp(min=1)
 
     def metrics(self, t: int, rows: slice = slice(None)) -> dict[str, float]:
         if self._cache is None or self._cache[0] != t:  # one computation per round for every replica
@@ -103,7 +121,8 @@ class Eavesdropper:
         for name, adaptive in (("eavesdropper_msd", False), ("adaptive_eavesdropper_msd", True)):
             err = self._cache[1][adaptive]
             if err is not None:
-                out[name] = float(err[rows].mean())
+                heard = None if self._seen is None else (self._seen[:, 0] > 0)[rows]
+                out[name] = float(err[rows].mean() if heard is None or bool(heard.all()) else err[rows][heard].mean())
         return out
 
 
