@@ -233,3 +233,18 @@ def test_the_ledger_counts_the_accesses_each_round_made():
     assert torch.equal(planned, want)
     res = _run(net, task, alg, make_mechanism("none", steps=planned), rounds)
     assert torch.equal(res.accesses, want)
+
+
+@pytest.mark.parametrize("mech,law,match", [
+    ("decor", {"dynamics": "random_matching"}, "not implemented"),
+    ("whisper", {"dynamics": "random_matching"}, r"perfect matchings"),
+    ("whisper", {"dynamics": "one_peer_exponential"}, r"has 2 distinct W\(t\)"),
+])
+def test_correlated_designs_for_one_W_are_refused_naming_why(mech, law, match):
+    from privdl.experiment.build import build
+
+    cfg = {"seed": 0, "iterations": 3, "dtype": "float64", "network": {"n": 4, **law},
+           "task": {"name": "quadratic"}, "schedule": {"name": "constant", "eta": 0.1},
+           "algorithm": {"name": "dsgd"}, "mechanism": {"name": mech, "epsilon": 10.0}}
+    with pytest.raises(ValidationError, match=f"mechanism '{mech}' cannot run on a time-varying graph.*{match}"):
+        build(cfg)

@@ -311,12 +311,16 @@ def build(cfg: dict, *, task: Task | None = None, network: Network | None = None
     check_directed(algorithm, mechanism if mechanism is not None else MECHANISMS.get(cfg["mechanism"]["name"]),
                    network)
     check_requirements(algorithm, network)
+    if network.dynamics is not None:  # (before a design for one W is computed)
+        from privdl.mechanisms import MECHANISMS
+        from privdl.network.dynamics import check_mechanism
+
+        if mechanism is None:
+            check_mechanism(MECHANISMS.get(cfg["mechanism"]["name"]), network.dynamics, cfg["mechanism"]["name"])
     if mechanism is None:
         mechanism = build_mechanism(cfg, network, task, algorithm)
     check_combination(algorithm, mechanism)  # what the mechanism needs of the algorithm, as it declares it
     if network.dynamics is not None:
-        from privdl.network.dynamics import check_mechanism
-
         check_mechanism(mechanism, network.dynamics)
     if schedule is None:
         schedule = make_schedule(cfg["schedule"]["name"], iterations=cfg["iterations"],

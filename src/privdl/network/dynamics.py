@@ -327,10 +327,21 @@ FIXED_W_MECHANISMS = {
 }
 
 
-def check_mechanism(mechanism, dynamics: "Dynamics") -> None:
-    """Refuse a mechanism whose design or ledger needs one W, naming why."""
-    name = getattr(mechanism, "name", type(mechanism).__name__)
+def check_mechanism(mechanism, dynamics: "Dynamics", name: str | None = None) -> None:
+    """Refuse a mechanism whose design or ledger needs one W, naming why (``mechanism``: the object, or its
+    registered class before it is built, then with its ``name``)."""
+    name = name or getattr(mechanism, "name", type(mechanism).__name__)
     why = FIXED_W_MECHANISMS.get(name)
+    if name == "decor":
+        why = ("DECOR's canceling terms are drawn on one edge set when the run starts, and its ledger's precision "
+               "[R⁻¹]_ii is that of R = σ²I + σ_cor² L for that graph's Laplacian L; drawing them on each round's "
+               "edges (a different R(t), hence a different precision per round) is not implemented")
+    elif name == "whisper":
+        why = (f"Whisper designs R for one W; {dynamics.name!r} has "
+               + (f"{dynamics.period} distinct W(t), and a design per W(t) (cached by fingerprint) with a ledger "
+                  "composing their different precisions is not implemented" if dynamics.period is not None else
+                  "a different W(t) almost every round (random_matching: n!/(2^(n/2)(n/2)!) perfect matchings; "
+                  "peer_sampling: more), so no design per W(t) can be made ahead of the run"))
     if why is None and getattr(mechanism, "needs_combination", None) is not None:
         why = getattr(mechanism, "dynamic_reason", None)
         if why is None and not getattr(mechanism, "follows_dynamics", False):
