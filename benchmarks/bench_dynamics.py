@@ -60,7 +60,8 @@ def main() -> None:
                 best[law] = min(best[law], time.perf_counter() - start)
         base = best[next(iter(LAWS))]
         for law, secs in best.items():
-            print(f"{label:26s} {law:28s} T = {rounds:4d} {secs * 1e3 / rounds:8.3f} ms/round   ratio {secs / base:5.2f}")
+            print(f"{label:26s} {law:28s} T = {rounds:4d} {secs * 1e3 / rounds:8.3f} ms/round   "
+                  f"ratio {secs / base:5.2f}")
 
 
 if __name__ == "__main__":

@@ -94,10 +94,15 @@ def _extending(printed: str) -> None:
 
 
 #: what a page's blocks print that its text promises, and what each needs (None: nothing outside the repository)
+def _said(printed: str, want: str) -> None:
+    assert printed.strip() == want, printed
+
+
 CHECKS = {
     "docs/concepts.md": (_concepts, None),
     "docs/recipes/dual-protection.md": (_attack, _mnist_present),
     "docs/extending.md": (_extending, None),
+    "docs/recipes/time-varying-graphs.md": (lambda out: _said(out, "True 4"), None),
 }
 #: pages whose blocks take minutes on 2 cores (iDLG's 300 L-BFGS iterations on the CNN), or that the fast tier runs
 #: already with checks of their own (the tutorial: tests/test_own_data_doc.py): the slow tier runs them here

@@ -162,6 +162,9 @@ def test_algorithms_and_mechanisms_that_need_one_W_are_refused_by_reason():
     for name, why in (("exact_diffusion", "fixed point of one combination matrix"), ("dinno", "consensus ADMM")):
         with pytest.raises(ValidationError, match=f"algorithm '{name}' needs one mixing matrix.*{why}"):
             build({**base, "algorithm": {"name": name}})
+    with pytest.raises(ValidationError, match=r"algorithm 'dpdl' needs a neighbour for every agent in every round.*"
+                                              r"odd number of agents \(n = 5\)"):
+        build({**base, "network": {"dynamics": "random_matching", "n": 5}, "algorithm": {"name": "dpdl"}})
     with pytest.raises(ValidationError, match="mechanism 'zip_dl' cannot run on a time-varying graph.*one W"):
         build({**base, "algorithm": {"name": "dsgd"}, "mechanism": {"name": "zip_dl", "sigma": 1.0}})
     c = build({**base, "algorithm": {"name": "dsgt"}})  # gradient tracking: any doubly stochastic W(t) (DIGing)
@@ -248,3 +251,21 @@ def test_correlated_designs_for_one_W_are_refused_naming_why(mech, law, match):
            "algorithm": {"name": "dsgd"}, "mechanism": {"name": mech, "epsilon": 10.0}}
     with pytest.raises(ValidationError, match=f"mechanism '{mech}' cannot run on a time-varying graph.*{match}"):
         build(cfg)
+
+
+RUNS_ON_W_T = [("dsgd", {}), ("dsgd", {"form": "cta", "gossip": "authors"}), ("dsgt", {}), ("psgt", {}),
+               ("dsg_rms", {}), ("dsgt_rms", {"structure": "diagonal"}), ("pd_lms", {"scheme": "nullspace"}),
+               ("pd_lms", {"scheme": "edge"}), ("dpdl", {}), ("cga", {"beta": 0.5}), ("central_sgd", {})]
+
+
+@pytest.mark.parametrize("name,params", RUNS_ON_W_T)
+def test_every_algorithm_that_mixes_runs_on_a_time_varying_graph(name, params):
+    """n = 5 on random matchings: one agent idles every round (no neighbour at all), the models stay finite, and
+    a noiseless run on the quadratic moves towards the optimum."""
+    alg = make_algorithm(name, **params)
+    n, rounds = (6 if alg.cross else 5), 6  # (cross-gradients need a neighbour every round: n even)
+    net = build_network({"dynamics": "random_matching", "n": n}, 4)
+    task = make_task("quadratic", n, init_scale=1.0)
+    res = _run(net, task, alg, make_mechanism("none", steps=net.dynamics.accesses(alg, rounds)), rounds,
+               eval_every=rounds)
+    assert torch.isfinite(res.final).all()

@@ -117,7 +117,9 @@ def cga(*, beta: float = 0.9, margin: float = 0.5,
 
     return Algorithm("cga", init, step, lambda s: s.x, accesses,
                      facts={"beta": float(beta), "margin": float(margin), "per_tensor": per_tensor}, stackable=False,
-                     cross=True, transmits={"model": "other", "cross_gradient": "other", "x": "other"})
+                     cross=True, transmits={"model": "other", "cross_gradient": "other", "x": "other"},
+                     requires=("neighbour_every_round: its cross-gradients weigh what each neighbour returns, so "
+                               "every agent needs a neighbour in every round",))
 
 
 __all__ = ["CGAState", "cga", "project"]

@@ -122,7 +122,9 @@ def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False,
     facts = {"alpha": alpha, "beta": beta, "self_noise": bool(self_noise), "calibration": mode}
     return Algorithm("dpdl", init, step, lambda s: s.x, accesses, facts=facts,
                      unprotected=None if self_noise else (unprotected, UNPROTECTED_REASON), cross=True,
-                     transmits={"model": "other", "cross_gradient": "other", "x": "other", "v": "other"})
+                     transmits={"model": "other", "cross_gradient": "other", "x": "other", "v": "other"},
+                     requires=("neighbour_every_round: its cross-gradients weigh what each neighbour returns, so "
+                               "every agent needs a neighbour in every round",))
 
 
 __all__ = ["CALIBRATIONS", "DPDLState", "UNPROTECTED_REASON", "calibration_weights", "dpdl"]

@@ -160,7 +160,8 @@ def _dynamic_network(net: dict, run_seed: int) -> Network:
     else:
         union = Network.from_edges(dyn.n, np.concatenate(src), np.concatenate(dst))
     union.dynamics = dyn
-    union.description = f"{name} ({', '.join(f'{k}={v}' for k, v in dyn.law().items() if k in ('n', 'peers', 'period'))}) over {union.description}"
+    said = ", ".join(f"{k}={v}" for k, v in dyn.law().items() if k in ("n", "peers", "period"))
+    union.description = f"{name} ({said}) over {union.description}"
     return union
 
 
@@ -200,6 +201,11 @@ def check_requirements(algorithm: Algorithm, network: Network) -> None:
                                   f"[network] dynamics = {network.dynamics.name!r} changes W every round: use "
                                   "dynamics = \"static\", or an algorithm that mixes with any W(t) (dsgd, dsgt, psgt, "
                                   "dsg_rms, dsgt_rms)")
+        why = fixed_mixing_reason(algorithm.requires, "neighbour_every_round")
+        alone = network.dynamics.lonely() if why is not None else None
+        if alone is not None:
+            raise ValidationError(f"algorithm {algorithm.name!r} needs a neighbour for every agent in every round "
+                                  f"({why}); on [network] dynamics = {network.dynamics.name!r} {alone}")
         return
     if "positive_definite" in algorithm.requires:
         if network.sparse:

@@ -51,10 +51,15 @@ PURPOSE = "network/dynamics"
 FIXED_MIXING = "fixed_mixing"
 
 
-def fixed_mixing_reason(requires: Sequence[str]) -> str | None:
-    """The reason an algorithm needs a fixed W (its ``requires`` entry ``"fixed_mixing: <reason>"``), or None."""
+#: the requirement of an algorithm that needs every agent to have a neighbour in every round: "...: why"
+NEIGHBOUR_EVERY_ROUND = "neighbour_every_round"
+
+
+def fixed_mixing_reason(requires: Sequence[str], what: str = FIXED_MIXING) -> str | None:
+    """The reason an algorithm needs a fixed W (its ``requires`` entry ``"fixed_mixing: <reason>"``; ``what``:
+    another requirement of that form), or None."""
     for r in requires:
-        if r.split(":", 1)[0].strip() == FIXED_MIXING:
+        if r.split(":", 1)[0].strip() == what:
             return r.split(":", 1)[1].strip() if ":" in r else "its analysis uses one W for the whole run"
     return None
 
@@ -302,6 +307,20 @@ class Dynamics:
         peers = picks + (picks >= agents)  # skip oneself
         return mh_edges(n, np.repeat(np.arange(n), k), peers.reshape(-1), lazy=self.lazy)
 
+    def lonely(self) -> str | None:
+        """Why some agent has no neighbour in some round (None when every agent has one in every round)."""
+        if self.name == "random_matching" and self.n % 2:
+            return f"a matching of an odd number of agents (n = {self.n}) leaves one agent alone every round"
+        if self.name == "one_peer_exponential" and self.n & (self.n - 1):
+            return (f"with n = {self.n}, not a power of 2, an agent whose partner i XOR 2^m is ≥ n idles that "
+                    "round")
+        if self.name == "cycle":
+            for k, e in enumerate(self._cycle):
+                if bool((e.degree == 0).any()):
+                    return (f"agent {int((e.degree == 0).nonzero()[0])} has no neighbour in the cycle's graph "
+                            f"{self.graphs[k]}")
+        return None
+
     def accesses(self, algorithm, iterations: int) -> torch.Tensor:
         """The noisy accesses per data owner ``algorithm`` makes in ``iterations`` rounds of this law: its count
         on round 0's edges, plus each round's increment on that round's edges (an algorithm whose count depends on
@@ -351,4 +370,5 @@ def check_mechanism(mechanism, dynamics: "Dynamics", name: str | None = None) ->
                               f"{dynamics.name!r}): {why}; use dynamics = \"static\", or ldp / dp_sgd / none")
 
 
-__all__ = ["DYNAMICS", "Dynamics", "FIXED_MIXING", "FIXED_W_MECHANISMS", "check_mechanism", "check_round", "fixed_mixing_reason", "mh_edges", "read_graph"]
+__all__ = ["DYNAMICS", "Dynamics", "FIXED_MIXING", "FIXED_W_MECHANISMS", "NEIGHBOUR_EVERY_ROUND", "check_mechanism",
+           "check_round", "fixed_mixing_reason", "matching_edges", "mh_edges", "read_graph"]
