@@ -4,7 +4,9 @@ n = 1000 agents, sparse W: D-SGD with agent-level Gaussian LDP on seed 001's qua
 nearly all communication, the case where making W(t) weighs most) and on softmax regression over the bundled
 digits (d = 650), each run on a static sparse graph (random 4-regular, Metropolis–Hastings, ``SparseComm``) and on
 each law of W(t) (``random_matching``, ``one_peer_exponential``, ``peer_sampling`` with k = 2), in the same
-process, best of ``--repeats``. The ratio is time-varying / static, same algorithm, mechanism and task.
+process, best of ``--repeats``, interleaved. Two ratios, same algorithm, mechanism and task: against the static
+4-regular graph, and against the law frozen at W(1) (the same graph shape every round: the cost of W changing
+alone — building, checking and switching to each round's edges).
 
     PYTHONPATH=src python benchmarks/bench_dynamics.py [--iterations 200] [--repeats 3]
 """
@@ -19,6 +21,7 @@ import torch
 from privdl.algorithms import make_algorithm
 from privdl.experiment.build import build_network
 from privdl.mechanisms import make_mechanism
+from privdl.network.dynamics import Dynamics
 from privdl.schedules import make_schedule
 from privdl.simulator import simulate
 from privdl.tasks import make_task
@@ -31,12 +34,32 @@ LAWS = {
 }
 
 
+class Frozen(Dynamics):
+    """Round 1's W(t) in every round: a static run on the law's own graph shape (degrees, slots), so that the ratio
+    to it is the cost of W changing alone."""
+
+    def edges(self, t: int):
+        return super().edges(1)
+
+
+def frozen(net):
+    """``net`` with its law frozen at W(1)."""
+    import copy
+
+    d = net.dynamics
+    out = copy.copy(net)
+    out.dynamics = copy.copy(d)
+    out.dynamics.__class__ = Frozen
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tasks", default="quadratic,softmax")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     n, T = args.n, args.iterations
@@ -45,11 +68,15 @@ def main() -> None:
     alg = make_algorithm("dsgd")
     print(f"n = {n}, T = {T}, D-SGD + gaussian_ldp, {args.threads} threads, best of {args.repeats}")
     for label, make in tasks.items():
+        if label.split()[0] not in args.tasks.split(","):
+            continue
         task = make()
         rounds = T if label.startswith("quadratic") else max(5, T // 10)  # (softmax: the gradients dominate)
         sched = make_schedule("constant", eta=0.05, iterations=rounds)
         nets = {law: build_network({"n": n, **table}, 0) for law, table in LAWS.items()}
-        best = dict.fromkeys(LAWS, float("inf"))
+        for law in [k for k, v in nets.items() if v.dynamics is not None]:
+            nets[f"{law.split()[0]} frozen at W(1)"] = frozen(nets[law])
+        best = dict.fromkeys(nets, float("inf"))
         for _ in range(args.repeats):  # interleaved: a busy machine slows every law alike
             for law, net in nets.items():
                 mech = make_mechanism("gaussian_ldp", steps=alg.accesses(rounds, net.edges), network=net, clip=1.0,
@@ -60,8 +87,11 @@ def main() -> None:
                 best[law] = min(best[law], time.perf_counter() - start)
         base = best[next(iter(LAWS))]
         for law, secs in best.items():
+            if "frozen" in law:
+                continue
+            own = best.get(f"{law.split()[0]} frozen at W(1)")
             print(f"{label:26s} {law:28s} T = {rounds:4d} {secs * 1e3 / rounds:8.3f} ms/round   "
-                  f"ratio {secs / base:5.2f}")
+                  f"vs static {secs / base:5.2f}" + (f"   vs its W(1) frozen {secs / own:5.2f}" if own else ""))
 
 
 if __name__ == "__main__":

@@ -269,3 +269,22 @@ def test_every_algorithm_that_mixes_runs_on_a_time_varying_graph(name, params):
     res = _run(net, task, alg, make_mechanism("none", steps=net.dynamics.accesses(alg, rounds)), rounds,
                eval_every=rounds)
     assert torch.isfinite(res.final).all()
+
+
+def test_a_cycle_config_runs_and_its_manifest_records_the_law(tmp_path):
+    import json
+
+    from privdl.experiment import load_config, run_experiment
+
+    (tmp_path / "a.csv").write_text("0,1\n2,3\n")
+    (tmp_path / "b.csv").write_text("1,2\n3,0\n")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('seed = 0\niterations = 4\n[network]\ndynamics = "cycle"\ngraphs = ["a.csv", "b.csv"]\n'
+                   '[task]\nname = "quadratic"\n[algorithm]\nname = "dsgd"\n[mechanism]\nname = "none"\n'
+                   '[schedule]\nname = "constant"\neta = 0.1\n')
+    run_experiment(load_config(cfg), tmp_path / "out", progress=False)
+    (manifest,) = [json.loads(p.read_text()) for p in (tmp_path / "out" / "runs").rglob("manifest.json")]
+    assert manifest["dynamics"]["dynamics"] == "cycle" and manifest["dynamics"]["graphs"] == ["a.csv", "b.csv"]
+    assert manifest["dynamics"]["period"] == 2 and len(manifest["dynamics"]["fingerprints"]) == 2
+    assert {"network.graphs[0]", "network.graphs[1]"} <= set(manifest["input_files"])
+    assert manifest["bytes_per_tag"]["x"]["messages"] == 4 * 4  # 4 rounds × 2 edges × 2 directions

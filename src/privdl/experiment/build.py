@@ -66,8 +66,14 @@ def input_files(cfg: dict) -> dict[str, str]:
     digest, and a finished run is reused only while the file still holds the same bytes. Absent files are left out
     (building the run reports them)."""
     out = {}
-    for section, key in INPUT_FILE_KEYS:
+    graphs = (cfg.get("network") or {}).get("graphs")  # a cycle's graph files ([network] dynamics = "cycle")
+    named = [*INPUT_FILE_KEYS, *((("network", "graphs", k) for k in range(len(graphs)))
+                                 if isinstance(graphs, list) else ())]
+    for section, key, *at in named:
         value = (cfg.get(section) or {}).get(key)
+        value = value[at[0]] if at and isinstance(value, list) else value
+        if at:
+            key = f"{key}[{at[0]}]"
         if not isinstance(value, str) or not value:
             continue
         path = Path(resolve_path(value, cfg.get("base_dir"), f"{section}.{key}")[0])

@@ -178,8 +178,9 @@ def checkpoint_hooks(checkpoints: Checkpoints | None, *, resume: bool, mechanism
         last = checkpoints.latest()
     if resume and last is not None:
         def restore(template, oracle):
-            st = checkpoints.load(last, template, rows=rows, edges_dst=comm.edges.dst,
-                                  expected_calls=algorithm.accesses(last, comm.edges))
+            expected = (algorithm.accesses(last, comm.edges) if comm.dynamics is None  # (W(t): each round's edges)
+                        else comm.dynamics.accesses(algorithm, last))
+            st = checkpoints.load(last, template, rows=rows, edges_dst=comm.edges.dst, expected_calls=expected)
             oracle.calls = st.oracle_calls
             mechanism.restore_calls(st.mechanism_calls)
             if recorder is not None:
