@@ -116,6 +116,10 @@ def build_network(net: dict, run_seed: int = 0, base_dir: str | None = None) -> 
             raise ValidationError(f"network file {path} does not exist{how}")
         net = {**net, "file": path}
     dynamic = net.get("dynamics", "static") != "static"
+    for key, law in (("peers", "peer_sampling"), ("graphs", "cycle")):
+        if not dynamic and net.get(key) is not None:
+            raise ValidationError(f"[network] {key} = {net[key]!r} applies to dynamics = \"{law}\" only; this "
+                                  "network is static (dynamics = \"static\", the default)")
     if net.get("graphs") is not None:
         if not isinstance(net["graphs"], list) or not all(isinstance(g, str) and g for g in net["graphs"]):
             raise ValidationError(f"[network] graphs = {net['graphs']!r}: a list of graph file paths")
