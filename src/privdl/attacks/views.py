@@ -341,6 +341,10 @@ def observations(cfg: dict, *, attacker: int, victim: int, round: int, images: i
             raise ValidationError(f"{who} must be an agent 0..{n - 1}, got {value}")
     if attacker == victim:
         raise ValidationError("attacker and victim must be different agents")
+    if c.network.dynamics is not None:
+        raise ValidationError(f"the {kind} view undoes one W's weights to read the victim's update; [network] "
+                              f"dynamics = {c.network.dynamics.name!r} changes W every round (attacks on time-varying "
+                              "graphs are not implemented)")
     if kind == "curious_neighbour" and attacker not in c.network.neighbours(victim):
         raise ValidationError(f"agent {attacker} is not a neighbour of agent {victim} (neighbours: "
                               f"{sorted(c.network.neighbours(victim))}); it sees none of its messages — use "

@@ -261,8 +261,8 @@ def _check_theory(algorithm: Algorithm, network: Network, task: Task, schedule: 
     """Warn (never refuse) when an RMS run's γ or τ lies outside seed 002's Theorems 1–2, for tasks that know their
     smoothness and strong convexity."""
     rms = algorithm.rms
-    if rms is None or not hasattr(task, "smoothness") or network.sparse:
-        return  # the bounds need W's spectrum: not computed for sparse networks
+    if rms is None or not hasattr(task, "smoothness") or network.sparse or network.dynamics is not None:
+        return  # the bounds need W's spectrum: not computed for sparse networks (nor for one W: W(t) changes)
     from privdl.algorithms.rms_bounds import rms_bounds, warn_outside
 
     bounds = rms_bounds(network.W, dim=task.dim, mu=rms.mu, sigma_mu=rms.sigma_mu, sigma_z=rms.sigma_z,
