@@ -26,10 +26,13 @@ from privdl.tasks import make_task
 LAWS = [("random_matching", {}), ("one_peer_exponential", {}), ("peer_sampling", {"peers": 2})]
 
 
+@pytest.mark.parametrize("lazy", [False, True])
 @pytest.mark.parametrize("name,kw", LAWS)
 @pytest.mark.parametrize("n", [7, 16])
-def test_every_round_is_symmetric_doubly_stochastic(name, kw, n):
-    d = Dynamics(name, n, seed=5, **kw)
+def test_every_round_is_symmetric_doubly_stochastic(name, kw, n, lazy):
+    d = Dynamics(name, n, seed=5, lazy=lazy, **kw)
+    if lazy:
+        assert d.matrix(2).diagonal().min() >= 0.5
     for t in range(12):
         w = d.matrix(t).toarray()
         assert np.array_equal(w, w.T) and w.min() >= 0
@@ -289,3 +292,15 @@ def test_a_cycle_config_runs_and_its_manifest_records_the_law(tmp_path):
     assert manifest["dynamics"]["period"] == 2 and len(manifest["dynamics"]["fingerprints"]) == 2
     assert {"network.graphs[0]", "network.graphs[1]"} <= set(manifest["input_files"])
     assert manifest["bytes_per_tag"]["x"]["messages"] == 4 * 4  # 4 rounds × 2 edges × 2 directions
+
+
+def test_a_run_moved_to_a_device_follows_the_same_rounds():
+    """``device=`` moves each round's edges to the device once (``Comm.to``); on the CPU the run is the same."""
+    n, rounds = 6, 5
+    net = build_network({"dynamics": "peer_sampling", "peers": 1, "n": n}, 3)
+    task = make_task("quadratic", n, init_scale=1.0)
+    alg = make_algorithm("dsgt")
+    mech = lambda: make_mechanism("none", steps=alg.accesses(rounds, net.edges))  # noqa: E731
+    want = _run(net, task, alg, mech(), rounds)
+    got = _run(net, task, alg, mech(), rounds, device="cpu")
+    assert torch.equal(got.final, want.final)
