@@ -178,7 +178,7 @@ def read_graph(path: str | Path, *, n: int | None, mixing: str, lazy: bool) -> t
 
 class Dynamics:
     """The law of W(t) for a run of ``n`` agents: ``edges(t)`` gives round t's edges and weights (cached: a
-    periodic law keeps its period's W, a random one the last round's), each checked by :func:`check_round`."""
+    periodic law keeps its period's W, a random one the last few rounds'), each checked by :func:`check_round`."""
 
     def __init__(self, name: str, n: int, *, seed: int = 0, mixing: str = "metropolis_hastings",
                  lazy: bool = False, peers: int | None = None, graphs: Sequence[str | Path] = (),
@@ -229,7 +229,7 @@ class Dynamics:
         self.seed = int(seed)
         self.key = RootKeys(self.seed).public(PURPOSE)
         self._periodic: dict[int, Edges] = {}
-        self._last: tuple[int, Edges] | None = None
+        self._recent: dict[int, Edges] = {}
 
     # ---- the law --------------------------------------------------------------------------------------------
     @property
@@ -256,19 +256,23 @@ class Dynamics:
 
     def edges(self, t: int) -> Edges:
         """Round t's edges with their weights w_ij(t) (checked)."""
-        p = self.period
+        p = self.period  # (slices of a sliced run are threads: each reads and fills the caches atomically)
         if p is not None:
             k = t % p
-            if k not in self._periodic:
+            e = self._periodic.get(k)
+            if e is None:
                 e = self._cycle[k] if self.name == "cycle" else self._make(k)
                 check_round(e, t, self.name)
                 self._periodic[k] = e
-            return self._periodic[k]
-        if self._last is None or self._last[0] != t:
+            return e
+        e = self._recent.get(t)
+        if e is None:
             e = self._make(t)
             check_round(e, t, self.name)
-            self._last = (t, e)
-        return self._last[1]
+            if len(self._recent) >= 8:  # the last few rounds (slices may be a round apart)
+                self._recent.clear()
+            self._recent[t] = e
+        return e
 
     def matrix(self, t: int) -> sps.csr_array:
         """W(t) as a sparse matrix."""
