@@ -142,6 +142,8 @@ def test_a_cycle_of_graph_files(tmp_path):
     ({"dynamics": "one_peer_exponential", "n": 5, "mixing": "max_degree"}, r"mixing = 'max_degree'"),
     ({"dynamics": "cycle", "n": 5}, r"needs \[network\] graphs"),
     ({"topology": "ring", "n": 5, "peers": 2}, r"peers = 2 applies to dynamics = \"peer_sampling\" only"),
+    ({"dynamics": "random_matching", "n": 6, "directed": True}, r"a directed network .* is static"),
+    ({"dynamics": "cycle", "topology": "directed_ring", "n": 6}, r"a directed network .* is static"),
 ])
 def test_bad_dynamics_are_refused_naming_the_value(table, match):
     with pytest.raises(ValidationError, match=match):

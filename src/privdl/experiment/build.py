@@ -116,6 +116,10 @@ def build_network(net: dict, run_seed: int = 0, base_dir: str | None = None) -> 
             raise ValidationError(f"network file {path} does not exist{how}")
         net = {**net, "file": path}
     dynamic = net.get("dynamics", "static") != "static"
+    if dynamic and wants_directed(net):  # (two issue-46 features built apart: each law draws symmetric W(t))
+        raise ValidationError(f"[network] dynamics = {net['dynamics']!r} draws undirected graphs with doubly "
+                              "stochastic W(t); a directed network (directed = true, a directed_* topology or "
+                              "push_sum mixing) is static: use dynamics = \"static\"")
     for key, law in (("peers", "peer_sampling"), ("graphs", "cycle")):
         if not dynamic and net.get(key) is not None:
             raise ValidationError(f"[network] {key} = {net[key]!r} applies to dynamics = \"{law}\" only; this "
