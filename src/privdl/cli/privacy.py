@@ -244,6 +244,16 @@ def covariance(
                                                              "groups:M (whisper solves problem (10))"),
     coalition_size: int = typer.Option(0, "--coalition-size", min=0, help="q: coalitions of up to q curious agents"),
     save_covariance: Optional[Path] = typer.Option(None, "--save-covariance", help="write R to this .npy file"),
+    optimize_mixing: bool = typer.Option(False, "--optimize-mixing",
+                                         help="whisper: choose the mixing weights on the graph's edges together with "
+                                              "R (min Tr(W R Wᵀ) over both; the spectral gap 1 − SLEM held at least "
+                                              "the Metropolis–Hastings weights')"),
+    min_spectral_gap: Optional[float] = typer.Option(None, "--min-spectral-gap",
+                                                     help="with --optimize-mixing: the least spectral gap 1 − SLEM(W) "
+                                                          "(default: the Metropolis–Hastings weights' gap)"),
+    save_mixing: Optional[Path] = typer.Option(None, "--save-mixing",
+                                               help="with --optimize-mixing: write W to this file (.npy, or .csv/.txt "
+                                                    "text; read back by [network] file, file_kind = \"mixing\")"),
     device: Optional[str] = typer.Option(None, "--device", help="whisper: torch device for the dual solver's "
                                                                 "eigendecompositions, e.g. cuda (default: LAPACK on "
                                                                 "the CPU)"),
@@ -268,6 +278,18 @@ def covariance(
         if save_covariance is not None and not save_covariance.parent.is_dir():
             raise ValidationError(f"--save-covariance {save_covariance}: folder {save_covariance.parent} does not "
                                   "exist")
+        if optimize_mixing and design is not DesignName.whisper:
+            raise ValidationError(f"--optimize-mixing applies to the whisper design only, not --design "
+                                  f"{design.value} (it minimises problem (P)'s Tr(W R Wᵀ) over W and R together)")
+        if not optimize_mixing and (min_spectral_gap is not None or save_mixing is not None):
+            raise ValidationError("--min-spectral-gap and --save-mixing need --optimize-mixing")
+        if optimize_mixing and (seeds not in (None, "global") or coalition_size > 0 or device is not None):
+            raise ValidationError("--optimize-mixing designs problem (P) with one global seed on the CPU: it does "
+                                  "not combine with --seeds, --coalition-size or --device")
+        if save_mixing is not None and (save_mixing.is_dir() or not save_mixing.name
+                                        or not save_mixing.parent.is_dir()):
+            raise ValidationError(f"--save-mixing {str(save_mixing)!r}: give a file name in an existing folder "
+                                  "(e.g. W.npy or W.csv)")
         if seeds is not None and not seeds.strip():
             raise ValidationError("--seeds is empty; give global, edges, neighbourhoods or groups:M")
         if device is not None:
@@ -285,10 +307,21 @@ def covariance(
             w = net.dense("the HBC covariance design", copies=8)
             result = solve_hbc(w, bound=b, groups=seed_groups(seeds or "global", w),
                                coalition_size=coalition_size, label=seeds or "global")
+        elif optimize_mixing:
+            from privdl.covariance.joint import design_joint, save_mixing_matrix
+
+            joint = design_joint(net.dense("the joint mixing and covariance design", copies=8), b,
+                                 min_spectral_gap=min_spectral_gap)
+            result = joint.design
         else:
             result = design_covariance(design.value, net.dense("the covariance design", copies=8), bound=b,
                                        **({"device": device} if device is not None else {}))
         facts = result.summary()
+        if optimize_mixing:
+            facts.update(joint.summary())
+            if save_mixing is not None:
+                save_mixing_matrix(save_mixing, joint.W)
+                facts["saved_mixing"] = str(save_mixing)
         if hbc:
             worst, where = coalition_worst_ratio(result.sigma_mix2, list(result.components or []), net.n,
                                                  coalition_size=coalition_size, bound=b)
@@ -300,6 +333,8 @@ def covariance(
         facts.update({"accountant": acc.name, "epsilon": acc.epsilon(bound=b * result.max_precision_ratio,
                                                                      delta=delta, clip=clip, steps=steps),
                       "delta": delta, "clip": clip, "steps": steps, "network": net.description})
+        if optimize_mixing:
+            facts["network"] += ": weights optimized with R (--optimize-mixing)"
         if hbc:
             facts["design"] = f"{design.value}, HBC problem (10): seeds {facts['seeds']}, coalitions of up to " \
                               f"{coalition_size}"

@@ -49,6 +49,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.linalg
 import scipy.sparse as sps
 
 from privdl.covariance.designs import whisper_design
@@ -61,8 +62,11 @@ DENSE_MAX_EDGES = 600
 BARRIER_FACTOR = 8.0
 #: The W-step stops when (number of constraints)/t, a bound on its suboptimality, is below this fraction of f.
 W_STEP_RTOL = 1e-7
+#: ... and this for the first W-step (later ones: 1% of the last outer improvement, down to ``W_STEP_RTOL``: an
+#: inexact W-step still lowers the objective, and the early ones need not be exact).
+W_STEP_RTOL_FIRST = 1e-3
 #: The alternation stops when an outer iteration lowers the objective by less than this, relatively.
-OUTER_RTOL = 1e-4
+OUTER_RTOL = 1e-3
 #: At most this many alternations.
 MAX_OUTER = 30
 #: Newton iterations per barrier stage, at most.
@@ -186,13 +190,15 @@ class _Barrier:
         self.e, self.r, self.gamma = edges, r, gamma
         self.count = 2 * edges.n + edges.m + edges.n  # constraints: the barrier's suboptimality bound is count/t
 
-    def spectrum(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """Eigenpairs of L(w) + J, or None outside the feasible set's interior."""
+    def spectrum(self, w: np.ndarray, vectors: bool = True) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """Eigenvalues (and eigenvectors) of L(w) + J, or None outside the feasible set's interior."""
         if np.any(w <= 0) or np.any(self.e.degrees(w) >= 1.0):
             return None
-        n = self.e.n
-        m = self.e.laplacian(w) + 1.0 / n
-        nu, v = np.linalg.eigh(m)
+        m = self.e.laplacian(w) + 1.0 / self.e.n
+        if vectors:
+            nu, v = scipy.linalg.eigh(m, overwrite_a=True, check_finite=False, driver="evd")
+        else:
+            nu, v = scipy.linalg.eigh(m, eigvals_only=True, overwrite_a=True, check_finite=False, driver="evd"), None
         if nu[0] <= self.gamma or nu[-1] >= 2.0 - self.gamma:
             return None
         return nu, v
@@ -202,7 +208,7 @@ class _Barrier:
         return noise_trace(wm, self.r)
 
     def value(self, w: np.ndarray, t: float) -> float:
-        spec = self.spectrum(w)
+        spec = self.spectrum(w, vectors=False)
         if spec is None:
             return math.inf
         nu = spec[0]
@@ -427,23 +433,27 @@ def _joint_at_unit_bound(support: np.ndarray, gamma: float | None) -> tuple:
         w_cur, objective, r = interior, first.trace, first.R
         history.append(objective)
     w_iter, t = interior, None
+    rtol = W_STEP_RTOL_FIRST  # the W-steps' accuracy follows the alternation's progress
     outer = 0
     for outer in range(1, MAX_OUTER + 1):
-        w_new, t, _ = mixing_step(edges, r, w_iter, gamma, t=t)
+        w_new, t, _ = mixing_step(edges, r, w_iter, gamma, t=t, rtol=rtol)
         wm_new = edges.mixing(w_new)
-        if noise_trace(wm_new, r) >= noise_trace(edges.mixing(w_cur), r):
-            note = "stopped: the W-step did not lower Tr(W R W) at the current R"
-            break
-        design = whisper_design(wm_new, 1.0)
-        if design.trace >= objective:
-            note = "stopped: the R-step did not lower the objective"
+        design = None
+        if noise_trace(wm_new, r) < noise_trace(edges.mixing(w_cur), r):
+            design = whisper_design(wm_new, 1.0)
+        if design is None or design.trace >= objective:
+            if rtol > W_STEP_RTOL:  # an inexact W-step: retry it exactly
+                rtol, w_iter = W_STEP_RTOL, w_new
+                continue
+            note = "stopped: the last W-step did not lower the objective"
             break
         improvement = (objective - design.trace) / objective
         w_cur, objective, r = w_new, design.trace, design.R
         history.append(objective)
         w_iter, t = w_new, t / BARRIER_FACTOR**2  # warm start: back off the barrier a little for the new R
-        if improvement < OUTER_RTOL:
+        if improvement < OUTER_RTOL and rtol <= W_STEP_RTOL:
             break
+        rtol = max(W_STEP_RTOL, min(rtol, 0.01 * improvement))
     result = (edges.mixing(w_cur), gamma, history, outer, note)
     if len(_CACHE) >= 32:
         _CACHE.pop(next(iter(_CACHE)))
@@ -480,3 +490,16 @@ def design_joint(w: np.ndarray, b: float, *, min_spectral_gap: float | None = No
                        spectral_gap=gap, spectral_gap_fixed_mixing=gap_mh, min_spectral_gap=gamma,
                        fixed_design=fixed, outer_iterations=outer, history=[h / b for h in history],
                        seconds=time.perf_counter() - start_time, note=note)
+
+
+def save_mixing_matrix(path, w: np.ndarray) -> None:
+    """Write W where ``[network] file`` (file_kind = "mixing") reads it back: .npy as is, any other name as a
+    comma-separated text table with every digit of each float64 (17 significant digits)."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.suffix.lower() == ".npy":
+        with open(path, "wb") as handle:  # (np.save would append .npy to another name)
+            np.save(handle, np.asarray(w, dtype=np.float64))
+    else:
+        np.savetxt(path, np.asarray(w, dtype=np.float64), fmt="%.17g", delimiter=",")

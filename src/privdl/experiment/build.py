@@ -339,6 +339,8 @@ def build(cfg: dict, *, task: Task | None = None, network: Network | None = None
             check_mechanism(MECHANISMS.get(cfg["mechanism"]["name"]), network.dynamics, cfg["mechanism"]["name"])
     if mechanism is None:
         mechanism = build_mechanism(cfg, network, task, algorithm)
+    if getattr(mechanism, "mixing_network", None) is not None:  # (whisper, optimize_mixing: W designed with R)
+        network = mechanism.mixing_network
     check_combination(algorithm, mechanism)  # what the mechanism needs of the algorithm, as it declares it
     if network.dynamics is not None:
         check_mechanism(mechanism, network.dynamics)

@@ -588,6 +588,7 @@ class WhisperNoise(CorrelatedGaussian):
     directed_ok = True
 
     def __init__(self, *, steps: int | torch.Tensor, network: Network, seeds: Seeds_ = "global",
+                 optimize_mixing: bool = False, min_spectral_gap: float | None = None,
                  **kwargs: object) -> None:
         if getattr(network, "directed", False) and (seeds != "global" or kwargs.get("coalition_size", 0)):
             raise ValidationError(f"whisper on a directed network solves problem (P) with one global seed only: "
@@ -595,6 +596,27 @@ class WhisperNoise(CorrelatedGaussian):
                                   "seed groups on undirected edges and neighbourhoods (use seeds = \"global\", "
                                   "coalition_size = 0)")
         self.seeds = seeds
+        self.optimize_mixing = bool(optimize_mixing)
+        #: with ``optimize_mixing``: the network whose W was designed together with R (the run mixes with it)
+        self.mixing_network: Network | None = None
+        if not optimize_mixing and min_spectral_gap is not None:
+            raise ValidationError("whisper: min_spectral_gap applies with optimize_mixing = true only")
+        if optimize_mixing:
+            if seeds != "global" or kwargs.get("coalition_size", 0):
+                raise ValidationError("whisper: optimize_mixing designs problem (P) with one global seed; it does "
+                                      f"not combine with seeds = {seeds!r} or coalition_size > 0")
+            from privdl.covariance.joint import design_joint
+
+            # (the optimal W does not depend on b: problem (P) is homogeneous in it)
+            joint = design_joint(network.dense("the joint mixing and covariance design", copies=8), 1.0,
+                                 min_spectral_gap=min_spectral_gap)
+            network = Network.from_matrix(joint.W, description=f"{network.description}, weights optimized with "
+                                                               f"R (whisper optimize_mixing; spectral gap "
+                                                               f"{joint.spectral_gap:.6g} ≥ {joint.min_spectral_gap:.6g})")
+            self.mixing_network = network
+            self.joint_facts = {k: v for k, v in joint.summary().items() if k in (
+                "objective", "objective_fixed_mixing", "spectral_gap", "spectral_gap_fixed_mixing",
+                "min_spectral_gap")}
         super().__init__(steps=steps, network=network, **kwargs)  # type: ignore[arg-type]
 
     def make_design(self, w: np.ndarray, b: float) -> CovarianceDesign:
@@ -606,6 +628,12 @@ class WhisperNoise(CorrelatedGaussian):
             return design_covariance("whisper", w, bound=b)
         return solve_hbc(w, bound=b, groups=seed_groups(self.seeds, w), coalition_size=self.coalition_size,
                          label=self.seeds)
+
+    def noise_facts(self) -> dict:
+        out = super().noise_facts()
+        if self.optimize_mixing:  # (objective: Tr(W R Wᵀ) at b = 1, the joint design's and MH + optimal R's)
+            out.update({"optimize_mixing": True, **{f"joint_{k}": v for k, v in self.joint_facts.items()}})
+        return out
 
 
 MECHANISMS.add("corn", WhisperNoise)
