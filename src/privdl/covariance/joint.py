@@ -358,7 +358,8 @@ def _phase_one(edges: EdgeWeights, w: np.ndarray, gamma: float) -> np.ndarray | 
         return value, grad, 1.0 - float(np.max(np.abs(lam)))
 
     value, grad, gap = bound(w)
-    best, best_gap = None, gamma
+    low_w, low_s = 0.1 * w, 0.1 * (1.0 - edges.degrees(w))
+    best, best_gap = None, gamma + 1e-9  # (strictly inside, beyond the rounding of two eigensolvers)
     step = 1.0 / max(float(np.linalg.norm(grad)), 1e-12) * 0.01
     for _ in range(PHASE1_STEPS):
         if gap > best_gap:
@@ -368,15 +369,18 @@ def _phase_one(edges: EdgeWeights, w: np.ndarray, gamma: float) -> np.ndarray | 
         direction = -grad
         limit = math.inf
         neg = direction < 0
-        if neg.any():
-            limit = min(limit, 0.99 * float(np.min(w[neg] / -direction[neg])))
+        if neg.any():  # (w and W_ii stay above a tenth of the start's: the barrier starts well inside)
+            limit = min(limit, float(np.min((w - low_w)[neg] / -direction[neg])))
         ds = edges.degrees(direction)
         pos = ds > 0
         if pos.any():
-            limit = min(limit, 0.99 * float(np.min((1.0 - edges.degrees(w))[pos] / ds[pos])))
+            limit = min(limit, float(np.min((1.0 - edges.degrees(w) - low_s)[pos] / ds[pos])))
         alpha = min(2.0 * step, limit)
         while alpha > 1e-16:
             trial = w + alpha * direction
+            if np.any(trial < low_w) or np.any(1.0 - edges.degrees(trial) < low_s):
+                alpha *= 0.5
+                continue
             new = bound(trial)
             if new[0] <= value - 0.25 * alpha * float(grad @ grad):
                 break
