@@ -168,3 +168,14 @@ def test_whisper_run_mixes_with_the_designed_w():
     with pytest.raises(ValidationError, match="optimize_mixing"):
         privdl.train(task="quadratic", network=net, schedule={"name": "constant", "eta": 0.01}, iterations=1,
                      mechanism={"name": "whisper", "precision_bound": 1.0, "min_spectral_gap": 0.1})
+
+
+def test_time_limit_keeps_the_best_so_far(monkeypatch):
+    import privdl.covariance.joint as joint
+
+    monkeypatch.setattr(joint, "TIME_LIMIT", 0.0)
+    monkeypatch.setattr(joint, "_CACHE", {})
+    adj = _graph(8, 0.6, 5)
+    j = joint.design_joint(adj, 1.0)
+    assert j.outer_iterations == 2 and "time limit" in j.note  # one alternation, then the limit
+    assert j.objective < j.objective_fixed_mixing and _gap(j.W) >= _gap(_mh(adj)) - 1e-12
