@@ -477,7 +477,7 @@ def _joint_at_unit_bound(support: np.ndarray, gamma: float | None) -> tuple:
     return result
 
 
-#: Below this n the joint design runs its linear algebra on one BLAS thread (where threadpoolctl is installed): its
+#: Below this n the joint design runs its linear algebra on one BLAS thread : its
 #: matrices are small, and on a shared machine two spinning OpenBLAS threads made the n = 20 design 15× slower
 #: (188 s against 12.6 s for ER(20, 0.8), load ≈ 7 on 2 cores).
 ONE_THREAD_MAX_N = 400
