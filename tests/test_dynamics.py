@@ -246,8 +246,8 @@ def test_the_ledger_counts_the_accesses_each_round_made():
 
 @pytest.mark.parametrize("mech,law,match", [
     ("decor", {"dynamics": "random_matching"}, "not implemented"),
-    ("whisper", {"dynamics": "random_matching"}, r"perfect matchings"),
-    ("whisper", {"dynamics": "one_peer_exponential"}, r"has 2 distinct W\(t\)"),
+    ("whisper", {"dynamics": "random_matching"}, r"draws a different W\(t\) almost every round.*perfect matchings"),
+    ("whisper", {"dynamics": "peer_sampling", "peers": 1}, r"'peer_sampling' draws a different W\(t\)"),
 ])
 def test_correlated_designs_for_one_W_are_refused_naming_why(mech, law, match):
     from privdl.experiment.build import build
@@ -306,3 +306,115 @@ def test_a_run_moved_to_a_device_follows_the_same_rounds():
     want = _run(net, task, alg, mech(), rounds)
     got = _run(net, task, alg, mech(), rounds, device="cpu")
     assert torch.equal(got.final, want.final)
+
+
+# ---- Whisper on a periodic law: R designed for each distinct W(t) -----------------------------------------------
+
+def _mh(n, pairs):
+    """Metropolis–Hastings W of an undirected edge list, written out here (w_ij = 1/(1 + max(d_i, d_j)))."""
+    deg = np.zeros(n, dtype=int)
+    for i, j in pairs:
+        deg[i] += 1
+        deg[j] += 1
+    w = np.zeros((n, n))
+    for i, j in pairs:
+        w[i, j] = w[j, i] = 1.0 / (1 + max(deg[i], deg[j]))
+    return w + np.diag(1.0 - w.sum(axis=1))
+
+
+CYCLE_A = [(0, 1), (2, 3), (4, 5)]  # a perfect matching (disconnected on its own)
+CYCLE_B = [(1, 2), (3, 4), (5, 0), (0, 3)]
+
+
+def _cycle_network(tmp_path):
+    (tmp_path / "a.csv").write_text("".join(f"{i},{j}\n" for i, j in CYCLE_A))
+    (tmp_path / "b.csv").write_text("".join(f"{i},{j}\n" for i, j in CYCLE_B))
+    return build_network({"dynamics": "cycle", "graphs": ["a.csv", "b.csv", "a.csv"]}, 0, str(tmp_path))
+
+
+def test_whisper_designs_R_for_each_distinct_W_of_a_cycle(tmp_path):
+    """A cycle a, b, a: two distinct W(t) (a cached by its fingerprint), each round's noise has the covariance of
+    problem (P) solved separately for that round's graph (weights written out by hand here), both read from the
+    generator and estimated from the noise actually added; every design meets the one per-round bound b."""
+    from privdl.covariance.designs import design_covariance
+    from privdl.covariance.problem import precision_diagonal
+    from privdl.keys import Keys
+    from privdl.mechanisms.base import Access, MechanismEnv
+
+    n, b = 6, 0.5
+    net = _cycle_network(tmp_path)
+    m = make_mechanism("whisper", steps=net.dynamics.accesses(make_algorithm("dsgd"), 6), network=net, clip=1.0,
+                       precision_bound=b)
+    facts = m.round_facts()
+    assert facts["period"] == 3 and facts["distinct"] == 2
+    assert facts["fingerprints"][0] == facts["fingerprints"][2] != facts["fingerprints"][1]
+    want = {0: design_covariance("whisper", _mh(n, CYCLE_A), bound=b).R,
+            1: design_covariance("whisper", _mh(n, CYCLE_B), bound=b).R}
+    assert np.abs(want[0] - want[1]).max() > 0.5 * np.abs(want[0]).max()  # the two designs really differ
+    for t, k in ((1, 1), (2, 0), (3, 0), (4, 1)):  # W(t) = W_{t mod 3}: a, b, a, a, b, ...
+        got = m.round_mechanism(t).noise.covariance()
+        # (P) is solved to the dual solver's tolerance (~1e-7 relative): equal to it, not bit for bit
+        np.testing.assert_allclose(got, want[k], rtol=1e-5, atol=1e-5 * np.abs(want[k]).max())
+        assert precision_diagonal(got).max() <= b * (1 + 1e-9)
+    np.testing.assert_array_equal(m.precisions, np.maximum(*(precision_diagonal(r.noise.covariance())
+                                                            for r in m.round_designs.values())))
+    m.bind(MechanismEnv(Keys(1, n)))
+    d = 200_000
+    for call, (t, k) in enumerate(((1, 1), (3, 0)), start=1):
+        v = m.privatize(torch.zeros(n, d, dtype=torch.float64),
+                        Access(owners=torch.arange(n), requesters=torch.arange(n), call=call, everyone=True, t=t))
+        emp = (v @ v.T).numpy() / d
+        scale = np.sqrt(np.outer(np.diag(want[k]), np.diag(want[k])))
+        err = np.abs(emp - want[k]) / scale  # a sample covariance's entry has std ≤ √(2/d) of that scale
+        assert err.max() < 6 * np.sqrt(2 / d), err.max()
+        assert (np.abs(emp - want[1 - k]) / scale).max() > 20 * np.sqrt(2 / d)  # not the other round's R
+
+
+def test_whisper_on_a_periodic_law_adds_each_rounds_design_in_a_run(tmp_path):
+    """Through the engine: every access of a D-SGD run is made in its round t and privatized by W(t)'s design."""
+    net = _cycle_network(tmp_path)
+    rounds = 5
+    alg = make_algorithm("dsgd")
+    m = make_mechanism("whisper", steps=net.dynamics.accesses(alg, rounds), network=net, clip=1.0, epsilon=20.0)
+    seen = []
+    for fp, r in m.round_designs.items():
+        r.privatize = (lambda f, fp=fp: lambda value, access: (seen.append((access.t, fp)), f(value, access))[1])(
+            r.privatize)
+    res = _run(net, make_task("quadratic", 6), alg, m, rounds)
+    assert torch.isfinite(res.final).all()
+    assert seen == [(t, net.dynamics.fingerprint(t)) for t in range(1, rounds + 1)]
+
+
+@pytest.mark.exact
+def test_sliced_equals_the_simulator_with_whisper_on_a_periodic_law(tmp_path):
+    nets = [_cycle_network(tmp_path), build_network({"dynamics": "one_peer_exponential", "n": 8}, 2)]
+    for net in nets:
+        n, rounds = net.n, 4
+        task = make_task("quadratic", n, init_scale=1.0)
+        alg = make_algorithm("dsgd")
+        mech = make_mechanism("whisper", steps=net.dynamics.accesses(alg, rounds), network=net, clip=1.0,
+                              epsilon=20.0)
+        sched = make_schedule("constant", eta=0.1, iterations=rounds)
+        want = simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=rounds,
+                        seed=3, sparse=True, eval_every=1)
+        got = simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched,
+                              iterations=rounds, seed=3, slices=2, eval_every=1)
+        assert torch.equal(got.final, want.final)
+        assert got.records == want.records
+
+
+def test_a_whisper_config_on_one_peer_exponential_builds_and_meets_its_epsilon():
+    from privdl.experiment.build import build
+
+    cfg = {"seed": 0, "iterations": 6, "dtype": "float64", "network": {"n": 8, "dynamics": "one_peer_exponential"},
+           "task": {"name": "quadratic"}, "schedule": {"name": "constant", "eta": 0.1},
+           "algorithm": {"name": "dsgd"}, "mechanism": {"name": "whisper", "epsilon": 5.0}}
+    built = build(cfg)
+    assert built.mechanism.round_facts()["distinct"] == 3  # i XOR 1, i XOR 2, i XOR 4
+    assert built.mechanism.ledger().epsilon <= 5.0 * (1 + 1e-6)
+    static = make_mechanism("whisper", steps=6, network=build_network({"topology": "ring", "n": 8}, 0), clip=1.0,
+                            epsilon=5.0)
+    from privdl.network.dynamics import check_mechanism
+
+    with pytest.raises(ValidationError, match="designed for another network"):
+        check_mechanism(static, built.network.dynamics)

@@ -332,7 +332,6 @@ def build(cfg: dict, *, task: Task | None = None, network: Network | None = None
                    network)
     check_requirements(algorithm, network)
     if network.dynamics is not None:  # (before a design for one W is computed)
-        from privdl.mechanisms import MECHANISMS
         from privdl.network.dynamics import check_mechanism
 
         if mechanism is None:

@@ -76,12 +76,13 @@ class Sensitivity:
 @dataclass(frozen=True)
 class Access:
     """One noisy access: the models of ``requesters`` evaluated on the data of ``owners`` (global rows, one per
-    row of the value), the ``call``-th access of the run."""
+    row of the value), the ``call``-th access of the run, made in round ``t`` (0: the algorithm's init)."""
 
     owners: torch.Tensor
     requesters: torch.Tensor
     call: int
     everyone: bool = False  # every row of the run, each on its own data at its own model
+    t: int = 0  # the round (a time-varying graph's mechanism picks W(t)'s design by it)
 
     @property
     def is_self(self) -> bool:

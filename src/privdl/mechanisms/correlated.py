@@ -515,6 +515,24 @@ class CorrelatedGaussian(GradientMechanism):
                 "max_precision_ratio": self.worst_ratio, "design_seconds": self.design.seconds, **extra}
 
 
+class RoundW:
+    """One round's W(t) of a time-varying graph, as a design reads a network (its n and dense W): unlike
+    :class:`Network`, it may be disconnected (a matching), as a single W(t) of a law may."""
+
+    directed = False
+    dynamics = None
+
+    def __init__(self, w: np.ndarray, description: str) -> None:
+        self.W, self.description = np.asarray(w, dtype=np.float64), description
+
+    @property
+    def n(self) -> int:
+        return self.W.shape[0]
+
+    def dense(self, what: str = "", *, copies: int = 1) -> np.ndarray:
+        return self.W
+
+
 #: why DECOR and Whisper need an algorithm that mixes linearly (``needs_combination``)
 W_MIXING_REASON = ("its noise is correlated across agents so that it cancels in W's mixing (designed for Tr(W R Wᵀ)); "
                    "noise that reaches the models otherwise keeps its full per-agent variance, which can be far above "
@@ -596,6 +614,22 @@ class WhisperNoise(CorrelatedGaussian):
                                   "seed groups on undirected edges and neighbourhoods (use seeds = \"global\", "
                                   "coalition_size = 0)")
         self.seeds = seeds
+        #: the law of W(t) this mechanism designs for (None: one W); a periodic law gets one design per distinct W(t)
+        self.dynamics_ = getattr(network, "dynamics", None)
+        if self.dynamics_ is not None:
+            from privdl.network.dynamics import whisper_refusal
+
+            why = whisper_refusal(self.dynamics_)
+            if why is not None:
+                raise ValidationError(f"mechanism 'whisper' cannot run on a time-varying graph ([network] dynamics = "
+                                      f"{self.dynamics_.name!r}): {why}")
+            self._round_kwargs = {k: v for k, v in kwargs.items() if k not in ("epsilon", "precision_bound")}
+        if optimize_mixing and getattr(network, "directed", False):
+            raise ValidationError("whisper: optimize_mixing designs symmetric doubly stochastic weights; a directed "
+                                  "network mixes with its push-sum A (use optimize_mixing = false)")
+        if optimize_mixing and self.dynamics_ is not None:
+            raise ValidationError("whisper: optimize_mixing designs one W together with R; a time-varying graph "
+                                  f"([network] dynamics = {self.dynamics_.name!r}) mixes with its own W(t)")
         self.optimize_mixing = bool(optimize_mixing)
         #: with ``optimize_mixing``: the network whose W was designed together with R (the run mixes with it)
         self.mixing_network: Network | None = None
@@ -619,21 +653,88 @@ class WhisperNoise(CorrelatedGaussian):
                 "min_spectral_gap")}
         super().__init__(steps=steps, network=network, **kwargs)  # type: ignore[arg-type]
 
+    # ---- a periodic time-varying graph: one design per distinct W(t) --------------------------------------------
+    @property
+    def follows_dynamics(self) -> bool:
+        """Whether this mechanism designs its R per round's W(t) (built on a time-varying graph)."""
+        return self.dynamics_ is not None
+
+    def round_mechanism(self, t: int) -> "WhisperNoise":
+        """The design (a whisper mechanism for that one W) whose noise round t adds: R designed for W(t)."""
+        return self.round_designs[self.round_fingerprints[int(t) % len(self.round_fingerprints)]]
+
+    def _design_rounds(self, b: float) -> CovarianceDesign:
+        """Solve problem (P) once per distinct W(t) of one period (cached by the matrix's fingerprint), every design
+        calibrated to the same per-round bound b: each round's release then satisfies [R(t)⁻¹]_ii ≤ b, as one W's
+        does, so the composition over the run — and the ε it is calibrated to — is unchanged."""
+        dyn = self.dynamics_
+        self.round_designs: dict[str, WhisperNoise] = {}
+        self.round_fingerprints: list[str] = []
+        for k in range(dyn.period):
+            fp = dyn.fingerprint(k)
+            if fp not in self.round_designs:
+                w = RoundW(dyn.matrix(k).toarray(), f"W({k}) of dynamics {dyn.name!r}")
+                self.round_designs[fp] = WhisperNoise(steps=self.steps, network=w, seeds=self.seeds,  # type: ignore
+                                                      precision_bound=b, **self._round_kwargs)
+            self.round_fingerprints.append(fp)
+        return self.round_mechanism(0).design
+
+    def _precisions(self) -> np.ndarray:
+        if self.dynamics_ is None:
+            return super()._precisions()
+        # each agent's worst precision over the designs: every round's release is dominated by a Gaussian release
+        # of that precision (post-processing), so accounting every access at it bounds the run's ε
+        return np.max([m.precisions for m in self.round_designs.values()], axis=0)
+
+    def bind(self, env: MechanismEnv) -> None:
+        if self.dynamics_ is None:
+            return super().bind(env)
+        GradientMechanism.bind(self, env)
+        if env.rows != self.network_.n:
+            raise ValidationError(f"{self.name} was built for {self.network_.n} agents, the run has {env.rows} rows")
+        for m in self.round_designs.values():  # same keys and scope: the draws of access c are keyed by c
+            m.bind(env)
+
+    def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
+        if self.dynamics_ is None:
+            return super().privatize(value, access)
+        return self.round_mechanism(access.t).privatize(value, access)
+
+    def noise_facts(self) -> dict:
+        out = super().noise_facts()
+        if self.dynamics_ is not None:
+            out["round_designs"] = self.round_facts()
+        if self.optimize_mixing:  # (objective: Tr(W R Wᵀ) at b = 1, the joint design's and MH + optimal R's)
+            out.update({"optimize_mixing": True, **{f"joint_{k}": v for k, v in self.joint_facts.items()}})
+        return out
+
+    def round_facts(self) -> dict:
+        """What each distinct W(t)'s design is (a periodic time-varying graph)."""
+        return {"period": len(self.round_fingerprints), "distinct": len(self.round_designs),
+                "fingerprints": self.round_fingerprints,
+                "trace": {fp: m.design.trace for fp, m in self.round_designs.items()},
+                "accounting": "every design meets the same per-round bound b; each agent's ε composes its largest "
+                              "[R(t)⁻¹]_ii over the designs"}
+
+    def note(self) -> str:
+        text = super().note()
+        if self.dynamics_ is None:
+            return text
+        return (f"{text}; R designed for each of the {len(self.round_designs)} distinct W(t) of dynamics "
+                f"{self.dynamics_.name!r}, all to the same bound b, each agent accounted at its largest "
+                "[R(t)⁻¹]_ii over them")
+
     def make_design(self, w: np.ndarray, b: float) -> CovarianceDesign:
         from privdl.covariance.designs import design_covariance
         from privdl.covariance.hbc import solve_hbc
         from privdl.covariance.seeds import seed_groups
 
+        if self.dynamics_ is not None:
+            return self._design_rounds(b)
         if self.seeds == "global" and self.coalition_size == 0:
             return design_covariance("whisper", w, bound=b)
         return solve_hbc(w, bound=b, groups=seed_groups(self.seeds, w), coalition_size=self.coalition_size,
                          label=self.seeds)
-
-    def noise_facts(self) -> dict:
-        out = super().noise_facts()
-        if self.optimize_mixing:  # (objective: Tr(W R Wᵀ) at b = 1, the joint design's and MH + optimal R's)
-            out.update({"optimize_mixing": True, **{f"joint_{k}": v for k, v in self.joint_facts.items()}})
-        return out
 
 
 MECHANISMS.add("corn", WhisperNoise)

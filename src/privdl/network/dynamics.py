@@ -350,6 +350,18 @@ FIXED_W_MECHANISMS = {
 }
 
 
+def whisper_refusal(dynamics: "Dynamics") -> str | None:
+    """Why Whisper cannot run on ``dynamics`` (None: it can). A periodic law (``cycle``, ``one_peer_exponential``)
+    has few distinct W(t): R is designed once for each (cached by the matrix's fingerprint). A random law draws a
+    different W(t) almost every round, so no design can be made ahead of the run."""
+    if dynamics.period is not None:
+        return None
+    return (f"Whisper designs R for each distinct W(t) ahead of the run, and {dynamics.name!r} draws a different "
+            "W(t) almost every round (random_matching: n!/(2^(n/2)(n/2)!) perfect matchings; peer_sampling: more), "
+            "so no design per W(t) can be made ahead of the run (periodic laws — cycle, one_peer_exponential — "
+            "get one design per distinct W(t))")
+
+
 def check_mechanism(mechanism, dynamics: "Dynamics", name: str | None = None) -> None:
     """Refuse a mechanism whose design or ledger needs one W, naming why (``mechanism``: the object, or its
     registered class before it is built, then with its ``name``)."""
@@ -360,11 +372,11 @@ def check_mechanism(mechanism, dynamics: "Dynamics", name: str | None = None) ->
                "[R⁻¹]_ii is that of R = σ²I + σ_cor² L for that graph's Laplacian L; drawing them on each round's "
                "edges (a different R(t), hence a different precision per round) is not implemented")
     elif name == "whisper":
-        why = (f"Whisper designs R for one W; {dynamics.name!r} has "
-               + (f"{dynamics.period} distinct W(t), and a design per W(t) (cached by fingerprint) with a ledger "
-                  "composing their different precisions is not implemented" if dynamics.period is not None else
-                  "a different W(t) almost every round (random_matching: n!/(2^(n/2)(n/2)!) perfect matchings; "
-                  "peer_sampling: more), so no design per W(t) can be made ahead of the run"))
+        why = whisper_refusal(dynamics)
+        if why is None and not isinstance(mechanism, type) and getattr(mechanism, "dynamics_", None) is not dynamics:
+            why = "this whisper mechanism's R was designed for another network, not for this law's W(t)"
+        if why is None:  # a periodic law: one design per distinct W(t) (privdl.mechanisms.correlated.WhisperNoise)
+            return
     if why is None and getattr(mechanism, "needs_combination", None) is not None:
         why = getattr(mechanism, "dynamic_reason", None)
         if why is None and not getattr(mechanism, "follows_dynamics", False):
@@ -375,4 +387,4 @@ def check_mechanism(mechanism, dynamics: "Dynamics", name: str | None = None) ->
 
 
 __all__ = ["DYNAMICS", "Dynamics", "FIXED_MIXING", "FIXED_W_MECHANISMS", "NEIGHBOUR_EVERY_ROUND", "check_mechanism",
-           "check_round", "fixed_mixing_reason", "matching_edges", "mh_edges", "read_graph"]
+           "check_round", "fixed_mixing_reason", "matching_edges", "mh_edges", "read_graph", "whisper_refusal"]

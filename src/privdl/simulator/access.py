@@ -116,7 +116,7 @@ class GradientOracle:
             owners, requesters = self._check(rows, owners, requesters)
             everyone = rows == self.keys.rows and Access(owners=owners, requesters=requesters, call=0).all_rows
         self.calls += 1
-        access = Access(owners=owners, requesters=requesters, call=self.calls, everyone=everyone)
+        access = Access(owners=owners, requesters=requesters, call=self.calls, everyone=everyone, t=self.t)
         if protect:
             self.mechanism.count(access)
         need = self.mechanism.need
