@@ -178,7 +178,11 @@ def test_algorithms_and_mechanisms_that_need_one_W_are_refused_by_reason():
 
 
 @pytest.mark.slow
-def test_processes_equal_the_simulator_on_a_time_varying_graph(tmp_path):
+@pytest.mark.parametrize("network,mechanism", [
+    ('dynamics = "peer_sampling"\npeers = 1\nn = 6', "ldp"),
+    ('dynamics = "one_peer_exponential"\nn = 8', "whisper"),  # each process: W(t)'s design, its own agents' draws
+])
+def test_processes_equal_the_simulator_on_a_time_varying_graph(tmp_path, network, mechanism):
     """privdl run --procs 2: each process computes W(t) alone from the run seed's public key and exchanges with the
     round's neighbours only; results.csv equals the simulator's (to rounding: each process computes its rows)."""
     import csv
@@ -190,8 +194,8 @@ def test_processes_equal_the_simulator_on_a_time_varying_graph(tmp_path):
 
     cfg = tmp_path / "c.toml"
     cfg.write_text('name = "dyn"\nseeds = [0]\niterations = 12\neval_every = 4\n[schedule]\neta = 0.05\n'
-                   '[network]\ndynamics = "peer_sampling"\npeers = 1\nn = 6\n[task]\nname = "logistic"\n'
-                   'dataset = "breast_cancer"\n[algorithm]\nname = "dsgt"\n[mechanism]\nname = "ldp"\n'
+                   f'[network]\n{network}\n[task]\nname = "logistic"\n'
+                   f'dataset = "breast_cancer"\n[algorithm]\nname = "dsgt"\n[mechanism]\nname = "{mechanism}"\n'
                    'epsilon = 10.0\n[runtime]\ntimeout = 60\n')
     runner = CliRunner()
     rows = {}
