@@ -181,6 +181,7 @@ def test_algorithms_and_mechanisms_that_need_one_W_are_refused_by_reason():
 @pytest.mark.parametrize("network,mechanism", [
     ('dynamics = "peer_sampling"\npeers = 1\nn = 6', "ldp"),
     ('dynamics = "one_peer_exponential"\nn = 8', "whisper"),  # each process: W(t)'s design, its own agents' draws
+    ('dynamics = "random_matching"\nn = 6', "decor"),  # each process: round t's terms on W(t)'s edges
 ])
 def test_processes_equal_the_simulator_on_a_time_varying_graph(tmp_path, network, mechanism):
     """privdl run --procs 2: each process computes W(t) alone from the run seed's public key and exchanges with the
@@ -249,7 +250,6 @@ def test_the_ledger_counts_the_accesses_each_round_made():
 
 
 @pytest.mark.parametrize("mech,law,match", [
-    ("decor", {"dynamics": "random_matching"}, "not implemented"),
     ("whisper", {"dynamics": "random_matching"}, r"draws a different W\(t\) almost every round.*perfect matchings"),
     ("whisper", {"dynamics": "peer_sampling", "peers": 1}, r"'peer_sampling' draws a different W\(t\)"),
 ])
@@ -422,3 +422,72 @@ def test_a_whisper_config_on_one_peer_exponential_builds_and_meets_its_epsilon()
 
     with pytest.raises(ValidationError, match="designed for another network"):
         check_mechanism(static, built.network.dynamics)
+
+
+# ---- DECOR on any law: the canceling terms of round t on W(t)'s edges --------------------------------------------
+
+DECOR_LAWS = [({"dynamics": "random_matching", "n": 6}, 2), ({"dynamics": "peer_sampling", "peers": 1, "n": 8}, 5),
+              ({"dynamics": "one_peer_exponential", "n": 8}, 0)]
+
+
+@pytest.mark.parametrize("law,seed", DECOR_LAWS)
+def test_decor_draws_its_canceling_terms_on_each_rounds_edges(law, seed):
+    """Every round t: one term per edge of W(t) (read off the dense W(t) here), +s and −s at its two ends — the
+    terms sum to exactly 0 over the agents, so the network average is unperturbed by them; R(t) = σ²(I + c·L(t)) for
+    the hand-made Laplacian of round t, whose worst precision max_i [R(t)⁻¹]_ii is b (np.linalg.inv); the noise
+    actually added has that covariance, and its sum over agents only the n·σ² of the own draws."""
+    from privdl.keys import Keys
+    from privdl.mechanisms.base import Access, MechanismEnv
+
+    net = build_network(law, seed)
+    n, dyn = net.n, net.dynamics
+    alg = make_algorithm("dsgd")
+    m = make_mechanism("decor", steps=dyn.accesses(alg, 4), network=net, clip=1.0, epsilon=5.0)
+    assert m.ratio > 0.1  # (every agent has a neighbour in every round of these laws: the terms are used)
+    m.bind(MechanismEnv(Keys(1, n)))
+    d = 100_000
+    for t in range(1, 5):
+        w = dyn.matrix(t).toarray()
+        adj = (w > 0) & ~np.eye(n, dtype=bool)
+        edges = {(i, j) for i, j in zip(*np.nonzero(np.triu(adj)))}
+        noise = m.round_noise(t)
+        f = noise.dense_factor()
+        assert f.shape[1] == len(edges)
+        for col in f.T:
+            (i, j) = np.flatnonzero(col)
+            assert (i, j) in edges and col[i] == -col[j]
+        assert not f.sum(axis=0).any()  # each term: exactly +s and −s
+        lap = np.diag(adj.sum(axis=1)) - adj
+        want = noise.sigma_mix**2 * (np.eye(n) + m.ratio * lap)
+        np.testing.assert_allclose(noise.covariance(), want, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(np.diag(np.linalg.inv(want)).max(), m.bound, rtol=1e-9)
+        v = m.privatize(torch.zeros(n, d, dtype=torch.float64),
+                        Access(owners=torch.arange(n), requesters=torch.arange(n), call=t, everyone=True, t=t))
+        emp = (v @ v.T).numpy() / d
+        scale = np.sqrt(np.outer(np.diag(want), np.diag(want)))
+        assert (np.abs(emp - want) / scale).max() < 6 * np.sqrt(2 / d)  # sample covariance: std ≤ √(2/d)·scale
+        total = v.sum(dim=0)  # the own draws only: variance n·σ², not Σ_i R_ii
+        assert abs(float(total.var()) / (n * noise.sigma_mix**2) - 1) < 6 * np.sqrt(2 / d)
+        assert np.trace(want) > 1.5 * n * noise.sigma_mix**2
+    assert m.ledger().epsilon <= 5.0 * (1 + 1e-9)
+
+
+def test_decor_runs_on_random_matchings_and_the_sliced_backend_equals_the_simulator():
+    net = build_network({"dynamics": "random_matching", "n": 6}, 2)
+    rounds = 4
+    task = make_task("quadratic", 6, init_scale=1.0)
+    alg = make_algorithm("dsgd")
+    mech = make_mechanism("decor", steps=net.dynamics.accesses(alg, rounds), network=net, clip=1.0, epsilon=20.0)
+    sched = make_schedule("constant", eta=0.1, iterations=rounds)
+    want = simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=rounds, seed=3,
+                    sparse=True, eval_every=1)
+    got = simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=rounds,
+                          seed=3, slices=2, eval_every=1)
+    assert torch.isfinite(want.final).all()
+    assert torch.equal(got.final, want.final) and got.records == want.records
+    from privdl.network.dynamics import check_mechanism
+
+    static = make_mechanism("decor", steps=4, network=build_network({"topology": "ring", "n": 6}, 0), clip=1.0,
+                            epsilon=5.0)
+    with pytest.raises(ValidationError, match="drawn on another network's edges"):
+        check_mechanism(static, net.dynamics)

@@ -103,6 +103,33 @@ def _decor_ratio(w: np.ndarray, lap: np.ndarray) -> tuple[float, float]:
     return _DECOR_CACHE[key]
 
 
+def decor_common_ratio(ws: list[np.ndarray]) -> float:
+    """The one c = σ_cor²/σ_pair² for a sequence of W(t) (a time-varying graph's rounds), each round scaled to its
+    own h_t(c) = max_i [(I + c·L(t))⁻¹]_ii: minimises the mean over ``ws`` of h_t(c)(Tr(W(t)W(t)ᵀ) +
+    c·Tr(W(t)L(t)W(t)ᵀ)), the same grid-and-refine search as one W's (:func:`decor_design`)."""
+    parts = []
+    for w in ws:
+        lap = laplacian(w)
+        ell, v = np.linalg.eigh(lap)
+        parts.append((np.clip(ell, 0.0, None), v * v, float(np.sum(w * w)), float(np.sum((w @ lap) * w))))
+
+    def objective(c: np.ndarray) -> np.ndarray:
+        return np.mean([np.max(v2 @ (1.0 / (1.0 + np.outer(ell, c))), axis=0) * (a + c * bb)
+                        for ell, v2, a, bb in parts], axis=0)
+
+    grid = np.concatenate([[0.0], np.logspace(-6, math.log10(DECOR_MAX_RATIO), 281)])
+    values = objective(grid)
+    k = int(np.argmin(values))
+    c_best, f_best = float(grid[k]), float(values[k])
+    if 0 < k < len(grid) - 1:
+        lo, hi = math.log(max(grid[k - 1], 1e-7)), math.log(grid[k + 1])
+        res = minimize_scalar(lambda z: float(objective(np.array([math.exp(z)]))[0]), bounds=(lo, hi),
+                              method="bounded", options={"xatol": 1e-10})
+        if res.fun < f_best:
+            c_best = math.exp(res.x)
+    return c_best
+
+
 @DESIGNS.register("whisper")
 def whisper_design(w: np.ndarray, b: float, *, tol: float = 1e-10, ridge: float | None = None,
                    method: str = "auto", device: str | None = None) -> CovarianceDesign:

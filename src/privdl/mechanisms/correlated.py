@@ -591,6 +591,131 @@ class DecorNoise(CorrelatedGaussian):
     directed_reason = ("its canceling terms are drawn by both endpoints of every undirected edge (σ_cor² L, the "
                        "Laplacian of a symmetric graph), and a directed graph's edges have no reverse")
 
+    def __init__(self, *, steps: int | torch.Tensor, network: Network, **kwargs: object) -> None:
+        #: the law of W(t) whose rounds' edges carry the canceling terms (None: one W)
+        self.dynamics_ = getattr(network, "dynamics", None)
+        self._rounds: dict[str, CorrelatedNoise] = {}
+        super().__init__(steps=steps, network=network, **kwargs)  # type: ignore[arg-type]
+
+    # ---- a time-varying graph: the canceling terms of round t live on W(t)'s edges -------------------------------
+    @property
+    def follows_dynamics(self) -> bool:
+        return self.dynamics_ is not None
+
+    def make_design(self, w: np.ndarray, b: float) -> CovarianceDesign:
+        from privdl.covariance.designs import design_covariance
+
+        if self.dynamics_ is None:
+            return design_covariance("decor", w, bound=b)
+        from privdl.covariance.designs import decor_common_ratio
+
+        # one ratio c = σ_cor²/σ_pair² for every round: the best for the mean trace over one period (a random law:
+        # its first 8 rounds, a sample of the law); the design recorded is W(0)'s at its own best ratio
+        dyn = self.dynamics_
+        self.ratio = decor_common_ratio([dyn.matrix(t).toarray() for t in range(dyn.period or 8)])
+        return design_covariance("decor", dyn.matrix(0).toarray(), bound=b)
+
+    def round_noise(self, t: int) -> CorrelatedNoise:
+        """Round t's noise: R(t) = σ_pair²(t)(I + c·L(t)), L(t) the unweighted Laplacian of W(t)'s edges, one
+        canceling term ±σ_cor(t) per edge of the round drawn by its two ends from their shared key (folded with the
+        access: a fresh draw every round), σ_pair²(t) = h_t(c)/b with h_t(c) = max_i [(I + c·L(t))⁻¹]_ii, so that
+        max_i [R(t)⁻¹]_ii = b in every round. Cached by W(t)'s fingerprint (a periodic law's period)."""
+        from privdl.covariance.seeds import SeedComponent
+
+        dyn = self.dynamics_
+        fp = dyn.fingerprint(t)
+        noise = self._rounds.get(fp)
+        if noise is not None:
+            return noise
+        e = dyn.edges(t)
+        src, dst = e.src.long().numpy(), e.dst.long().numpy()
+        keep = src < dst
+        pairs = list(zip(src[keep].tolist(), dst[keep].tolist()))
+        h = decor_h(self.network_.n, pairs, self.ratio)
+        pair2 = h / self.bound
+        cor2 = self.ratio * pair2
+        cov = cor2 * np.array([[1.0, -1.0], [-1.0, 1.0]])
+        comps = [SeedComponent((i, j), cov, f"edge:{i}-{j}") for i, j in pairs] if cor2 > 0 else []
+        noise = CorrelatedNoise(pair2, comps, self.network_.n, self.generation)
+        noise.bind(self.env.keys, self.env.scope)
+        if len(self._rounds) >= 64:  # a random law: the last rounds' (slices may be a round apart)
+            self._rounds.clear()
+        self._rounds[fp] = noise
+        return noise
+
+    def _precisions(self) -> np.ndarray:
+        if self.dynamics_ is None:
+            return super()._precisions()
+        # every round's R(t) is scaled so that its worst agent's precision is b: each agent is accounted at b
+        return np.full(self.network_.n, self.bound)
+
+    def bind(self, env: MechanismEnv) -> None:
+        if self.dynamics_ is None:
+            return super().bind(env)
+        GradientMechanism.bind(self, env)
+        if env.rows != self.network_.n:
+            raise ValidationError(f"{self.name} was built for {self.network_.n} agents, the run has {env.rows} rows")
+        self._rounds = {}
+        if self.dynamics_.period is not None:  # a periodic law: every round's shared keys asked now (agreement)
+            for k in range(self.dynamics_.period):
+                self.round_noise(k)
+
+    def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
+        if self.dynamics_ is None:
+            return super().privatize(value, access)
+        n = self.network_.n
+        if not (access.owners.numel() == n and access.all_rows):
+            raise ValidationError(f"{self.name}: correlated noise is drawn for every agent's own gradient in one "
+                                  "access (owners = all rows); cross-gradients need an independent-noise mechanism")
+        g = clip_rows(value, self.clip) if self.clip and self.batch is None else value
+        flat = g.reshape(n, -1)
+        out = flat + self.round_noise(access.t).network(access.call, flat.shape[1], flat.dtype).to(flat.device)
+        return (out if self.batch is None else out / self.batch).reshape(value.shape)
+
+    def noise_facts(self) -> dict:
+        out = super().noise_facts()
+        if self.dynamics_ is not None:
+            out["round_terms"] = {"ratio": self.ratio, "accounting": "σ_pair²(t) = h_t(c)/b per round: "
+                                  "max_i [R(t)⁻¹]_ii = b every round; each agent accounted at b"}
+        return out
+
+    def note(self) -> str:
+        text = super().note()
+        if self.dynamics_ is None:
+            return text
+        return (f"{text}; canceling terms drawn on each round's edges of dynamics {self.dynamics_.name!r} "
+                f"(σ_cor²/σ_pair² = {self.ratio:.4g}), σ_pair²(t) set from round t's graph so that "
+                "max_i [R(t)⁻¹]_ii = b every round; each agent accounted at b")
+
+
+def decor_h(n: int, pairs: list[tuple[int, int]], c: float) -> float:
+    """h(c) = max_i [(I + c·L)⁻¹]_ii for the unweighted Laplacian L of the undirected ``pairs`` on n agents, one
+    connected component at a time (an agent in no pair: 1; a matched pair: (1 + c)/(1 + 2c), in closed form)."""
+    if not pairs or c == 0:
+        return 1.0
+    from scipy.sparse import csr_array
+    from scipy.sparse.csgraph import connected_components
+
+    i, j = np.array(pairs).T
+    count, label = connected_components(csr_array((np.ones(len(i)), (i, j)), shape=(n, n)), directed=False)
+    sizes = np.bincount(label, minlength=count)
+    worst = 1.0 if (sizes == 1).any() else 0.0
+    if (sizes == 2).any():
+        worst = max(worst, (1.0 + c) / (1.0 + 2.0 * c))
+    for k in np.flatnonzero(sizes > 2):
+        members = np.flatnonzero(label == k)
+        index = {int(a): r for r, a in enumerate(members)}
+        lap = np.zeros((len(members), len(members)))
+        for a, b in pairs:
+            if a in index and b in index:
+                ra, rb = index[a], index[b]
+                lap[ra, rb] -= 1.0
+                lap[rb, ra] -= 1.0
+                lap[ra, ra] += 1.0
+                lap[rb, rb] += 1.0
+        worst = max(worst, float(np.max(np.diag(np.linalg.inv(np.eye(len(members)) + c * lap)))))
+    return worst
+
 
 @MECHANISMS.register("whisper")
 class WhisperNoise(CorrelatedGaussian):

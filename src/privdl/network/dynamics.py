@@ -367,10 +367,10 @@ def check_mechanism(mechanism, dynamics: "Dynamics", name: str | None = None) ->
     registered class before it is built, then with its ``name``)."""
     name = name or getattr(mechanism, "name", type(mechanism).__name__)
     why = FIXED_W_MECHANISMS.get(name)
-    if name == "decor":
-        why = ("DECOR's canceling terms are drawn on one edge set when the run starts, and its ledger's precision "
-               "[R⁻¹]_ii is that of R = σ²I + σ_cor² L for that graph's Laplacian L; drawing them on each round's "
-               "edges (a different R(t), hence a different precision per round) is not implemented")
+    if name == "decor":  # any law: the canceling terms of round t on W(t)'s edges (privdl.mechanisms.correlated)
+        if isinstance(mechanism, type) or getattr(mechanism, "dynamics_", None) is dynamics:
+            return
+        why = "this DECOR mechanism's canceling terms were drawn on another network's edges, not this law's W(t)"
     elif name == "whisper":
         why = whisper_refusal(dynamics)
         if why is None and not isinstance(mechanism, type) and getattr(mechanism, "dynamics_", None) is not dynamics:
