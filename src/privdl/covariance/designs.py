@@ -103,19 +103,41 @@ def _decor_ratio(w: np.ndarray, lap: np.ndarray) -> tuple[float, float]:
     return _DECOR_CACHE[key]
 
 
-def decor_common_ratio(ws: list[np.ndarray]) -> float:
-    """The one c = σ_cor²/σ_pair² for a sequence of W(t) (a time-varying graph's rounds), each round scaled to its
-    own h_t(c) = max_i [(I + c·L(t))⁻¹]_ii: minimises the mean over ``ws`` of h_t(c)(Tr(W(t)W(t)ᵀ) +
-    c·Tr(W(t)L(t)W(t)ᵀ)), the same grid-and-refine search as one W's (:func:`decor_design`)."""
-    parts = []
+def decor_common_ratio(ws: list) -> float:
+    """The one c = σ_cor²/σ_pair² for a sequence of W(t) (a time-varying graph's rounds; dense or sparse), each round
+    scaled to its own h_t(c) = max_i [(I + c·L(t))⁻¹]_ii: minimises the mean over ``ws`` of h_t(c)(Tr(W(t)W(t)ᵀ) +
+    c·Tr(W(t)L(t)W(t)ᵀ)), the same grid-and-refine search as one W's (:func:`decor_design`). h_t is taken one
+    connected component at a time (an isolated agent: 1; a pair: (1 + c)/(1 + 2c); larger: its Laplacian's
+    eigenvectors), so a matching costs no eigendecomposition of the whole network."""
+    import scipy.sparse as sps
+    from scipy.sparse.csgraph import connected_components
+
+    rounds = []
     for w in ws:
-        lap = laplacian(w)
-        ell, v = np.linalg.eigh(lap)
-        parts.append((np.clip(ell, 0.0, None), v * v, float(np.sum(w * w)), float(np.sum((w @ lap) * w))))
+        w = sps.csr_array(w)
+        adj = (w - sps.diags_array(w.diagonal())).astype(bool).astype(np.float64)
+        lap = sps.diags_array(np.asarray(adj.sum(axis=1)).ravel()) - adj
+        count, label = connected_components(adj, directed=False)
+        sizes = np.bincount(label, minlength=count)
+        big = []
+        for k in np.flatnonzero(sizes > 2):
+            members = np.flatnonzero(label == k)
+            ell, v = np.linalg.eigh(lap[members][:, members].toarray())
+            big.append((np.clip(ell, 0.0, None), v * v))
+        wl = (w @ lap).multiply(w)
+        rounds.append((bool((sizes == 1).any()), bool((sizes == 2).any()), big, float(w.multiply(w).sum()),
+                       float(wl.sum())))
 
     def objective(c: np.ndarray) -> np.ndarray:
-        return np.mean([np.max(v2 @ (1.0 / (1.0 + np.outer(ell, c))), axis=0) * (a + c * bb)
-                        for ell, v2, a, bb in parts], axis=0)
+        total = np.zeros_like(c)
+        for single, pair, big, a, bb in rounds:
+            h = np.where(single, 1.0, 0.0) * np.ones_like(c)
+            if pair:
+                h = np.maximum(h, (1.0 + c) / (1.0 + 2.0 * c))
+            for ell, v2 in big:
+                h = np.maximum(h, np.max(v2 @ (1.0 / (1.0 + np.outer(ell, c))), axis=0))
+            total += h * (a + c * bb)
+        return total / len(rounds)
 
     grid = np.concatenate([[0.0], np.logspace(-6, math.log10(DECOR_MAX_RATIO), 281)])
     values = objective(grid)

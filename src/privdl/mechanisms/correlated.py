@@ -612,7 +612,7 @@ class DecorNoise(CorrelatedGaussian):
         # one ratio c = σ_cor²/σ_pair² for every round: the best for the mean trace over one period (a random law:
         # its first 8 rounds, a sample of the law); the design recorded is W(0)'s at its own best ratio
         dyn = self.dynamics_
-        self.ratio = decor_common_ratio([dyn.matrix(t).toarray() for t in range(dyn.period or 8)])
+        self.ratio = decor_common_ratio([dyn.matrix(t) for t in range(dyn.period or 8)])
         return design_covariance("decor", dyn.matrix(0).toarray(), bound=b)
 
     def round_noise(self, t: int) -> CorrelatedNoise:
