@@ -491,3 +491,12 @@ def test_decor_runs_on_random_matchings_and_the_sliced_backend_equals_the_simula
                             epsilon=5.0)
     with pytest.raises(ValidationError, match="drawn on another network's edges"):
         check_mechanism(static, net.dynamics)
+
+
+def test_decor_common_ratio_of_one_W_is_decor_designs_ratio():
+    """For a single connected W the per-component search is DECOR's own (dense eigendecomposition) search."""
+    from privdl.covariance.designs import decor_common_ratio, design_covariance
+
+    w = build_network({"topology": "erdos_renyi", "n": 12, "p": 0.4}, 3).dense()
+    d = design_covariance("decor", w, bound=1.0)
+    np.testing.assert_allclose(decor_common_ratio([w]), d.extra["sigma_cor2"] / d.extra["sigma_pair2"], rtol=1e-6)
