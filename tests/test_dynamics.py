@@ -500,3 +500,27 @@ def test_decor_common_ratio_of_one_W_is_decor_designs_ratio():
     w = build_network({"topology": "erdos_renyi", "n": 12, "p": 0.4}, 3).dense()
     d = design_covariance("decor", w, bound=1.0)
     np.testing.assert_allclose(decor_common_ratio([w]), d.extra["sigma_cor2"] / d.extra["sigma_pair2"], rtol=1e-6)
+
+
+def test_agreed_keys_cover_every_pair_a_law_may_join(tmp_path):
+    """With runtime.keys = "agreed" the pairs that run X25519 must include every edge a round may draw, not only the
+    reference graph's (DECOR's per-round terms are keyed by the round's edge): a periodic law's union over its period
+    (the hypercube for the one-peer exponential graph, n = 8: 12 pairs), every pair for a random law; and an agreed
+    DECOR run on random matchings completes (before: "no key was agreed for the agents [1, 2]" mid-run)."""
+    from privdl.agreement import needed_pairs
+    from privdl.experiment import load_config
+    from privdl.experiment.build import build
+    from privdl.experiment.config import expand
+    from privdl.experiment.runner import run_one
+
+    hyper = {(a, a ^ (1 << k)) for a in range(8) for k in range(3) if a < a ^ (1 << k)}
+    assert set(needed_pairs(build_network({"dynamics": "one_peer_exponential", "n": 8}, 0), [])) == hyper
+    assert len(needed_pairs(build_network({"dynamics": "random_matching", "n": 7}, 0), [])) == 21
+    assert len(needed_pairs(build_network({"topology": "ring", "n": 7}, 0), [])) == 7  # a static graph: its edges
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('iterations = 6\n[network]\nn = 6\ndynamics = "random_matching"\n[task]\nname = "logistic"\n'
+                   'dataset = "breast_cancer"\nbatch_size = 8\n[mechanism]\nname = "decor"\nepsilon = 10.0\n'
+                   '[schedule]\neta = 0.1\n[runtime]\nkeys = "agreed"\n')
+    spec = expand(load_config(cfg))[0][0]
+    _, man = run_one(spec, components=build(spec.config))
+    assert man["keys"]["draws"]["chacha20"] > 0

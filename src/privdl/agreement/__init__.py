@@ -290,10 +290,14 @@ class AgreedKeys:
 
 
 def needed_pairs(network, groups: Sequence[tuple[int, ...]]) -> list[tuple[int, int]]:
-    """The pairs of agents that run X25519: every edge (a < b), and (leader, member) of every group of more than two
+    """The pairs of agents that run X25519: every edge (a < b) — on a time-varying graph every pair its law may join
+    —, and (leader, member) of every group of more than two
     (the leader: its smallest member)."""
     e = network.edges
     pairs = {(min(a, b), max(a, b)) for a, b in zip(e.src.tolist(), e.dst.tolist()) if a != b}
+    dynamics = getattr(network, "dynamics", None)
+    if dynamics is not None:  # a time-varying graph: every pair a round may join (its edges are drawn per round)
+        pairs |= dynamics.possible_pairs()
     for g in groups:
         if len(g) > 2:
             leader = g[0]

@@ -147,7 +147,6 @@ def read_graph(path: str | Path, *, n: int | None, mixing: str, lazy: bool) -> t
     or ``n``), any other square matrix W itself. The graph need not be connected."""
     from privdl.data.files import read_matrix
     from privdl.network.mixing import mixing_matrix
-    from privdl.network.validation import validate_mixing_matrix  # noqa: F401  (W files: checked per round)
 
     path = Path(path)
     arr = read_matrix(path, "cycle graph file")
@@ -252,6 +251,18 @@ class Dynamics:
             out["fingerprints"] = [self.fingerprint(t) for t in range(len(self._cycle))]
         if self.period is not None:
             out["period"] = self.period
+        return out
+
+    def possible_pairs(self) -> set[tuple[int, int]]:
+        """Every pair (a < b) some W(t) may join: the union of a period's edges for a periodic law, every pair for a
+        random one (a matching or a peer draw can join any two agents). Agreed keys are agreed for these pairs
+        (:func:`privdl.agreement.needed_pairs`): a pairwise draw on round t's edges must find its key."""
+        if self.period is None:
+            return {(a, b) for a in range(self.n) for b in range(a + 1, self.n)}
+        out: set[tuple[int, int]] = set()
+        for k in range(self.period):
+            e = self.edges(k)
+            out |= {(min(a, b), max(a, b)) for a, b in zip(e.src.tolist(), e.dst.tolist()) if a != b}
         return out
 
     def edges(self, t: int) -> Edges:
