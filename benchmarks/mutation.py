@@ -66,8 +66,8 @@ WK = "src/privdl/runtime/worker.py"
 #: (name, file, original text, mutated text, what it breaks)
 MUTANTS: list[tuple[str, str, str, str, str]] = [
     ("correlated_noise_halved", M + "correlated.py",
-     "out = flat + self.noise.network(access.call, flat.shape[1], flat.dtype).to(flat.device)",
-     "out = flat + 0.5 * self.noise.network(access.call, flat.shape[1], flat.dtype).to(flat.device)",
+     "out = flat + self.noise_at(access).network(access.call, flat.shape[1], flat.dtype).to(flat.device)",
+     "out = flat + 0.5 * self.noise_at(access).network(access.call, flat.shape[1], flat.dtype).to(flat.device)",
      "σ scaled: correlated / LDP noise at half its std"),
     ("batch_clip_skipped", M + "correlated.py",
      "g = clip_rows(value, self.clip) if self.clip and self.batch is None else value", "g = value",
@@ -158,8 +158,8 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
      "scale, lot = self._per_row(flat, access.requesters.cpu())",
      "stacked DP-SGD: a cross-gradient gets the requester's σ (and lot size), not the data owner's"),
     ("access_owner_requester_swapped", A,
-     "access = Access(owners=owners, requesters=requesters, call=self.calls, everyone=everyone)",
-     "access = Access(owners=requesters, requesters=owners, call=self.calls, everyone=everyone)",
+     "access = Access(owners=owners, requesters=requesters, call=self.calls, everyone=everyone, t=self.t)",
+     "access = Access(owners=requesters, requesters=owners, call=self.calls, everyone=everyone, t=self.t)",
      "the engine tells the mechanism the requester as owner: σ (and the budget charged) of the wrong agent"),
     # Zip-DL calibrates each sender on its outgoing edges (what it sends)
     ("zip_dl_worst_over_incoming", Z, 'np.minimum.at(self.c_worst, self.src, self.plan["c_edge"])',
@@ -255,8 +255,8 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
      "the simulator's runner keeps no secrets (a restart agrees anew)"),
     ("secrets_other_run_accepted", KS, '            if data["salt"] != self.salt.hex():', "            if False:",
      "a secrets file of another run accepted"),
-    ("checkpoint_counts_unchecked", EN, "expected_calls=algorithm.accesses(last, comm.edges))",
-     "expected_calls=None)", "a checkpoint's access counts not checked against its round"),
+    ("checkpoint_counts_unchecked", EN, "edges_dst=comm.edges.dst, expected_calls=expected)",
+     "edges_dst=comm.edges.dst, expected_calls=None)", "a checkpoint's access counts not checked against its round"),
     ("checkpoint_hmac_off", EN, "checkpoints.authenticate(checkpoint_macs(keys, checkpoints.agents))",
      "checkpoints.authenticate(None)", "agreed checkpoints not sealed with the agents' HMAC"),
     ("identity_not_verified", AG, "                if identities is not None:\n                    identities.verify(",

@@ -26,12 +26,12 @@ from typing import NamedTuple
 import torch
 
 from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext
-from privdl.comm.base import LINEAR_MIXING
+from privdl.comm.base import LINEAR_MIXING, PUSH_SUM_WEIGHT_TAG
 
 
 #: the tag of the push-sum weight's ``mix``: it carries no data (w_t = A^t 1 depends on the graph only), so a
 #: mechanism that acts on what is sent (Zip-DL on a directed network) passes it through unperturbed
-WEIGHT_TAG = "w"
+WEIGHT_TAG = PUSH_SUM_WEIGHT_TAG
 
 
 class SGPState(NamedTuple):

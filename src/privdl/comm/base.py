@@ -54,6 +54,9 @@ COMBINATIONS = (LINEAR_MIXING, "other")
 MESSAGE_KINDS = ("model", "obfuscated_model", "model_per_edge", "exact_diffusion", "obfuscated_exact_diffusion",
                  "tracking_model", "tracker", "obfuscated_tracking_model", "obfuscated_tracker", "other",
                  "push_sum_numerator", "push_sum_weight")
+#: the tag SGP mixes its push-sum weight w under (kind ``push_sum_weight``): data-independent, so Zip-DL's noise
+#: leaves it alone (:class:`privdl.mechanisms.zip_dl.PushSumZipDLComm`)
+PUSH_SUM_WEIGHT_TAG = "w"
 
 
 class Observer(Protocol):

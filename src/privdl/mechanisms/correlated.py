@@ -449,8 +449,12 @@ class CorrelatedGaussian(GradientMechanism):
         # per-example: the value is already the clipped sum of the batch; the noise goes on the sum, then / B
         g = clip_rows(value, self.clip) if self.clip and self.batch is None else value
         flat = g.reshape(n, -1)
-        out = flat + self.noise.network(access.call, flat.shape[1], flat.dtype).to(flat.device)
+        out = flat + self.noise_at(access).network(access.call, flat.shape[1], flat.dtype).to(flat.device)
         return (out if self.batch is None else out / self.batch).reshape(value.shape)
+
+    def noise_at(self, access: Access) -> CorrelatedNoise:
+        """The correlated noise this access draws from (one R; DECOR on a time-varying graph: its round's)."""
+        return self.noise
 
     def sensitivity_after(self, before: Sensitivity | None) -> Sensitivity | None:
         if self.batch is not None:  # replace one example (uniform batch) / add or remove one (Poisson lot)
@@ -660,17 +664,8 @@ class DecorNoise(CorrelatedGaussian):
             for k in range(self.dynamics_.period):
                 self.round_noise(k)
 
-    def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
-        if self.dynamics_ is None:
-            return super().privatize(value, access)
-        n = self.network_.n
-        if not (access.owners.numel() == n and access.all_rows):
-            raise ValidationError(f"{self.name}: correlated noise is drawn for every agent's own gradient in one "
-                                  "access (owners = all rows); cross-gradients need an independent-noise mechanism")
-        g = clip_rows(value, self.clip) if self.clip and self.batch is None else value
-        flat = g.reshape(n, -1)
-        out = flat + self.round_noise(access.t).network(access.call, flat.shape[1], flat.dtype).to(flat.device)
-        return (out if self.batch is None else out / self.batch).reshape(value.shape)
+    def noise_at(self, access: Access) -> CorrelatedNoise:
+        return super().noise_at(access) if self.dynamics_ is None else self.round_noise(access.t)
 
     def noise_facts(self) -> dict:
         out = super().noise_facts()

@@ -49,6 +49,7 @@ from typing import Annotated, Callable
 import numpy as np
 import torch
 
+from privdl.comm.base import PUSH_SUM_WEIGHT_TAG
 from privdl.errors import ValidationError
 from privdl.keys import Keys
 from privdl.mechanisms.base import MECHANISMS, Access, GradientMechanism, Sensitivity, clip_rows
@@ -152,13 +153,11 @@ class ZipDLComm(OncePerRound):
 class PushSumZipDLComm(ZipDLComm):
     """Zip-DL on a directed network under SGP: the numerator's ``mix`` carries the zero-sum noise over the sender's
     out-edges (once a round, as :class:`ZipDLComm`); the push-sum weight's ``mix`` (tag
-    :data:`privdl.algorithms.sgp.WEIGHT_TAG`) carries no data and goes through unperturbed — noise on w would not
+    :data:`privdl.comm.base.PUSH_SUM_WEIGHT_TAG`) carries no data and goes through unperturbed — noise on w would not
     hide anything and could make it negative."""
 
     def mix(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
-        from privdl.algorithms.sgp import WEIGHT_TAG
-
-        if tag == WEIGHT_TAG:
+        if tag == PUSH_SUM_WEIGHT_TAG:
             return self.inner.mix(x, tag=tag)
         return super().mix(x, tag=tag)
 
