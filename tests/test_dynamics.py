@@ -524,3 +524,62 @@ def test_agreed_keys_cover_every_pair_a_law_may_join(tmp_path):
     spec = expand(load_config(cfg))[0][0]
     _, man = run_one(spec, components=build(spec.config))
     assert man["keys"]["draws"]["chacha20"] > 0
+
+
+# ---- the peer_sampling draw (vectorised: Floyd's sampling for all agents, MH edges built by counting) ----------
+def test_sample_peers_draws_every_k_subset_of_the_others_equally_often():
+    """n = 5, k = 2: each agent's out-peers are one of the C(4, 2) = 6 pairs of the other agents, each with
+    probability 1/6 (Floyd's algorithm is exact); 6000 draws per agent: a chi-square test with 5 degrees of freedom
+    at level 1e-6 (critical value 35.9) — a biased sampler (e.g. one that redrew only the second peer) fails it."""
+    from itertools import combinations
+
+    from privdl.network.dynamics import sample_peers
+
+    n, k, draws = 5, 2, 6000
+    rng = np.random.default_rng(11)
+    picks = np.concatenate([sample_peers(rng, n, k) for _ in range(draws)])  # (draws·n, k)
+    agent = np.tile(np.arange(n), draws)
+    assert (picks != agent[:, None]).all() and (picks[:, 0] != picks[:, 1]).all()
+    for i in range(n):
+        subsets = [tuple(sorted(p)) for p in picks[agent == i].tolist()]
+        counts = np.array([subsets.count(s) for s in combinations([j for j in range(n) if j != i], k)])
+        assert counts.sum() == draws
+        chi2 = ((counts - draws / 6) ** 2 / (draws / 6)).sum()
+        assert chi2 < 35.9, (i, counts)
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_mh_edges_equal_the_metropolis_hastings_matrix_of_networkx(lazy):
+    """The counting construction against the textbook one: networkx graph → dense MH W (privdl.network.mixing) →
+    Edges.from_matrix (canonical order, reverse by search); same edges, order, reverses, slots; weights to 1e-15
+    (the dense path sums a row in another order)."""
+    import networkx as nx
+
+    from privdl.network.dynamics import mh_edges
+    from privdl.network.edges import Edges
+    from privdl.network.mixing import mixing_matrix
+
+    rng = np.random.default_rng(3)
+    for n in (2, 9, 40):
+        i, j = rng.integers(0, n, 3 * n), rng.integers(0, n, 3 * n)  # duplicates and self-loops included
+        g = nx.empty_graph(n)
+        g.add_edges_from((a, b) for a, b in zip(i.tolist(), j.tolist()) if a != b)
+        want = Edges.from_matrix(mixing_matrix(g, "metropolis_hastings", lazy_=lazy))
+        got = mh_edges(n, i, j, lazy=lazy)
+        for f in ("src", "dst", "reverse"):
+            assert torch.equal(getattr(got, f).long(), getattr(want, f).long()), f
+        torch.testing.assert_close(got.weight, want.weight, rtol=0, atol=1e-15)
+        torch.testing.assert_close(got.self_weight, want.self_weight, rtol=0, atol=1e-15)
+        assert torch.equal(got.slots.long(), Edges(want.src, want.dst, want.weight, want.reverse,
+                                                    want.self_weight, n).slots.long())
+
+
+def test_check_round_refuses_a_reverse_that_is_not_the_reverse_edge():
+    from privdl.network.dynamics import check_round, mh_edges
+    from privdl.network.edges import Edges
+
+    e = mh_edges(4, np.array([0, 1, 2]), np.array([1, 2, 3]))
+    check_round(e, 1, "peer_sampling")
+    bad = Edges(e.src, e.dst, e.weight, e.reverse.roll(1), e.self_weight, 4)
+    with pytest.raises(ValidationError, match=r"W\(1\).*reverse"):
+        check_round(bad, 1, "peer_sampling")

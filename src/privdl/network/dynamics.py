@@ -66,37 +66,48 @@ def fixed_mixing_reason(requires: Sequence[str], what: str = FIXED_MIXING) -> st
 
 def mh_edges(n: int, i: np.ndarray, j: np.ndarray, *, lazy: bool = False) -> Edges:
     """The :class:`Edges` of the Metropolis–Hastings W on the undirected edges (i, j) of ``n`` agents (duplicates
-    and self-loops dropped; agents in no edge keep w_ii = 1), in canonical order."""
+    and self-loops dropped; agents in no edge keep w_ii = 1), in canonical order.
+
+    Built in numpy with no sparse matrix and no loop over agents (it runs once per round of a random law): the
+    pairs lo < hi are packed as int64 keys lo·n + hi, sorted and deduplicated, the degrees are bincounts, and each
+    pair's two directed edges are placed in canonical order (receiver, then sender) by counting: receiver v's
+    senders below v are the pairs (·, v) in order of lo, then those above v are the pairs (v, ·) in order of hi
+    (already sorted). Each edge's reverse is its twin's place."""
     i, j = np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
     lo, hi = np.minimum(i, j), np.maximum(i, j)
     keep = lo != hi
-    pairs = np.sort(lo[keep] * n + hi[keep])
-    pairs = pairs[np.concatenate([[True], pairs[1:] != pairs[:-1]])] if len(pairs) else pairs
-    lo, hi = pairs // n, pairs % n
-    deg = np.bincount(lo, minlength=n) + np.bincount(hi, minlength=n)
+    pairs = lo * n + hi if keep.all() else lo[keep] * n + hi[keep]
+    pairs.sort()
+    if len(pairs) > 1:
+        pairs = pairs[np.concatenate([[True], pairs[1:] != pairs[:-1]])]
+    lo = pairs // n
+    hi = pairs - lo * n
+    m = len(pairs)
+    below, above = np.bincount(hi, minlength=n), np.bincount(lo, minlength=n)  # senders below / above each agent
+    deg = below + above
     w = 1.0 / (1.0 + np.maximum(deg[lo], deg[hi]))
-    return _edges(n, np.concatenate([lo, hi]), np.concatenate([hi, lo]), np.concatenate([w, w]), lazy=lazy)
-
-
-def _edges(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, *, lazy: bool) -> Edges:
-    """The :class:`Edges` of the W with off-diagonal entries w_{dst,src} = w (every edge given with its reverse,
-    none twice) and w_ii = 1 − Σ_j w_ij, built in numpy with its slot table (once per round: no sparse matrix)."""
-    src, dst, w = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64), np.asarray(w, dtype=np.float64)
-    key = dst * n + src
-    order = np.argsort(key, kind="stable")  # canonical order: by receiver, then sender
-    src, dst, w, key = src[order], dst[order], w[order], key[order]
-    reverse = np.searchsorted(key, src * n + dst)
-    if len(key) and (reverse.max() >= len(key) or not np.array_equal(key[reverse], src * n + dst)):
-        raise ValueError("edges without their reverse")
-    selfw = 1.0 - np.bincount(dst, weights=w, minlength=n)
+    start = np.cumsum(deg) - deg  # first edge of each receiver
+    # edge lo ← hi (receiver lo): after lo's `below` senders, in the (sorted) order of hi
+    slot_a = below[lo] + (np.arange(m) - (np.cumsum(above) - above)[lo])
+    # edge hi ← lo (receiver hi): the pairs by (hi, lo) — a stable sort of hi (pairs are sorted by lo already)
+    by_hi = np.argsort(hi.astype(np.int16) if n <= np.iinfo(np.int16).max else hi, kind="stable")
+    slot_b = np.empty(m, dtype=np.int64)
+    slot_b[by_hi] = np.arange(m) - (np.cumsum(below) - below)[hi[by_hi]]
+    pos_a, pos_b = start[lo] + slot_a, start[hi] + slot_b
+    index = index_dtype(max(n, 2 * m))
+    src, dst = np.empty(2 * m, dtype=index), np.empty(2 * m, dtype=index)
+    weight, reverse = np.empty(2 * m), np.empty(2 * m, dtype=index)
+    src[pos_a], dst[pos_a], src[pos_b], dst[pos_b] = hi, lo, lo, hi
+    weight[pos_a] = weight[pos_b] = w
+    reverse[pos_a], reverse[pos_b] = pos_b, pos_a
+    selfw = 1.0 - np.bincount(dst, weights=weight, minlength=n)  # (summed in canonical order)
     if lazy:
-        w, selfw = 0.5 * w, 0.5 * (1.0 + selfw)
-    index = index_dtype(max(n, len(src)))
-    deg = np.bincount(dst, minlength=n)
-    slots = np.full((int(deg.max()) if len(src) else 0, n), -1, dtype=index)
-    slots[np.arange(len(src)) - (np.cumsum(deg) - deg)[dst], dst] = np.arange(len(src))
-    e = Edges(torch.from_numpy(src.astype(index)), torch.from_numpy(dst.astype(index)), torch.from_numpy(w),
-              torch.from_numpy(reverse.astype(index)), torch.from_numpy(selfw), n)
+        weight, selfw = 0.5 * weight, 0.5 * (1.0 + selfw)
+    slots = np.full((int(deg.max()) if m else 0, n), -1, dtype=index)
+    slots[slot_a, lo] = pos_a
+    slots[slot_b, hi] = pos_b
+    e = Edges(torch.from_numpy(src), torch.from_numpy(dst), torch.from_numpy(weight), torch.from_numpy(reverse),
+              torch.from_numpy(selfw), n)
     e.__dict__["degree"] = torch.from_numpy(deg)  # (Edges' cached properties, computed here in numpy)
     e.__dict__["slots"] = torch.from_numpy(slots)
     return e
@@ -123,6 +134,20 @@ def matching_edges(partner: np.ndarray, *, lazy: bool = False) -> Edges:
     return e
 
 
+def sample_peers(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
+    """(n, k): for every agent i, k distinct peers drawn uniformly among the n − 1 others (every k-subset equally
+    likely), all agents at once: Floyd's algorithm run on the n rows together (a loop over the k columns, none over
+    agents; no rejection). Column c draws u uniform in {0, …, N − k + c} (N = n − 1), keeps it if the row has not
+    chosen it yet, else takes N − k + c; the numbers 0..N−1 then skip the agent itself."""
+    big = n - 1
+    u = rng.integers(0, np.arange(big - k + 1, big + 1), size=(n, k))  # column c: 0 <= u < N − k + c + 1
+    out = np.empty((n, k), dtype=np.int64)
+    for c in range(k):
+        seen = (out[:, :c] == u[:, c:c + 1]).any(axis=1)
+        out[:, c] = np.where(seen, big - k + c, u[:, c])
+    return out + (out >= np.arange(n)[:, None])
+
+
 def check_round(edges: Edges, t: int, law: str, *, tol: float = 1e-9) -> None:
     """Refuse a W(t) that is not symmetric doubly stochastic with non-negative entries, naming the round and the
     offending value."""
@@ -135,7 +160,12 @@ def check_round(edges: Edges, t: int, law: str, *, tol: float = 1e-9) -> None:
     bad = np.flatnonzero(np.abs(rows - 1.0) > tol)
     if len(bad):
         raise ValidationError(f"{where}: row {int(bad[0])} sums to {rows[bad[0]]:.12g}, not 1")
-    asym = np.flatnonzero(np.abs(w - w[edges.reverse.numpy()]) > tol)
+    src, dst, rev = edges.src.numpy(), edges.dst.numpy(), edges.reverse.numpy()
+    if len(rev) and (rev.min() < 0 or rev.max() >= len(rev)
+                     or not (np.array_equal(src[rev], dst) and np.array_equal(dst[rev], src))):
+        raise ValidationError(f"{where}: the reverse of some edge is not the edge back (every edge needs its "
+                              "reverse, none twice)")
+    asym = np.flatnonzero(np.abs(w - w[rev]) > tol)
     if len(asym):
         e = int(asym[0])
         raise ValidationError(f"{where} is not symmetric: w[{int(edges.dst[e])},{int(edges.src[e])}] = {w[e]:g}")
@@ -310,17 +340,8 @@ class Dynamics:
             partner = np.full(n, -1, dtype=np.int64)
             partner[a], partner[b] = b, a
             return matching_edges(partner, lazy=self.lazy)
-        k = self.peers  # peer_sampling: k distinct peers among the n − 1 others, redrawn where two coincide
-        picks = rng.integers(0, n - 1, size=(n, k))
-        while k > 1:
-            s = np.sort(picks, axis=1)
-            dup = np.flatnonzero((s[:, 1:] == s[:, :-1]).any(axis=1))
-            if not len(dup):
-                break
-            picks[dup] = rng.integers(0, n - 1, size=(len(dup), k))
-        agents = np.arange(n)[:, None]
-        peers = picks + (picks >= agents)  # skip oneself
-        return mh_edges(n, np.repeat(np.arange(n), k), peers.reshape(-1), lazy=self.lazy)
+        return mh_edges(n, np.repeat(np.arange(n), self.peers), sample_peers(rng, n, self.peers).reshape(-1),
+                        lazy=self.lazy)
 
     def lonely(self) -> str | None:
         """Why some agent has no neighbour in some round (None when every agent has one in every round)."""
@@ -398,4 +419,5 @@ def check_mechanism(mechanism, dynamics: "Dynamics", name: str | None = None) ->
 
 
 __all__ = ["DYNAMICS", "Dynamics", "FIXED_MIXING", "FIXED_W_MECHANISMS", "NEIGHBOUR_EVERY_ROUND", "check_mechanism",
-           "check_round", "fixed_mixing_reason", "matching_edges", "mh_edges", "read_graph", "whisper_refusal"]
+           "check_round", "fixed_mixing_reason", "matching_edges", "mh_edges", "read_graph", "sample_peers",
+           "whisper_refusal"]
