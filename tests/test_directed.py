@@ -374,3 +374,29 @@ def test_an_sgp_run_on_a_digraph_resumes_from_its_checkpoint_bit_for_bit(digraph
         simulate(**kw, checkpoints=ck(), on_step=stop_after(5))
     got = simulate(**kw, checkpoints=ck(), resume=True)
     assert torch.equal(got.final, want.final) and got.records == want.records
+
+
+def test_the_eavesdropper_de_biases_push_sum_messages_into_the_senders_z(digraph):
+    """SGP with no gradient (push-sum): a sender's round-t messages are x_i(t−1) and w_i(t−1), so an eavesdropper
+    hearing both recovers z_i(t−1) = x_i / w_i, the run's de-biased iterate, to rounding (window = 1). One that
+    averages the numerators alone (no ``transmits``: the earlier attacker) is off by the factor w_i, far from 1
+    on this graph (non-uniform Perron vector): its error is large."""
+    from privdl.comm.eavesdropper import Eavesdropper
+
+    n = digraph.n
+    x0 = torch.tensor(np.random.default_rng(4).normal(size=(n, 3)))
+    comm = make_comm(digraph)
+    alg = make_algorithm("sgp")
+    zero = lambda z, **_: torch.zeros_like(z)  # noqa: E731
+    target = lambda t: torch.zeros(3, dtype=torch.float64)  # noqa: E731
+    spy = comm.attach(Eavesdropper(n, window=1, target=target, transmits=alg.transmits))
+    naive = comm.attach(Eavesdropper(n, window=1, target=target))
+    s = alg.init(x0, StepContext(0, 0.1, comm, zero))
+    for t in range(1, 6):
+        z = alg.params(s)
+        comm.t = t
+        s = alg.step(s, StepContext(t, 0.1, comm, zero))
+        torch.testing.assert_close(spy.estimate(), z, rtol=1e-12, atol=1e-12)
+        if t >= 2:  # (round 1: w = 1 everywhere, the numerator is z)
+            assert (naive.estimate() - z).abs().max() > 0.05
+    assert naive.tag == "x" and spy.tag == "x" and spy.weight_tag == "w"

@@ -42,7 +42,8 @@ def observers(cfg: dict, c: Any, rows: int) -> list:
         return []
     from privdl.comm.eavesdropper import Eavesdropper
 
-    return [Eavesdropper(rows, window=window, target=c.task.optimum, wire=c.algorithm.wire)]
+    return [Eavesdropper(rows, window=window, target=c.task.optimum, wire=c.algorithm.wire,
+                         transmits=getattr(c.algorithm, "transmits", None))]
 
 
 @dataclass
