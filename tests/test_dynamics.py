@@ -583,3 +583,21 @@ def test_check_round_refuses_a_reverse_that_is_not_the_reverse_edge():
     bad = Edges(e.src, e.dst, e.weight, e.reverse.roll(1), e.self_weight, 4)
     with pytest.raises(ValidationError, match=r"W\(1\).*reverse"):
         check_round(bad, 1, "peer_sampling")
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+def test_peer_sampling_rounds_drawn_in_blocks_equal_rounds_built_one_by_one(lazy):
+    """Rounds are drawn BLOCK at a time (one graph of BLOCK·n rows, split): each round's Edges must be exactly
+    those built from that round's own edge set alone (mh_edges of its pairs), slots and degrees included, for
+    rounds inside a block and across a block boundary; consecutive rounds differ."""
+    from privdl.network.dynamics import BLOCK, mh_edges
+
+    n, k = 9, 2
+    d = Dynamics("peer_sampling", n, seed=7, peers=k, lazy=lazy)
+    for t in (0, 1, BLOCK - 1, BLOCK, 2 * BLOCK + 3):
+        e = d.edges(t)
+        one = mh_edges(n, e.src.numpy(), e.dst.numpy(), lazy=lazy)
+        for f in ("src", "dst", "weight", "reverse", "self_weight", "degree", "slots"):
+            assert torch.equal(getattr(e, f), getattr(one, f)) and getattr(e, f).dtype == getattr(one, f).dtype, (t, f)
+        assert (e.degree >= k).all() and int(e.src.max()) < n
+    assert not np.array_equal(d.matrix(BLOCK - 1).toarray(), d.matrix(BLOCK).toarray())

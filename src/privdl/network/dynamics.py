@@ -18,6 +18,9 @@ and a process knows from it which neighbours it exchanges with in round t. Laws 
   W(t) is 11ᵀ/n).
 * ``peer_sampling`` — each agent draws ``peers`` = k distinct out-peers uniformly among the others every round;
   the round's graph is the union of those edges made undirected (symmetrised), weighted by Metropolis–Hastings.
+  Its rounds are drawn :data:`BLOCK` at a time (rounds b·BLOCK … from one generator seeded by the key folded with
+  a constant, then with b; all numpy, no loop over agents, no sparse matrix): still a function of the root seed
+  and the round only.
 * ``cycle`` — W(t) = W_{t mod L} for the graphs of ``graphs = [file, …]`` (edge lists, adjacency matrices or W
   itself, read like ``network.file``; relative paths against the config's folder), weighted by ``mixing``. One graph
   of the cycle may be disconnected; their union must be connected.
@@ -51,6 +54,12 @@ PURPOSE = "network/dynamics"
 FIXED_MIXING = "fixed_mixing"
 
 
+#: ``peer_sampling`` draws this many rounds at once: rounds b·BLOCK … b·BLOCK + BLOCK − 1 from one generator (the
+#: key folded with BLOCK_KEY, then with b) in one numpy pass — the draw is a function of the seed and the round only
+BLOCK = 16
+BLOCK_KEY = 0x70656572  # "peer"
+
+
 #: the requirement of an algorithm that needs every agent to have a neighbour in every round: "...: why"
 NEIGHBOUR_EVERY_ROUND = "neighbour_every_round"
 
@@ -64,7 +73,7 @@ def fixed_mixing_reason(requires: Sequence[str], what: str = FIXED_MIXING) -> st
     return None
 
 
-def mh_edges(n: int, i: np.ndarray, j: np.ndarray, *, lazy: bool = False) -> Edges:
+def mh_edges(n: int, i: np.ndarray, j: np.ndarray, *, lazy: bool = False, slots: bool = True) -> Edges:
     """The :class:`Edges` of the Metropolis–Hastings W on the undirected edges (i, j) of ``n`` agents (duplicates
     and self-loops dropped; agents in no edge keep w_ii = 1), in canonical order.
 
@@ -72,7 +81,8 @@ def mh_edges(n: int, i: np.ndarray, j: np.ndarray, *, lazy: bool = False) -> Edg
     pairs lo < hi are packed as int64 keys lo·n + hi, sorted and deduplicated, the degrees are bincounts, and each
     pair's two directed edges are placed in canonical order (receiver, then sender) by counting: receiver v's
     senders below v are the pairs (·, v) in order of lo, then those above v are the pairs (v, ·) in order of hi
-    (already sorted). Each edge's reverse is its twin's place."""
+    (already sorted). Each edge's reverse is its twin's place. ``slots=False``: no slot table (a block of rounds
+    that :func:`split_rounds` splits makes each round's own)."""
     i, j = np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
     lo, hi = np.minimum(i, j), np.maximum(i, j)
     keep = lo != hi
@@ -103,14 +113,45 @@ def mh_edges(n: int, i: np.ndarray, j: np.ndarray, *, lazy: bool = False) -> Edg
     selfw = 1.0 - np.bincount(dst, weights=weight, minlength=n)  # (summed in canonical order)
     if lazy:
         weight, selfw = 0.5 * weight, 0.5 * (1.0 + selfw)
-    slots = np.full((int(deg.max()) if m else 0, n), -1, dtype=index)
-    slots[slot_a, lo] = pos_a
-    slots[slot_b, hi] = pos_b
+    if not slots:
+        return _assemble(src, dst, weight, reverse, selfw, deg, None)
+    table = np.full((int(deg.max()) if m else 0, n), -1, dtype=index)
+    table[slot_a, lo] = pos_a
+    table[slot_b, hi] = pos_b
+    return _assemble(src, dst, weight, reverse, selfw, deg, table)
+
+
+def _assemble(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, reverse: np.ndarray, selfw: np.ndarray,
+              deg: np.ndarray, slots: np.ndarray | None) -> Edges:
+    """An :class:`Edges` from canonical numpy arrays, with its degrees and slot table (cached properties) set."""
     e = Edges(torch.from_numpy(src), torch.from_numpy(dst), torch.from_numpy(weight), torch.from_numpy(reverse),
-              torch.from_numpy(selfw), n)
+              torch.from_numpy(selfw), len(selfw))
     e.__dict__["degree"] = torch.from_numpy(deg)  # (Edges' cached properties, computed here in numpy)
-    e.__dict__["slots"] = torch.from_numpy(slots)
+    if slots is not None:
+        e.__dict__["slots"] = torch.from_numpy(slots)
     return e
+
+
+def split_rounds(block: Edges, n: int) -> list[Edges]:
+    """The Edges of ``block`` (B independent rounds side by side: round r's agents are rows r·n … r·n + n − 1, no
+    edge between rounds) as B Edges of n rows each. In canonical order a round's edges are one contiguous range,
+    so each round's arrays are slices, shifted to its own numbering."""
+    rounds = block.rows // n
+    src, dst, rev = block.src.numpy(), block.dst.numpy(), block.reverse.numpy()
+    weight, selfw, deg = block.weight.numpy(), block.self_weight.numpy(), block.degree.numpy()
+    start = np.concatenate([[0], np.cumsum(deg)])
+    slot = np.arange(len(src)) - start[dst]  # each edge's slot in its receiver's row
+    out = []
+    for r in range(rounds):
+        a, z = int(start[r * n]), int(start[(r + 1) * n])
+        d = deg[r * n:(r + 1) * n]
+        index = index_dtype(max(n, z - a))
+        local = dst[a:z].astype(index) - index(r * n)
+        slots = np.full((int(d.max()) if z > a else 0, n), -1, dtype=index)
+        slots[slot[a:z], local] = np.arange(z - a, dtype=index)
+        out.append(_assemble(src[a:z].astype(index) - index(r * n), local, weight[a:z],
+                             rev[a:z].astype(index) - index(a), selfw[r * n:(r + 1) * n], d, slots))
+    return out
 
 
 def matching_edges(partner: np.ndarray, *, lazy: bool = False) -> Edges:
@@ -134,18 +175,19 @@ def matching_edges(partner: np.ndarray, *, lazy: bool = False) -> Edges:
     return e
 
 
-def sample_peers(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
+def sample_peers(rng: np.random.Generator, n: int, k: int, rounds: int = 1) -> np.ndarray:
     """(n, k): for every agent i, k distinct peers drawn uniformly among the n − 1 others (every k-subset equally
     likely), all agents at once: Floyd's algorithm run on the n rows together (a loop over the k columns, none over
     agents; no rejection). Column c draws u uniform in {0, …, N − k + c} (N = n − 1), keeps it if the row has not
-    chosen it yet, else takes N − k + c; the numbers 0..N−1 then skip the agent itself."""
+    chosen it yet, else takes N − k + c; the numbers 0..N−1 then skip the agent itself. ``rounds`` > 1: that many
+    rounds at once, (rounds·n, k), row r·n + i for agent i in round r."""
     big = n - 1
-    u = rng.integers(0, np.arange(big - k + 1, big + 1), size=(n, k))  # column c: 0 <= u < N − k + c + 1
-    out = np.empty((n, k), dtype=np.int64)
+    u = rng.integers(0, np.arange(big - k + 1, big + 1), size=(rounds * n, k))  # column c: 0 <= u < N − k + c + 1
+    out = np.empty((rounds * n, k), dtype=np.int64)
     for c in range(k):
         seen = (out[:, :c] == u[:, c:c + 1]).any(axis=1)
         out[:, c] = np.where(seen, big - k + c, u[:, c])
-    return out + (out >= np.arange(n)[:, None])
+    return out + (out >= np.tile(np.arange(n), rounds)[:, None])
 
 
 def check_round(edges: Edges, t: int, law: str, *, tol: float = 1e-9) -> None:
@@ -259,6 +301,7 @@ class Dynamics:
         self.key = RootKeys(self.seed).public(PURPOSE)
         self._periodic: dict[int, Edges] = {}
         self._recent: dict[int, Edges] = {}
+        self._blocks: dict[int, list[Edges]] = {}
 
     # ---- the law --------------------------------------------------------------------------------------------
     @property
@@ -276,6 +319,9 @@ class Dynamics:
                      "key": f"public({PURPOSE!r}) of the run's root seed, folded with t"}
         if self.peers is not None:
             out["peers"] = self.peers
+            out["block"] = BLOCK
+            out["key"] = (f"public({PURPOSE!r}) of the run's root seed, folded with {BLOCK_KEY:#x} then with "
+                          f"t // {BLOCK} (rounds drawn {BLOCK} at a time)")
         if self.name == "cycle":
             out["graphs"] = self.graphs
             out["fingerprints"] = [self.fingerprint(t) for t in range(len(self._cycle))]
@@ -333,6 +379,8 @@ class Dynamics:
         if self.name == "one_peer_exponential":
             j = np.arange(n) ^ (1 << t)
             return matching_edges(np.where(j < n, j, -1), lazy=self.lazy)
+        if self.name == "peer_sampling":
+            return self._peer_round(t)
         rng = self.rng(t)
         if self.name == "random_matching":
             perm = rng.permutation(n)
@@ -340,8 +388,25 @@ class Dynamics:
             partner = np.full(n, -1, dtype=np.int64)
             partner[a], partner[b] = b, a
             return matching_edges(partner, lazy=self.lazy)
-        return mh_edges(n, np.repeat(np.arange(n), self.peers), sample_peers(rng, n, self.peers).reshape(-1),
-                        lazy=self.lazy)
+        raise AssertionError(self.name)
+
+    def _peer_round(self, t: int) -> Edges:
+        """Round t of ``peer_sampling``: drawn with its block of :data:`BLOCK` rounds (each agent's k out-peers by
+        :func:`sample_peers`, the block's rounds as one graph of BLOCK·n rows made Metropolis–Hastings by
+        :func:`mh_edges`, then split per round), the last two blocks kept."""
+        b = t // BLOCK
+        block = self._blocks.get(b)
+        if block is None:
+            n, k = self.n, self.peers
+            rng = np.random.default_rng(fold_int(fold_int(self.key, BLOCK_KEY), b))
+            peers = sample_peers(rng, n, k, rounds=BLOCK).reshape(BLOCK, n * k)
+            peers += (np.arange(BLOCK) * n)[:, None]  # agent i of round r is row r·n + i
+            block = split_rounds(mh_edges(BLOCK * n, np.repeat(np.arange(BLOCK * n), k), peers.reshape(-1),
+                                          lazy=self.lazy, slots=False), n)
+            if len(self._blocks) >= 2:
+                self._blocks.clear()
+            self._blocks[b] = block  # (one assignment: another slice reads a whole block or builds its own)
+        return block[t % BLOCK]
 
     def lonely(self) -> str | None:
         """Why some agent has no neighbour in some round (None when every agent has one in every round)."""
@@ -420,4 +485,4 @@ def check_mechanism(mechanism, dynamics: "Dynamics", name: str | None = None) ->
 
 __all__ = ["DYNAMICS", "Dynamics", "FIXED_MIXING", "FIXED_W_MECHANISMS", "NEIGHBOUR_EVERY_ROUND", "check_mechanism",
            "check_round", "fixed_mixing_reason", "matching_edges", "mh_edges", "read_graph", "sample_peers",
-           "whisper_refusal"]
+           "split_rounds", "whisper_refusal"]
