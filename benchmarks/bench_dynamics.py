@@ -4,16 +4,20 @@ n = 1000 agents, sparse W: D-SGD with agent-level Gaussian LDP on seed 001's qua
 nearly all communication, the case where making W(t) weighs most) and on softmax regression over the bundled
 digits (d = 650), each run on a static sparse graph (random 4-regular, Metropolis–Hastings, ``SparseComm``) and on
 each law of W(t) (``random_matching``, ``one_peer_exponential``, ``peer_sampling`` with k = 2), in the same
-process, best of ``--repeats``, interleaved. Two ratios, same algorithm, mechanism and task: against the static
+process, ``--repeats`` interleaved repeats. Two ratios, same algorithm, mechanism and task: against the static
 4-regular graph, and against the law frozen at W(1) (the same graph shape every round: the cost of W changing
-alone — building, checking and switching to each round's edges).
+alone — drawing, building, checking and switching to each round's edges). Each ratio is **paired** (the two runs of
+one repeat, made back to back under the same load) and the median over repeats is reported, with its range; the
+machine's load average (``os.getloadavg``) is printed before and after, since other processes share the cores.
 
-    PYTHONPATH=src python benchmarks/bench_dynamics.py [--iterations 200] [--repeats 3]
+    PYTHONPATH=src python benchmarks/bench_dynamics.py [--iterations 200] [--repeats 5] [--tasks quadratic,softmax]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import time
 
 import torch
@@ -56,7 +60,7 @@ def frozen(net):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--iterations", type=int, default=200)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tasks", default="quadratic,softmax")
@@ -66,7 +70,9 @@ def main() -> None:
     tasks = {"quadratic (d = 2)": lambda: make_task("quadratic", n),
              "softmax digits (d = 650)": lambda: make_task("softmax", n, dataset="digits", batch_size=1, seed=0)}
     alg = make_algorithm("dsgd")
-    print(f"n = {n}, T = {T}, D-SGD + gaussian_ldp, {args.threads} threads, best of {args.repeats}")
+    print(f"n = {n}, T = {T}, D-SGD + gaussian_ldp, {args.threads} threads, {args.repeats} repeats: medians of "
+          "paired ratios [min–max]; load average (1, 5, 15 min) before: "
+          + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     for label, make in tasks.items():
         if label.split()[0] not in args.tasks.split(","):
             continue
@@ -76,22 +82,29 @@ def main() -> None:
         nets = {law: build_network({"n": n, **table}, 0) for law, table in LAWS.items()}
         for law in [k for k, v in nets.items() if v.dynamics is not None]:
             nets[f"{law.split()[0]} frozen at W(1)"] = frozen(nets[law])
-        best = dict.fromkeys(nets, float("inf"))
-        for _ in range(args.repeats):  # interleaved: a busy machine slows every law alike
+        times: dict[str, list[float]] = {law: [] for law in nets}
+        for _ in range(args.repeats):  # interleaved: a busy machine slows every law of a repeat alike
             for law, net in nets.items():
                 mech = make_mechanism("gaussian_ldp", steps=alg.accesses(rounds, net.edges), network=net, clip=1.0,
                                       epsilon=10.0)
                 start = time.perf_counter()
                 simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=rounds,
                          seed=1, sparse=True, metrics=False)
-                best[law] = min(best[law], time.perf_counter() - start)
-        base = best[next(iter(LAWS))]
-        for law, secs in best.items():
+                times[law].append(time.perf_counter() - start)
+        base = times[next(iter(LAWS))]
+
+        def paired(a: list[float], b: list[float]) -> str:
+            r = [x / y for x, y in zip(a, b)]
+            return f"{statistics.median(r):5.2f} [{min(r):4.2f}–{max(r):4.2f}]"
+
+        for law, secs in times.items():
             if "frozen" in law:
                 continue
-            own = best.get(f"{law.split()[0]} frozen at W(1)")
-            print(f"{label:26s} {law:28s} T = {rounds:4d} {secs * 1e3 / rounds:8.3f} ms/round   "
-                  f"vs static {secs / base:5.2f}" + (f"   vs its W(1) frozen {secs / own:5.2f}" if own else ""))
+            own = times.get(f"{law.split()[0]} frozen at W(1)")
+            print(f"{label:26s} {law:28s} T = {rounds:4d} {statistics.median(secs) * 1e3 / rounds:8.3f} ms/round "
+                  f"(median)   vs static {paired(secs, base)}" + (f"   vs its W(1) frozen {paired(secs, own)}"
+                                                                   if own else ""))
+    print("load average (1, 5, 15 min) after: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":
