@@ -590,10 +590,12 @@ def test_peer_sampling_rounds_drawn_in_blocks_equal_rounds_built_one_by_one(lazy
     """Rounds are drawn BLOCK at a time (one graph of BLOCK·n rows, split): each round's Edges must be exactly
     those built from that round's own edge set alone (mh_edges of its pairs), slots and degrees included, for
     rounds inside a block and across a block boundary; consecutive rounds differ."""
-    from privdl.network.dynamics import BLOCK, mh_edges
+    from privdl.network.dynamics import mh_edges
 
     n, k = 9, 2
     d = Dynamics("peer_sampling", n, seed=7, peers=k, lazy=lazy)
+    BLOCK = d.block
+    assert BLOCK == 16 == d.law()["block"] and Dynamics("peer_sampling", 10**5, peers=2).block == 1
     for t in (0, 1, BLOCK - 1, BLOCK, 2 * BLOCK + 3):
         e = d.edges(t)
         one = mh_edges(n, e.src.numpy(), e.dst.numpy(), lazy=lazy)

@@ -18,7 +18,7 @@ and a process knows from it which neighbours it exchanges with in round t. Laws 
   W(t) is 11ᵀ/n).
 * ``peer_sampling`` — each agent draws ``peers`` = k distinct out-peers uniformly among the others every round;
   the round's graph is the union of those edges made undirected (symmetrised), weighted by Metropolis–Hastings.
-  Its rounds are drawn :data:`BLOCK` at a time (rounds b·BLOCK … from one generator seeded by the key folded with
+  Its rounds are drawn up to :data:`BLOCK` at a time (rounds b·B … from one generator seeded by the key folded with
   a constant, then with b; all numpy, no loop over agents, no sparse matrix): still a function of the root seed
   and the round only.
 * ``cycle`` — W(t) = W_{t mod L} for the graphs of ``graphs = [file, …]`` (edge lists, adjacency matrices or W
@@ -54,9 +54,11 @@ PURPOSE = "network/dynamics"
 FIXED_MIXING = "fixed_mixing"
 
 
-#: ``peer_sampling`` draws this many rounds at once: rounds b·BLOCK … b·BLOCK + BLOCK − 1 from one generator (the
-#: key folded with BLOCK_KEY, then with b) in one numpy pass — the draw is a function of the seed and the round only
+#: ``peer_sampling`` draws up to this many rounds at once: rounds b·B … b·B + B − 1 from one generator (the key
+#: folded with BLOCK_KEY, then with b) in one numpy pass — the draw is a function of the seed, the law's n and k
+#: and the round only. B = BLOCK while B·n·k ≤ BLOCK_DRAWS (a block's arrays stay a few MB), fewer for large n·k.
 BLOCK = 16
+BLOCK_DRAWS = 1 << 17
 BLOCK_KEY = 0x70656572  # "peer"
 
 
@@ -274,6 +276,8 @@ class Dynamics:
             raise ValidationError(f"[network] peers = {peers!r} applies to dynamics \"peer_sampling\" only, "
                                   f"not {name!r}")
         self.peers = None if peers is None else int(peers)
+        #: rounds of peer_sampling drawn together (:data:`BLOCK`, fewer when n·k is large)
+        self.block = None if peers is None else max(1, min(BLOCK, BLOCK_DRAWS // (self.n * self.peers)))
         if name == "cycle":
             if not graphs:
                 raise ValidationError("dynamics \"cycle\" needs [network] graphs = [\"a.csv\", ...] (at least one)")
@@ -319,9 +323,9 @@ class Dynamics:
                      "key": f"public({PURPOSE!r}) of the run's root seed, folded with t"}
         if self.peers is not None:
             out["peers"] = self.peers
-            out["block"] = BLOCK
+            out["block"] = self.block
             out["key"] = (f"public({PURPOSE!r}) of the run's root seed, folded with {BLOCK_KEY:#x} then with "
-                          f"t // {BLOCK} (rounds drawn {BLOCK} at a time)")
+                          f"t // {self.block} (rounds drawn {self.block} at a time)")
         if self.name == "cycle":
             out["graphs"] = self.graphs
             out["fingerprints"] = [self.fingerprint(t) for t in range(len(self._cycle))]
@@ -391,22 +395,23 @@ class Dynamics:
         raise AssertionError(self.name)
 
     def _peer_round(self, t: int) -> Edges:
-        """Round t of ``peer_sampling``: drawn with its block of :data:`BLOCK` rounds (each agent's k out-peers by
-        :func:`sample_peers`, the block's rounds as one graph of BLOCK·n rows made Metropolis–Hastings by
+        """Round t of ``peer_sampling``: drawn with its block of ``self.block`` rounds (each agent's k out-peers by
+        :func:`sample_peers`, the block's rounds as one graph of block·n rows made Metropolis–Hastings by
         :func:`mh_edges`, then split per round), the last two blocks kept."""
-        b = t // BLOCK
+        size = self.block
+        b = t // size
         block = self._blocks.get(b)
         if block is None:
             n, k = self.n, self.peers
             rng = np.random.default_rng(fold_int(fold_int(self.key, BLOCK_KEY), b))
-            peers = sample_peers(rng, n, k, rounds=BLOCK).reshape(BLOCK, n * k)
-            peers += (np.arange(BLOCK) * n)[:, None]  # agent i of round r is row r·n + i
-            block = split_rounds(mh_edges(BLOCK * n, np.repeat(np.arange(BLOCK * n), k), peers.reshape(-1),
+            peers = sample_peers(rng, n, k, rounds=size).reshape(size, n * k)
+            peers += (np.arange(size) * n)[:, None]  # agent i of round r is row r·n + i
+            block = split_rounds(mh_edges(size * n, np.repeat(np.arange(size * n), k), peers.reshape(-1),
                                           lazy=self.lazy, slots=False), n)
             if len(self._blocks) >= 2:
                 self._blocks.clear()
             self._blocks[b] = block  # (one assignment: another slice reads a whole block or builds its own)
-        return block[t % BLOCK]
+        return block[t % size]
 
     def lonely(self) -> str | None:
         """Why some agent has no neighbour in some round (None when every agent has one in every round)."""
