@@ -72,3 +72,85 @@ def test_hosts_without_a_shared_folder_leave_no_checkpoints_behind(tmp_path):
     assert not list(outs[0].rglob("*.pt")), "process 0's host kept checkpoint files"
     assert not list(outs[1].rglob("*.pt")), "process 1's host kept its agents' checkpoint files"
     assert not (outs[1] / "results.csv").exists()  # results are written by process 0 alone
+
+
+def _experiment(iterations: int) -> dict:
+    import tempfile
+
+    from privdl.experiment import load_config
+
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "hosts.toml").write_text(CONFIG.replace("iterations = 8", f"iterations = {iterations}"))
+        return load_config(Path(d) / "hosts.toml", ['runtime.backend="dist"'])
+
+
+def _held_files(out: Path, iterations: int) -> None:
+    """``out`` as a host's folder left by an interrupted run of the experiment with ``iterations``: its
+    experiment.json and one agent's checkpoint file (no result: process 0 writes those elsewhere)."""
+    from privdl.experiment.store import ResultStore
+
+    ResultStore(out).claim(_experiment(iterations))
+    f = out / "runs" / "someid" / "checkpoints" / "round-000000002" / "agent-3.pt"
+    f.parent.mkdir(parents=True)
+    f.write_bytes(b"x")
+
+
+def test_a_host_folder_holding_another_experiments_agent_files_is_refused(tmp_path):
+    from privdl.errors import ConfigError
+    from privdl.experiment.store import ResultStore
+
+    _held_files(tmp_path / "host1", 8)
+    with pytest.raises(ConfigError, match=r"host1 holds checkpoint or key files of a different experiment "
+                                          r"\(config differs at: iterations\)"):
+        ResultStore(tmp_path / "host1").claim(_experiment(9))
+    ResultStore(tmp_path / "host1").claim(_experiment(8))  # the same experiment: joined (its run resumes)
+    # nothing of the other experiment held (the files removed once its run was saved): taken over, with a warning
+    for p in (tmp_path / "host1" / "runs").rglob("*.pt"):
+        p.unlink()
+    with pytest.warns(UserWarning, match="it now holds this one"):
+        ResultStore(tmp_path / "host1").claim(_experiment(9))
+
+
+def test_every_process_refuses_when_one_folder_holds_another_experiment(tmp_path, monkeypatch):
+    """:func:`claim_outputs` on two processes, the maximum over them stood in for: the process whose folder holds
+    the other experiment names it and the keys; the other names that process, and neither runs anything."""
+    from privdl.errors import ConfigError
+    from privdl.experiment.store import ResultStore
+    from privdl.runtime import worker
+
+    _held_files(tmp_path / "host1", 8)
+    (tmp_path / "host0").mkdir()
+    said = {}
+    monkeypatch.setattr(worker, "all_max", lambda value, **_: max(value, said.get("peer", 0)))
+    with pytest.raises(ConfigError, match=r"host1 holds .* different experiment \(config differs at: iterations"):
+        worker.claim_outputs(ResultStore(tmp_path / "host1"), _experiment(9), 1, 2)
+    said["peer"] = 2  # process 1 refused (rank + 1)
+    with pytest.raises(ConfigError, match=r"process 1 of 2: its --out cannot hold this experiment"):
+        worker.claim_outputs(ResultStore(tmp_path / "host0"), _experiment(9), 0, 2)
+    said["peer"] = 0
+    worker.claim_outputs(ResultStore(tmp_path / "host1"), _experiment(8), 1, 2)  # the same experiment: no error
+
+
+@pytest.mark.slow
+def test_a_host_whose_out_holds_another_experiment_is_refused_at_start(tmp_path):
+    cfg = tmp_path / "hosts.toml"
+    cfg.write_text(CONFIG.replace("iterations = 8", "iterations = 9"))
+    _held_files(tmp_path / "host1", 8)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    outs = [tmp_path / "host0", tmp_path / "host1"]
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, "PYTHONPATH": str(SRC), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+               "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+        procs.append(subprocess.Popen([sys.executable, "-m", "privdl.runtime", str(cfg), "--out", str(outs[rank])],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    said = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode != 0 for p in procs), said
+    assert f"{outs[1]} holds checkpoint or key files of a different experiment (config differs at: iterations" \
+        in said[1], said[1]
+    assert "process 1 of 2: its --out cannot hold this experiment" in said[0], said[0]
+    assert not (outs[0] / "runs").exists() or not list((outs[0] / "runs").iterdir())  # nothing ran
+    assert (outs[1] / "runs" / "someid" / "checkpoints" / "round-000000002" / "agent-3.pt").is_file()  # kept

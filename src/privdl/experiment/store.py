@@ -234,13 +234,14 @@ class ResultStore:
             # also produces are kept and skipped; the others stay on disk, out of results.csv
             atomic_write(path, text)
             return
-        if not self._holds_results():  # e.g. a config that failed at build: nothing of it to protect
+        held = self._holds_results()
+        if not held:  # e.g. a config that failed at build: nothing of it to protect
             warnings.warn(f"{self.root} held another experiment (differing at: {keys}) with no finished or "
                           "running run; it now holds this one", stacklevel=3)
             atomic_write(path, text)
             return
         raise ConfigError(
-            f"{self.root} holds results of a different experiment (config differs at: {keys}); "
+            f"{self.root} holds {held} of a different experiment (config differs at: {keys}); "
             f"choose another --out directory or delete it"
         )
 
@@ -256,18 +257,24 @@ class ResultStore:
                 raise ConfigError(f"cannot write in {d} ({exc.strerror or exc}); finished runs could not be saved: "
                                   "choose another --out") from None
 
-    def _holds_results(self) -> bool:
-        """Some run here finished (a manifest) or is running (a lock of a live process)."""
+    def _holds_results(self) -> str | None:
+        """What of its experiment this folder holds that a claim by another must not take over: "results" (a run
+        finished — a manifest — or running: a lock of a live process), or "checkpoint or key files" (a run's agents'
+        files that resume it: on a host whose ``--out`` process 0 does not see, a distributed run leaves only
+        these); None where it holds nothing of it."""
         runs = self.root / "runs"
         if not runs.is_dir():
-            return False
+            return None
+        files = None
         for d in runs.iterdir():
             if (d / "manifest.json").exists() or (d / "metrics.csv").exists():
-                return True
+                return "results"
             held = _holder(d / ".lock")
             if held is not None and held.gone() is None:
-                return True
-        return False
+                return "results"
+            if files is None and any(p.is_file() for sub in ("checkpoints", "keys") for p in (d / sub).rglob("*")):
+                files = "checkpoint or key files"
+        return files
 
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / run_id

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from privdl.agreement import agree, config_options, keys_facts, shared_groups
-from privdl.errors import PrivdlError, ValidationError
+from privdl.errors import ConfigError, PrivdlError, ValidationError
 from privdl.keys import HeldKeys, Keys, RootKeys, drawn
 from privdl.placement import Placement, partition
 from privdl.comm.sliced import TransportError, Wire
@@ -362,6 +362,29 @@ def check_same_launch(cfg: dict, rank: int, world: int) -> None:
                           "than process 0 (its error names the difference)")
 
 
+def claim_outputs(store, cfg: dict, rank: int, world: int) -> None:
+    """Every process claims its own ``--out`` (:meth:`~privdl.experiment.store.ResultStore.claim`: on one host, or
+    hosts sharing a folder, they join one claim; on a host process 0 cannot see, this one's agents' checkpoint and
+    key files will go there) before anything runs: a folder holding another experiment's results or agents' files
+    is refused — on every process at once, through one maximum over the processes — with the folder and the keys
+    at which the two experiments differ named by the process that holds it; the same experiment is joined (its
+    runs resumed or skipped, as a single process does)."""
+
+    refused: PrivdlError | None = None
+    try:
+        store.claim(cfg)
+        store.check_writable()
+    except PrivdlError as exc:
+        refused = exc
+    worst = all_max(rank + 1 if refused is not None else 0, who=f"process {rank}",
+                    what="check their --out folders")
+    if refused is not None:
+        raise refused
+    if worst:
+        raise ConfigError(f"process {worst - 1} of {world}: its --out cannot hold this experiment (its "
+                          "error names the folder and how the experiments differ)")
+
+
 #: process 0's orders to the others, one int64 pair (order, index of the run in the distinct runs) each
 END, RUN, WAIT, ABORT = 0, 1, 2, 3
 
@@ -409,11 +432,10 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
     runs, axes = expand(cfg)
     store = ResultStore(out)
     unique = distinct_runs(runs, None)  # the same list, in the same order, on every process
+    claim_outputs(store, cfg, rank, world)
     orders = None
     if rank == 0:
         try:
-            store.claim(cfg)
-            store.check_writable()
             todo = [i for i, r in enumerate(unique) if not store.is_done(r.run_id)]
             check_inputs_unchanged(store, (r for i, r in enumerate(unique) if i not in todo))
         except BaseException:  # tell the others at once (they wait for process 0's first order), then say why
@@ -493,4 +515,4 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
                              time.perf_counter() - started, 0, nonfinite, others)
 
 
-__all__ += ["check_same_launch", "launch_facts", "run_experiment_distributed"]
+__all__ += ["check_same_launch", "claim_outputs", "launch_facts", "run_experiment_distributed"]
