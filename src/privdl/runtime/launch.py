@@ -233,26 +233,16 @@ def _check(config: str | Path, overrides: list[str], procs: int) -> None:
     """Refuse before starting any process what every process would refuse: a bad config, more processes than a
     run has agents, an assignment of another number of parts."""
     from privdl.experiment import load_config
-    from privdl.experiment.build import build_network
     from privdl.experiment.config import expand
-    from privdl.runtime.worker import placements_for
-
-    import json
+    from privdl.runtime.worker import check_placements
 
     cfg = load_config(config, overrides)
     check_transport(RuntimeSpec.of(cfg), procs)
-    seen: set[str] = set()
     for spec in expand(cfg)[0]:
-        c = spec.config
-        if c.get("device", "cpu") not in ("cpu", None):
+        if spec.config.get("device", "cpu") not in ("cpu", None):
             raise PrivdlError("the distributed runtime runs its processes on the CPU (gloo); a run on a GPU is not "
                               "built yet: remove device or set it to \"cpu\"")
-        runtime = RuntimeSpec.of(c)
-        key = json.dumps([c["network"], c["seed"] if c["network"].get("seed") == "run" else None,
-                          runtime.assignment, runtime.agents_per_process], sort_keys=True, default=str)
-        if key not in seen:
-            seen.add(key)
-            placements_for(c, build_network(c["network"], c["seed"], c.get("base_dir")).n, procs)
+    check_placements(cfg, procs)
 
 
 def _privdl_command(main) -> bool:

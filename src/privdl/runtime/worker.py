@@ -106,8 +106,41 @@ def placements_for(cfg: dict, n: int, world: int) -> list[Placement]:
                               f"(use at most {n} processes)")
     parts = partition(n, slices=None if runtime.assignment else world, assignment=runtime.assignment)
     if len(parts) != world:
-        raise ValidationError(f"runtime.assignment has {len(parts)} parts for {world} processes")
+        raise ValidationError(f"runtime.assignment has {len(parts)} parts for {world} processes: process "
+                              f"{min(len(parts), world)} would " + ("hold no agent and receive no message"
+                                                                      if world > len(parts) else
+                                                                      "not be started, and its agents' neighbours "
+                                                                      "would never get their messages") +
+                              f" (start {len(parts)} processes, or give {world} parts)")
     return parts
+
+
+def check_placements(cfg: dict, world: int) -> None:
+    """Refuse, before any run starts, an experiment with a run that ``world`` processes cannot hold (every process
+    would refuse it alike, but only when that run comes, after the runs before it): an assignment of another
+    number of parts, an agent placed twice or nowhere, a process with no agent — e.g. one assignment over a
+    ``[sweep]`` of ``network.n``. The error names the run. An assignment that covers every agent once leaves no
+    process without a message it needs: each process receives its agents' in-neighbours' rows from the processes
+    holding them (:class:`privdl.comm.sliced.SliceComm`)."""
+    import json
+
+    from privdl.experiment.build import build_network
+    from privdl.experiment.config import expand
+    from privdl.experiment.runner import run_label
+
+    seen: set[str] = set()
+    for spec in expand(cfg)[0]:
+        c = spec.config
+        runtime = RuntimeSpec.of(c)
+        key = json.dumps([c["network"], c["seed"] if c["network"].get("seed") == "run" else None,
+                          runtime.assignment, runtime.agents_per_process], sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            placements_for(c, build_network(c["network"], c["seed"], c.get("base_dir")).n, world)
+        except ValidationError as exc:
+            raise ValidationError(f"run {run_label(spec)}: {exc}") from None
 
 
 class DistWire:
@@ -304,7 +337,7 @@ def init_process_group(*, rank: int, world: int, init_method: str | None, timeou
                            "own: pytorch/pytorch#135712)" if restarted and shared else "")) from None
 
 
-__all__ = ["placements_for", "run_one_distributed", "init_process_group"]
+__all__ = ["check_placements", "placements_for", "run_one_distributed", "init_process_group"]
 
 
 #: config keys that may differ between the hosts of one launch (paths on each host, this host's own identities)
@@ -429,6 +462,7 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
 
     started = time.perf_counter()
     check_same_launch(cfg, rank, world)
+    check_placements(cfg, world)  # the same config on every process: all refuse alike, before any claim
     runs, axes = expand(cfg)
     store = ResultStore(out)
     unique = distinct_runs(runs, None)  # the same list, in the same order, on every process
