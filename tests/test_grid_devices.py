@@ -108,7 +108,13 @@ def test_a_folder_that_differs_at_a_real_key_is_another_experiment_named_by_it(t
     other = tmp_path / "other"
     run_experiment({**BASE, "iterations": 6, "seeds": [0, 9]}, other, progress=False)
     _as_if_run_on(other, "cuda")
-    s = merge([other], tmp_path / "m")
+    with pytest.raises(ConfigError, match=r"differs at: iterations\): it holds another experiment"):
+        merge([other], tmp_path / "m")
+    said = CliRunner().invoke(app, ["merge", str(other), "--out", str(tmp_path / "m")])
+    assert said.exit_code != 0 and "differs at: iterations" in " ".join(said.output.split()), said.output
+    said = CliRunner().invoke(app, ["merge", str(other), "--out", str(tmp_path / "m"), "--other-experiments"])
+    assert said.exit_code == 0 and "another experiment:" in said.output, said.output
+    s = merge([other], tmp_path / "m", other_experiments=True)
     assert (s.copied, s.foreign, s.devices) == (0, 2, {})
     assert len(s.other_experiments) == 1 and "differs at: iterations)" in s.other_experiments[0]
     assert "device" not in s.other_experiments[0]

@@ -301,7 +301,7 @@ def written(tmp_path_factory):
     for name, folders, opts in (("table1", ("mnist_digits",), dict(fiedlers=(1.0, 0.06), dataset="mnist_t10k")),
                                 ("table2", ("fashion_mnist_table2", "fashion_mnist"), {})):
         REPRODUCTIONS.get(name)(out / name, seeds=1, collect=True, **opts)  # binds the folder to the grid
-        merge([DOCS / "seed004" / "runs" / f for f in folders], out / name / "runs")
+        merge([DOCS / "seed004" / "runs" / f for f in folders], out / name / "runs", other_experiments=True)
         REPRODUCTIONS.get(name)(out / name, seeds=1, collect=True, **opts)
     return {(name, file): _header(out / name / file) for name, file in set(PROVENANCE.values())}
 

@@ -259,7 +259,7 @@ def test_the_committed_runs_rebuild_the_committed_tables(tmp_path, folders, name
     docs = Path(__file__).resolve().parents[1] / "docs" / "reproduction" / "seed004"
     opts = {"seeds": 1, **opts}
     REPRODUCTIONS.get(name)(tmp_path / "t", collect=True, **opts)  # binds the folder to the table's grid
-    s = merge([docs / "runs" / f for f in folders], tmp_path / "t" / "runs")
+    s = merge([docs / "runs" / f for f in folders], tmp_path / "t" / "runs", other_experiments=True)  # Table 1 runs in Table 2
     assert s.copied == runs
     REPRODUCTIONS.get(name)(tmp_path / "t", collect=True, **opts)
     key = ("method", "epsilon", "fiedler_target", "t", "seed")

@@ -252,16 +252,25 @@ def test_merge_gathers_shard_folders_into_one_that_then_runs_only_the_rest(tmp_p
     assert (tmp_path / "m" / "results.csv").read_text() == (tmp_path / "fresh" / "results.csv").read_text()
 
     run_experiment({**base, "iterations": 6, "seeds": [0]}, tmp_path / "other", progress=False)
-    s = merge([tmp_path / "other"], tmp_path / "m")  # another experiment, none of whose runs m's grid holds
+    # another experiment is refused, named with the key where it differs, before anything is copied (issue 44)
+    with pytest.raises(ConfigError, match=r"other \(differs at: iterations\): it holds another experiment than "):
+        merge([tmp_path / "other"], tmp_path / "m")
+    # asked for: none of its runs is in m's grid
+    s = merge([tmp_path / "other"], tmp_path / "m", other_experiments=True)
     assert (s.copied, s.foreign) == (0, 1) and "iterations" in s.other_experiments[0]
     # another experiment whose runs are m's (the same resolved configs: only its name and grid differ) gives those
     # that m's grid holds, and only those
     run_experiment({**base, "name": "table 2", "seeds": [3, 4]}, tmp_path / "named", progress=False)
-    s = merge([tmp_path / "named"], tmp_path / "m")
+    (tmp_path / "b2").mkdir()
+    run_experiment({**base, "seeds": [5]}, tmp_path / "b2", progress=False)  # m's experiment, another seed
+    with pytest.raises(ConfigError, match=r"named \(differs at: name\).*--other-experiments"):
+        merge([tmp_path / "b2", tmp_path / "named"], tmp_path / "m")
+    assert not any((tmp_path / "m" / "runs" / d.name).exists() for d in (tmp_path / "b2" / "runs").iterdir())
+    s = merge([tmp_path / "named"], tmp_path / "m", other_experiments=True)
     assert (s.copied, s.foreign) == (0, 2)
     grown = {**base, "seeds": [0, 1, 2, 3]}
     run_experiment(grown, tmp_path / "m", progress=False, shard=(0, 1000))  # m now holds the grid of seeds 0…3
-    s = merge([tmp_path / "named"], tmp_path / "m")
+    s = merge([tmp_path / "named"], tmp_path / "m", other_experiments=True)
     assert (s.copied, s.foreign) == (1, 1)
     assert run_experiment(grown, tmp_path / "m", progress=False).executed == 0
     (tmp_path / "holder" / "runs").mkdir(parents=True)

@@ -128,13 +128,16 @@ def merge(
     sources: list[Path] = typer.Argument(..., help="experiment folders to gather runs from (for a reproduction, "
                                                    "its runs/ subfolder)"),
     out: Path = typer.Option(..., "--out", help="the experiment folder that receives them (created if absent)"),
+    other_experiments: bool = typer.Option(False, "--other-experiments",
+                                           help="take from folders of another experiment (refused otherwise, "
+                                                "naming the keys that differ) the runs --out's grid also holds"),
 ) -> None:
     """Gather the finished runs of shard folders (other machines, earlier slices of a long grid) into one folder of
     the same experiment; the next run / reproduce over it skips them."""
     from privdl.experiment.store import merge as merge_runs
 
     try:
-        s = merge_runs(sources, out)
+        s = merge_runs(sources, out, other_experiments=other_experiments)
     except PrivdlError as exc:
         _fail(exc)
     console.print(f"{s.copied} runs copied into {s.dest}, {s.present} already there"

@@ -594,16 +594,18 @@ def read_manifest(path: str | Path) -> dict:
     return man
 
 
-def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
+def merge(sources: Iterable[str | Path], dest: str | Path, *, other_experiments: bool = False) -> MergeSummary:
     """Gather the finished runs of experiment folders (shards run on other machines, earlier sessions' slices of
     a long grid) into ``dest``, which then holds them as if it had run them: a later ``privdl run`` / ``privdl
     reproduce`` over ``dest`` skips them and runs only the rest.
 
     A source holding the same experiment as ``dest`` up to its grid (``seeds`` and ``[sweep]``; an empty ``dest``
     takes the first source's experiment) — on whatever device it ran (:func:`_identity`) — gives all its runs, also
-    those a larger grid would hold (``summary.devices`` counts the copied runs by where they ran); a source holding
-    another experiment gives only the runs ``dest``'s grid holds (the same resolved config, so the same id: Table 1's
-    λ = 0.06 runs are Table 2's t = 1 column). A run is copied only if it is finished there and its manifest's
+    those a larger grid would hold (``summary.devices`` counts the copied runs by where they ran). A source holding
+    another experiment is refused before anything is copied, naming it and the keys at which it differs (a folder
+    of another run, another host's outputs of another experiment); with ``other_experiments`` it gives only the
+    runs ``dest``'s grid holds (the same resolved config, so the same id: Table 1's λ = 0.06 runs are Table 2's
+    t = 1 column). A run is copied only if it is finished there and its manifest's
     config hashes to its id (so a run cannot land under another run's name; a run named by the id privdl gave it
     before data folders left run ids is copied under its id now, its old one kept as ``previous_run_id``); each is
     written as the runner writes one, metrics first and manifest last. A run ``dest`` already finished is kept,
@@ -634,6 +636,13 @@ def merge(sources: Iterable[str | Path], dest: str | Path) -> MergeSummary:
         grid = {r.run_id for r in expand(target)[0]}
     except ConfigError as exc:  # an experiment.json edited by hand, or of a later privdl
         raise ConfigError(f"{origin / 'experiment.json'} is not a config privdl can run: {exc}") from None
+    others = [f"{s} (differs at: {', '.join(_identity_diff(target, exp, grid=False)[:8])})"
+              for s, exp in experiments if _identity(exp, grid=False) != _identity(target, grid=False)]
+    if others and not other_experiments:  # before anything is written: nothing taken from a folder by mistake
+        raise ConfigError(f"{'; '.join(others)}: {'it holds' if len(others) == 1 else 'they hold'} another "
+                          f"experiment than {origin / 'experiment.json'}; merge gathers the runs of one experiment "
+                          "— name only its folders, or pass --other-experiments to take from the others only the "
+                          f"runs {root}'s grid also holds")
     dest_store.claim(target)
     dest_store.check_writable()
     summary = MergeSummary(dest_store.root)
