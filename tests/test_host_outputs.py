@@ -72,6 +72,15 @@ def test_hosts_without_a_shared_folder_leave_no_checkpoints_behind(tmp_path):
     assert not list(outs[0].rglob("*.pt")), "process 0's host kept checkpoint files"
     assert not list(outs[1].rglob("*.pt")), "process 1's host kept its agents' checkpoint files"
     assert not (outs[1] / "results.csv").exists()  # results are written by process 0 alone
+    # the byte counts process 0 collects after the rounds (with each process's facts): a ring of 4 in blocks
+    # {0, 1}, {2, 3} sends 4 of its 8 directed edges' messages across (1→2, 2→1, 3→0, 0→3), 2 from each process
+    import json
+
+    man = json.loads(next((outs[0] / "runs").rglob("manifest.json")).read_text())
+    sent = man["bytes_per_tag"]["x"]["bytes_sent"]
+    assert man["placement"]["payload_bytes"] * 2 == sent
+    assert man["placement"]["payload_bytes_per_process"] == [sent // 4, sent // 4]
+    assert man["placement"]["control_bytes"] > 0
 
 
 def _experiment(iterations: int) -> dict:
@@ -154,3 +163,63 @@ def test_a_host_whose_out_holds_another_experiment_is_refused_at_start(tmp_path)
     assert "process 1 of 2: its --out cannot hold this experiment" in said[0], said[0]
     assert not (outs[0] / "runs").exists() or not list((outs[0] / "runs").iterdir())  # nothing ran
     assert (outs[1] / "runs" / "someid" / "checkpoints" / "round-000000002" / "agent-3.pt").is_file()  # kept
+
+
+COLLECTIVES = {"all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "gather", "reduce", "scatter",
+               "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "barrier"}
+
+
+def test_collectives_run_only_through_the_transports_guard():
+    """Every torch.distributed collective of privdl is called in privdl/runtime/transport.py, where
+    ``_collective`` turns a dead or hung peer into an error naming it: none elsewhere (the byte counts' all_reduce
+    at the end of a run used to be bare: a peer dying there left gloo's raw error, or a wait for the timeout)."""
+    import ast
+
+    found = []
+    for path in sorted((SRC / "privdl").rglob("*.py")):
+        if path.relative_to(SRC).as_posix() == "privdl/runtime/transport.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in COLLECTIVES \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id in ("dist", "c10d"):
+                found.append(f"{path.relative_to(SRC)}:{node.lineno} {node.func.value.id}.{node.func.attr}")
+    assert not found, found
+
+
+DIES_AT_THE_END = '''import os, sys
+from privdl.runtime import __main__ as entry
+from privdl.simulator.coordinator import Coordinator
+if os.environ["RANK"] == "1":
+    finals = Coordinator.finals
+    def dying(*args, **kwargs):  # dies after the rounds, once its final counts are sent, before the byte counts
+        finals(*args, **kwargs)
+        os._exit(3)
+    Coordinator.finals = dying
+entry.main(sys.argv[1:])
+'''
+
+
+@pytest.mark.slow
+def test_a_peer_dying_after_the_rounds_is_named_not_waited_for(tmp_path):
+    cfg = tmp_path / "hosts.toml"
+    cfg.write_text(CONFIG.replace("[runtime]\n", "[runtime]\ntimeout = 30\n"))
+    script = tmp_path / "dies.py"
+    script.write_text(DIES_AT_THE_END)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, "PYTHONPATH": str(SRC), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+               "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+        procs.append(subprocess.Popen([sys.executable, str(script), str(cfg), "--out", str(tmp_path / "out")],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    import time
+
+    began = time.monotonic()
+    said = [p.communicate(timeout=300)[0] for p in procs]
+    assert procs[1].returncode == 3 and procs[0].returncode != 0, said
+    assert time.monotonic() - began < 30 + 20, "process 0 waited past the timeout"  # (30 s: the run's timeout)
+    assert "process 1" in said[0] and "died" in said[0], said[0]
+    assert "Traceback" not in said[0], said[0]  # a named error, not gloo's raw one

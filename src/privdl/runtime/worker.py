@@ -243,16 +243,15 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     draws = coordinator.counts(DRAWS, cfg["iterations"], [[after[k] - before[k] for k in GENERATORS]])
     ends = coordinator.finals(cfg["iterations"], None, accesses)  # the final models stay with their holders
     seconds = time.perf_counter() - start
-    sent = torch.zeros(3, world, dtype=torch.int64)
-    sent[0, rank] = int(transport.payload_bytes.sum())
-    sent[1, rank] = int(transport.setup_bytes)
-    sent[2, rank] = int(transport.control_bytes)
-    dist.all_reduce(sent)  # control: bytes each process sent, for the manifest
     per_tag = coordinator.per_tag(BYTES, cfg["iterations"], meter.per_tag())  # the agents' bytes per tag
-    per_process = _per_process(transport, rank, cfg["iterations"], placements,
-                               [peak_rss_bytes(), clock.median, startup])
+    # the bytes each process sent travel with its facts to process 0 (no collective: a dead or hung peer is named
+    # by the transport, within the run's timeout, as in the rounds)
+    sent = [int(transport.payload_bytes.sum()), int(transport.setup_bytes), int(transport.control_bytes)]
+    got = _per_process(transport, rank, cfg["iterations"], placements, [peak_rss_bytes(), clock.median, startup],
+                       sent)
     if rank:
         return None
+    per_process, sent = got
     control = sent[2].sum()
     extra = {"backend": "dist", "processes": world, "slices": [list(q.agents) for q in placements],
              "payload_bytes": int(sent[0].sum()), "payload_bytes_per_process": sent[0].tolist(),
@@ -267,26 +266,36 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     return coordinator.records, None, ends[1].reshape(-1), seconds, extra
 
 
+#: the byte counts each process sends process 0 with its facts: payload, setup and control bytes it sent
+SENT = ("payload_bytes", "setup_bytes", "control_bytes")
+
+
 def _per_process(transport: DistTransport, rank: int, t: int, placements: list[Placement],
-                 facts: list[float]) -> list[dict] | None:
-    """Every process's facts (:data:`PER_PROCESS`, its host and agents) at process 0 — control messages of a few
-    numbers each, after the rounds — as the manifest's ``placement.per_process``; the others get None."""
+                 facts: list[float], sent: list[int]) -> tuple[list[dict], torch.Tensor] | None:
+    """Every process's facts (:data:`PER_PROCESS`, its host and agents) and the bytes it sent (:data:`SENT`) at
+    process 0 — one control message of a few numbers from each, after the rounds, through the transport (a peer
+    that died or hangs is named within the timeout) —: the manifest's ``placement.per_process``, and the (3,
+    processes) int64 table of the bytes; the others get None. (Byte counts travel as float64: exact below 2⁵³.)"""
     import socket
 
     host = socket.gethostname().encode()[:HOST_BYTES]
-    mine = torch.tensor([float(v) for v in facts] + list(host.ljust(HOST_BYTES, b"\0")), dtype=torch.float64)
+    mine = torch.tensor([float(v) for v in facts] + [float(v) for v in sent] + list(host.ljust(HOST_BYTES, b"\0")),
+                        dtype=torch.float64)
     got = transport.gather(rank, t, PROCESS, mine, [tuple(mine.shape)] * len(placements))
     if got is None:
         return None
     out = []
+    table = torch.zeros(len(SENT), len(placements), dtype=torch.int64)
     for k, (value, p) in enumerate(zip(got, placements)):
         v = value.tolist()
         facts = dict(zip(PER_PROCESS, v[:len(PER_PROCESS)]))
+        table[:, k] = torch.tensor([int(b) for b in v[len(PER_PROCESS):len(PER_PROCESS) + len(SENT)]])
+        v = v[:len(PER_PROCESS)] + v[len(PER_PROCESS) + len(SENT):]
         name = bytes(int(b) for b in v[len(PER_PROCESS):]).rstrip(b"\0").decode(errors="replace")
         out.append({"rank": k, "host": name, "agents": list(p.agents), "peak_rss_bytes": int(facts["peak_rss_bytes"]),
                     "round_seconds_median": facts["round_seconds_median"],
                     "startup_seconds": facts["startup_seconds"]})
-    return out
+    return out, table
 
 
 def _attempt_store(world: int, timeout: float):
