@@ -223,3 +223,71 @@ def test_a_peer_dying_after_the_rounds_is_named_not_waited_for(tmp_path):
     assert time.monotonic() - began < 30 + 20, "process 0 waited past the timeout"  # (30 s: the run's timeout)
     assert "process 1" in said[0] and "died" in said[0], said[0]
     assert "Traceback" not in said[0], said[0]  # a named error, not gloo's raw one
+
+
+def test_how_far_behind_another_process_can_be_and_what_a_process_may_prune():
+    """:func:`lag` on graphs drawn by hand, and :func:`prune_before` against the rounds a process keeps."""
+    import numpy as np
+
+    from privdl.runtime.pruning import lag, prune_before
+
+    def both_ways(pairs):
+        src = [a for a, b in pairs] + [b for a, b in pairs]
+        return np.array(src), np.array([b for a, b in pairs] + [a for a, b in pairs])
+
+    ring = both_ways([(i, (i + 1) % 6) for i in range(6)])
+    blocks = np.array([0, 0, 1, 1, 2, 2])  # three processes on a ring of 6: each one hop from both others
+    assert [lag(*ring, blocks, k, 3) for k in range(3)] == [1, 1, 1]
+    path = both_ways([(i, i + 1) for i in range(3)])  # a path of 4 agents, one per process: 0 - 1 - 2 - 3
+    assert [lag(*path, np.arange(4), k, 4) for k in range(4)] == [3, 2, 2, 3]
+    one_way = (np.array([0, 1, 2]), np.array([1, 2, 3]))  # directed 0 → 1 → 2 → 3: nothing reaches process 0
+    assert lag(*one_way, np.arange(4), 3, 4) == 3 and lag(*one_way, np.arange(4), 0, 4) is None
+    assert lag(*both_ways([(0, 1), (2, 3)]), np.array([0, 0, 1, 1]), 0, 2) is None  # two components
+    # at the end of round 10, the others at most 1 round behind: rounds up to 8 are complete everywhere; the
+    # newest 2 of them (6, 8) and the newer 10 stay
+    assert prune_before([2, 4, 6, 8, 10], 10, 1, 2) == 6
+    assert prune_before([2, 4, 6, 8, 10], 10, 3, 2) == 4  # up to 6 complete: 4 and 6 stay
+    assert prune_before([2, 4], 4, 1, 2) is None  # one round known complete: nothing goes
+
+
+PRINTS_ITS_ROUNDS = '''import os, sys
+from privdl.runtime import __main__ as entry
+from privdl.simulator.coordinator import Coordinator
+finals = Coordinator.finals
+def finals_seen(self, *args, **kwargs):  # after the last round, before the run is saved and its files removed
+    folder = [p for p in os.environ["OUT_HERE"].split(os.pathsep)][0]
+    import pathlib
+    rounds = sorted(int(p.name.split("-")[1]) for p in pathlib.Path(folder).rglob("round-*") if any(p.iterdir()))
+    print("ROUNDS", rounds, flush=True)
+    return finals(self, *args, **kwargs)
+Coordinator.finals = finals_seen
+entry.main(sys.argv[1:])
+'''
+
+
+@pytest.mark.slow
+def test_a_host_process_0_does_not_see_prunes_its_checkpoints_during_the_run(tmp_path):
+    """Two processes, each its own --out, a ring of 4 in two blocks (each process one hop from the other),
+    checkpoints every 2 of 12 rounds: at the end of the rounds process 1's folder holds its files of rounds 8, 10
+    (the newest two known complete everywhere) and 12 — not 2 … 12 — and none once the run is saved."""
+    cfg = tmp_path / "hosts.toml"
+    cfg.write_text(CONFIG.replace("iterations = 8", "iterations = 12"))
+    script = tmp_path / "prints.py"
+    script.write_text(PRINTS_ITS_ROUNDS)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    outs = [tmp_path / "host0", tmp_path / "host1"]
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, "PYTHONPATH": str(SRC), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+               "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "OUT_HERE": str(outs[rank])}
+        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+        procs.append(subprocess.Popen([sys.executable, str(script), str(cfg), "--out", str(outs[rank])],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    said = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], said
+    assert "ROUNDS [8, 10, 12]" in said[1], said[1]
+    assert "ROUNDS [10, 12]" in said[0], said[0]  # process 0 prunes whole rounds as before (keep = 2)
+    assert not list(outs[1].rglob("*.pt"))

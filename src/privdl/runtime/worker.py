@@ -209,6 +209,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     coordinator = Coordinator(transport, rank, placements, task=c.task, observers=watching, checkpoints=checkpoints,
                               local_metrics=True)
     wire = DistWire(rank, world, transport, watching) if watching else None
+    saved = _pruning(coordinator, checkpoints, c.network, placements, owner, rank)
     last = None
     if checkpoints is not None and resume:
         latest = checkpoints.latest() if rank == 0 else None
@@ -238,7 +239,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
         part=rank, placement=p, owner=owner, network=c.network, task=HeldTask(c.task, p), keys=keys,
         mechanism=c.mechanism, algorithm=c.algorithm, schedule=c.schedule, iterations=cfg["iterations"], x0=None,
         gradient=cfg["gradient"], marks=marks, transport=transport, wire=wire, record=coordinator.record,
-        on_step=step, checkpoints=checkpoints, resume=resume, last=last, saved=coordinator.saved, held_rows=True)
+        on_step=step, checkpoints=checkpoints, resume=resume, last=last, saved=saved, held_rows=True)
     after = drawn()
     draws = coordinator.counts(DRAWS, cfg["iterations"], [[after[k] - before[k] for k in GENERATORS]])
     ends = coordinator.finals(cfg["iterations"], None, accesses)  # the final models stay with their holders
@@ -264,6 +265,32 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
                                 summed=f"process {coordinator.mean_holder}" if coordinator.local else None,
                                 draws={k: sum(int(part[0][j]) for part in draws) for j, k in enumerate(GENERATORS)})}
     return coordinator.records, None, ends[1].reshape(-1), seconds, extra
+
+
+def _pruning(coordinator: Coordinator, checkpoints: Checkpoints | None, network, placements: list[Placement],
+             owner, rank: int):
+    """What a process does once it saved its agents' files of a checkpointed round: report it (the coordinator's
+    ``saved``), then — any process but 0, whose folder process 0 may not see — remove its own files of the rounds
+    known complete everywhere but the newest ones kept (:mod:`privdl.runtime.pruning`; a time-varying graph, or
+    a process no path reaches, leaves them to the end of the run)."""
+    from privdl.runtime.pruning import lag, prune_before
+
+    if checkpoints is None or rank == 0 or getattr(network, "dynamics", None) is not None:
+        return coordinator.saved
+    behind = lag(network.edges.src.long().cpu().numpy(), network.edges.dst.long().cpu().numpy(), owner, rank,
+                 len(placements))
+    if behind is None:
+        return coordinator.saved
+    mine = Checkpoints(checkpoints.folders, checkpoints.identity, n=checkpoints.n, every=checkpoints.every,
+                       agents=placements[rank].agents, writes_run=False, keep=checkpoints.keep)
+
+    def saved(t: int, per_tag: dict) -> None:
+        coordinator.saved(t, per_tag)
+        before = prune_before(Checkpoints._rounds(mine.folders[0]), t, behind, mine.keep)
+        if before is not None:
+            mine.remove_held(before)
+
+    return saved
 
 
 #: the byte counts each process sends process 0 with its facts: payload, setup and control bytes it sent

@@ -345,17 +345,22 @@ class Checkpoints:
                                if all(is_bytes_state(p) for p in parts) else parts[-1] for parts in zip(*every)]
         return state
 
-    def remove_held(self) -> None:
-        """Remove this engine's agents' files of every round, then the round folders and the checkpoint folder
-        that are left empty: the run was saved, and on a host whose folder no other process shares (several hosts
-        without a shared folder) nothing else removes them. Files of agents this engine does not hold are kept."""
+    def remove_held(self, before: int | None = None) -> None:
+        """Remove this engine's agents' files of every round (of the rounds before ``before`` only, if given), then
+        the round folders and the checkpoint folder that are left empty: the run was saved (or those rounds are
+        older than rounds known complete everywhere), and on a host whose folder no other process shares (several
+        hosts without a shared folder) nothing else removes them. Files of agents this engine does not hold are
+        kept."""
         for folder in self.folders:
             for t in self._rounds(folder):
+                if before is not None and t >= before:
+                    continue
                 where = folder / f"round-{t:09d}"
                 for i in self.agents:
                     (where / f"agent-{i}.pt").unlink(missing_ok=True)
                 _remove_if_empty(where)
-            _remove_if_empty(folder)
+            if before is None:
+                _remove_if_empty(folder)
 
     def clear(self) -> None:
         """Remove the checkpoints (the run finished and was saved)."""
