@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_runtime import _same_within_rounding
+
 #: every test here starts processes: the slow tier (README)
 pytestmark = pytest.mark.slow
 
@@ -423,7 +425,9 @@ def test_a_torchrun_restart_works_with_the_documented_command(tmp_path):
     assert re.search(r"^1 runs \(1 executed, 0 already done\) in", got.stdout, re.M), got.stdout
     want = CliRunner().invoke(app, ["run", str(cfg), "--out", str(tmp_path / "sim"), "--no-plot", "--quiet"])
     assert want.exit_code == 0, want.output
-    assert _rows(out) == _rows(tmp_path / "sim")
+    # (to rounding: each process evaluates its own agents' metrics and the sums meet in another order — the bound
+    # and its derivation are tests/test_runtime.py's)
+    _same_within_rounding(_rows(out), _rows(tmp_path / "sim"))
 
 
 def test_torchrun_shows_the_error_in_its_summary(tmp_path):

@@ -23,7 +23,6 @@ by L-BFGS), and the slope of log E‖θ_T − θ_T⁰‖ against log σ, fitted 
 from __future__ import annotations
 
 import inspect
-import math
 from pathlib import Path
 
 import numpy as np
