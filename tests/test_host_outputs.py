@@ -36,6 +36,24 @@ name = "none"
 '''
 
 
+
+def _two_hosts(cfg, outs, *, program=("-m", "privdl.runtime"), out_here=False):
+    """Two processes started as torchrun starts them (static rendezvous on a free loopback port), process r with
+    ``--out outs[r]`` (``out_here``: also in the environment as OUT_HERE, for the test scripts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, "PYTHONPATH": str(SRC), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+               "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        if out_here:
+            env["OUT_HERE"] = str(outs[rank])
+        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+        procs.append(subprocess.Popen([sys.executable, *program, str(cfg), "--out", str(outs[rank])],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    return procs
+
 def test_an_engine_removes_its_own_checkpoint_files_only(tmp_path):
     from privdl.simulator.checkpoint import Checkpoints
 
@@ -55,17 +73,8 @@ def test_an_engine_removes_its_own_checkpoint_files_only(tmp_path):
 def test_hosts_without_a_shared_folder_leave_no_checkpoints_behind(tmp_path):
     cfg = tmp_path / "hosts.toml"
     cfg.write_text(CONFIG)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     outs = [tmp_path / "host0", tmp_path / "host1"]
-    procs = []
-    for rank in (0, 1):
-        env = {**os.environ, "PYTHONPATH": str(SRC), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0",
-               "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-        procs.append(subprocess.Popen([sys.executable, "-m", "privdl.runtime", str(cfg), "--out", str(outs[rank])],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    procs = _two_hosts(cfg, outs)
     said = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], said
     assert (outs[0] / "results.csv").is_file() and "1 runs (1 executed" in said[0]
@@ -145,17 +154,8 @@ def test_a_host_whose_out_holds_another_experiment_is_refused_at_start(tmp_path)
     cfg = tmp_path / "hosts.toml"
     cfg.write_text(CONFIG.replace("iterations = 8", "iterations = 9"))
     _held_files(tmp_path / "host1", 8)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     outs = [tmp_path / "host0", tmp_path / "host1"]
-    procs = []
-    for rank in (0, 1):
-        env = {**os.environ, "PYTHONPATH": str(SRC), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0",
-               "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-        procs.append(subprocess.Popen([sys.executable, "-m", "privdl.runtime", str(cfg), "--out", str(outs[rank])],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    procs = _two_hosts(cfg, outs)
     said = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode != 0 for p in procs), said
     assert f"{outs[1]} holds checkpoint or key files of a different experiment (config differs at: iterations" \
@@ -205,16 +205,7 @@ def test_a_peer_dying_after_the_rounds_is_named_not_waited_for(tmp_path):
     cfg.write_text(CONFIG.replace("[runtime]\n", "[runtime]\ntimeout = 30\n"))
     script = tmp_path / "dies.py"
     script.write_text(DIES_AT_THE_END)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
-    for rank in (0, 1):
-        env = {**os.environ, "PYTHONPATH": str(SRC), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0",
-               "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-        procs.append(subprocess.Popen([sys.executable, str(script), str(cfg), "--out", str(tmp_path / "out")],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    procs = _two_hosts(cfg, [tmp_path / "out"] * 2, program=[str(script)])
     import time
 
     began = time.monotonic()
@@ -274,18 +265,8 @@ def test_a_host_process_0_does_not_see_prunes_its_checkpoints_during_the_run(tmp
     cfg.write_text(CONFIG.replace("iterations = 8", "iterations = 12"))
     script = tmp_path / "prints.py"
     script.write_text(PRINTS_ITS_ROUNDS)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     outs = [tmp_path / "host0", tmp_path / "host1"]
-    procs = []
-    for rank in (0, 1):
-        env = {**os.environ, "PYTHONPATH": str(SRC), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0",
-               "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-               "OUT_HERE": str(outs[rank])}
-        env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
-        procs.append(subprocess.Popen([sys.executable, str(script), str(cfg), "--out", str(outs[rank])],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    procs = _two_hosts(cfg, outs, program=[str(script)], out_here=True)
     said = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], said
     assert "ROUNDS [8, 10, 12]" in said[1], said[1]
