@@ -92,6 +92,16 @@ def owners_of(placements: Sequence[Placement], n: int) -> np.ndarray:
     return owner
 
 
+def _evaluator(task: Task) -> Task:
+    """A slice's own copy of ``task`` for evaluating its agents' metrics in its thread: its round state and its own
+    model module (``torch.func.functional_call`` swaps a module's parameters while it runs: two threads on one module
+    read each other's — a flaky test_loss and "mat1 and mat2 must have the same dtype" on the logistic task)."""
+    out = copy.copy(task)
+    if hasattr(task, "model"):
+        out.model = copy.deepcopy(task.model)
+    return out
+
+
 def simulate_sliced(
     *, task: Task, algorithm: Algorithm, mechanism: GradientMechanism, schedule: Schedule, iterations: int,
     network: Network, seed: int | None = None, source: KeySource | None = None,
@@ -140,7 +150,7 @@ def simulate_sliced(
     transport = Transport(parts, timeout=timeout)
     wire = Wire(parts, observers) if observers else None
     marks = set(recorded_rounds(iterations, eval_every or iterations))
-    coordinators = [Coordinator(transport, k, placements, task=task if not local_metrics else copy.copy(task),
+    coordinators = [Coordinator(transport, k, placements, task=task if not local_metrics else _evaluator(task),
                                 observers=observers, checkpoints=checkpoints, metrics=metrics,
                                 local_metrics=local_metrics) for k in range(parts)]
     last = checkpoints.latest() if (checkpoints is not None and resume) else None
