@@ -103,40 +103,65 @@ def _decor_ratio(w: np.ndarray, lap: np.ndarray) -> tuple[float, float]:
     return _DECOR_CACHE[key]
 
 
+def _decor_components(w) -> tuple[bool, bool, list]:
+    """What h(c) = max_i [(I + c·L)⁻¹]_ii needs of W's graph (L its unweighted Laplacian), one connected component at
+    a time: whether an agent is isolated (h ≥ 1), whether a component is a pair (h ≥ (1 + c)/(1 + 2c)), and each
+    larger component's Laplacian eigenvalues ℓ with its eigenvectors squared (h ≥ max_i Σ_k v_ik²/(1 + cℓ_k))."""
+    import scipy.sparse as sps
+    from scipy.sparse.csgraph import connected_components
+
+    w = sps.csr_array(w)
+    adj = (w - sps.diags_array(w.diagonal())).astype(bool).astype(np.float64)
+    lap = sps.diags_array(np.asarray(adj.sum(axis=1)).ravel()) - adj
+    count, label = connected_components(adj, directed=False)
+    sizes = np.bincount(label, minlength=count)
+    big = []
+    for k in np.flatnonzero(sizes > 2):
+        members = np.flatnonzero(label == k)
+        ell, v = np.linalg.eigh(lap[members][:, members].toarray())
+        big.append((np.clip(ell, 0.0, None), v * v))
+    return bool((sizes == 1).any()), bool((sizes == 2).any()), big
+
+
+def _decor_h_of(parts: tuple[bool, bool, list], c: np.ndarray) -> np.ndarray:
+    single, pair, big = parts
+    h = np.where(single, 1.0, 0.0) * np.ones_like(c)
+    if pair:
+        h = np.maximum(h, (1.0 + c) / (1.0 + 2.0 * c))
+    for ell, v2 in big:
+        h = np.maximum(h, np.max(v2 @ (1.0 / (1.0 + np.outer(ell, c))), axis=0))
+    return h
+
+
+def decor_h(w, c: float) -> float:
+    """h(c) = max_i [(I + c·L)⁻¹]_ii for the unweighted Laplacian L of W's graph (dense or sparse; an agent in no
+    edge: 1; a matched pair: (1 + c)/(1 + 2c), in closed form) — σ_pair² = h(c)/b puts the worst agent's precision
+    at b (DECOR on a round's graph, :class:`privdl.mechanisms.correlated.DecorNoise`)."""
+    if c == 0:
+        return 1.0
+    return float(_decor_h_of(_decor_components(w), np.array([float(c)]))[0])
+
+
 def decor_common_ratio(ws: list) -> float:
     """The one c = σ_cor²/σ_pair² for a sequence of W(t) (a time-varying graph's rounds; dense or sparse), each round
     scaled to its own h_t(c) = max_i [(I + c·L(t))⁻¹]_ii: minimises the mean over ``ws`` of h_t(c)(Tr(W(t)W(t)ᵀ) +
     c·Tr(W(t)L(t)W(t)ᵀ)), the same grid-and-refine search as one W's (:func:`decor_design`). h_t is taken one
-    connected component at a time (an isolated agent: 1; a pair: (1 + c)/(1 + 2c); larger: its Laplacian's
-    eigenvectors), so a matching costs no eigendecomposition of the whole network."""
+    connected component at a time (:func:`decor_h`), so a matching costs no eigendecomposition of the whole
+    network."""
     import scipy.sparse as sps
-    from scipy.sparse.csgraph import connected_components
 
     rounds = []
     for w in ws:
         w = sps.csr_array(w)
         adj = (w - sps.diags_array(w.diagonal())).astype(bool).astype(np.float64)
         lap = sps.diags_array(np.asarray(adj.sum(axis=1)).ravel()) - adj
-        count, label = connected_components(adj, directed=False)
-        sizes = np.bincount(label, minlength=count)
-        big = []
-        for k in np.flatnonzero(sizes > 2):
-            members = np.flatnonzero(label == k)
-            ell, v = np.linalg.eigh(lap[members][:, members].toarray())
-            big.append((np.clip(ell, 0.0, None), v * v))
         wl = (w @ lap).multiply(w)
-        rounds.append((bool((sizes == 1).any()), bool((sizes == 2).any()), big, float(w.multiply(w).sum()),
-                       float(wl.sum())))
+        rounds.append((_decor_components(w), float(w.multiply(w).sum()), float(wl.sum())))
 
     def objective(c: np.ndarray) -> np.ndarray:
         total = np.zeros_like(c)
-        for single, pair, big, a, bb in rounds:
-            h = np.where(single, 1.0, 0.0) * np.ones_like(c)
-            if pair:
-                h = np.maximum(h, (1.0 + c) / (1.0 + 2.0 * c))
-            for ell, v2 in big:
-                h = np.maximum(h, np.max(v2 @ (1.0 / (1.0 + np.outer(ell, c))), axis=0))
-            total += h * (a + c * bb)
+        for parts, a, bb in rounds:
+            total += _decor_h_of(parts, c) * (a + c * bb)
         return total / len(rounds)
 
     grid = np.concatenate([[0.0], np.logspace(-6, math.log10(DECOR_MAX_RATIO), 281)])

@@ -624,6 +624,7 @@ class DecorNoise(CorrelatedGaussian):
         canceling term ±σ_cor(t) per edge of the round drawn by its two ends from their shared key (folded with the
         access: a fresh draw every round), σ_pair²(t) = h_t(c)/b with h_t(c) = max_i [(I + c·L(t))⁻¹]_ii, so that
         max_i [R(t)⁻¹]_ii = b in every round. Cached by W(t)'s fingerprint (a periodic law's period)."""
+        from privdl.covariance.designs import decor_h
         from privdl.covariance.seeds import SeedComponent
 
         dyn = self.dynamics_
@@ -635,7 +636,7 @@ class DecorNoise(CorrelatedGaussian):
         src, dst = e.src.long().numpy(), e.dst.long().numpy()
         keep = src < dst
         pairs = list(zip(src[keep].tolist(), dst[keep].tolist()))
-        h = decor_h(self.network_.n, pairs, self.ratio)
+        h = decor_h(dyn.matrix(t), self.ratio)
         pair2 = h / self.bound
         cor2 = self.ratio * pair2
         cov = cor2 * np.array([[1.0, -1.0], [-1.0, 1.0]])
@@ -681,35 +682,6 @@ class DecorNoise(CorrelatedGaussian):
         return (f"{text}; canceling terms drawn on each round's edges of dynamics {self.dynamics_.name!r} "
                 f"(σ_cor²/σ_pair² = {self.ratio:.4g}), σ_pair²(t) set from round t's graph so that "
                 "max_i [R(t)⁻¹]_ii = b every round; each agent accounted at b")
-
-
-def decor_h(n: int, pairs: list[tuple[int, int]], c: float) -> float:
-    """h(c) = max_i [(I + c·L)⁻¹]_ii for the unweighted Laplacian L of the undirected ``pairs`` on n agents, one
-    connected component at a time (an agent in no pair: 1; a matched pair: (1 + c)/(1 + 2c), in closed form)."""
-    if not pairs or c == 0:
-        return 1.0
-    from scipy.sparse import csr_array
-    from scipy.sparse.csgraph import connected_components
-
-    i, j = np.array(pairs).T
-    count, label = connected_components(csr_array((np.ones(len(i)), (i, j)), shape=(n, n)), directed=False)
-    sizes = np.bincount(label, minlength=count)
-    worst = 1.0 if (sizes == 1).any() else 0.0
-    if (sizes == 2).any():
-        worst = max(worst, (1.0 + c) / (1.0 + 2.0 * c))
-    for k in np.flatnonzero(sizes > 2):
-        members = np.flatnonzero(label == k)
-        index = {int(a): r for r, a in enumerate(members)}
-        lap = np.zeros((len(members), len(members)))
-        for a, b in pairs:
-            if a in index and b in index:
-                ra, rb = index[a], index[b]
-                lap[ra, rb] -= 1.0
-                lap[rb, ra] -= 1.0
-                lap[ra, ra] += 1.0
-                lap[rb, rb] += 1.0
-        worst = max(worst, float(np.max(np.diag(np.linalg.inv(np.eye(len(members)) + c * lap)))))
-    return worst
 
 
 @MECHANISMS.register("whisper")
