@@ -269,6 +269,13 @@ class CorrelatedGaussian(GradientMechanism):
     """
 
     design_name = "custom"
+    #: the law of W(t) a design follows round by round (DECOR, Whisper on a time-varying graph); None: one W
+    dynamics_ = None
+
+    @property
+    def follows_dynamics(self) -> bool:
+        """Whether this mechanism designs its noise per round's W(t) (built on a time-varying graph)."""
+        return self.dynamics_ is not None
 
     def __init__(self, *, steps: int | torch.Tensor, network: Network, clip: float = 1.0,
                  epsilon: float | None = None, delta: float = 1e-5,
@@ -602,10 +609,6 @@ class DecorNoise(CorrelatedGaussian):
         super().__init__(steps=steps, network=network, **kwargs)  # type: ignore[arg-type]
 
     # ---- a time-varying graph: the canceling terms of round t live on W(t)'s edges -------------------------------
-    @property
-    def follows_dynamics(self) -> bool:
-        return self.dynamics_ is not None
-
     def make_design(self, w: np.ndarray, b: float) -> CovarianceDesign:
         from privdl.covariance.designs import design_covariance
 
@@ -746,11 +749,6 @@ class WhisperNoise(CorrelatedGaussian):
         super().__init__(steps=steps, network=network, **kwargs)  # type: ignore[arg-type]
 
     # ---- a periodic time-varying graph: one design per distinct W(t) --------------------------------------------
-    @property
-    def follows_dynamics(self) -> bool:
-        """Whether this mechanism designs its R per round's W(t) (built on a time-varying graph)."""
-        return self.dynamics_ is not None
-
     def round_mechanism(self, t: int) -> "WhisperNoise":
         """The design (a whisper mechanism for that one W) whose noise round t adds: R designed for W(t)."""
         return self.round_designs[self.round_fingerprints[int(t) % len(self.round_fingerprints)]]
