@@ -424,6 +424,33 @@ def test_a_whisper_config_on_one_peer_exponential_builds_and_meets_its_epsilon()
         check_mechanism(static, built.network.dynamics)
 
 
+@pytest.mark.parametrize("law", ["cycle", "one_peer_exponential"])
+def test_whisper_ledger_on_a_periodic_law_equals_the_exact_per_round_composition(law, tmp_path):
+    """The ledger accounts every access at the agent's largest [R(t)⁻¹]_ii over the round designs (a valid upper
+    bound). Composed exactly instead — round t's release at its own design's precision, the rounds of each design
+    counted — the ε is the same to 1e-6: problem (P) pushes every agent's precision up to the one bound b in every
+    design (less noise always lowers Tr(W R Wᵀ)), so the worst over designs is each round's own. A design that left
+    an agent below b (a looser round) would make the exact ε smaller and fail this test."""
+    from privdl.covariance.problem import precision_diagonal
+    from privdl.privacy.events import GaussianEvent
+    from privdl.privacy.ledger import Ledger
+
+    rounds = 7
+    net = (_cycle_network(tmp_path) if law == "cycle"
+           else build_network({"dynamics": "one_peer_exponential", "n": 8}, 0))
+    m = make_mechanism("whisper", steps=net.dynamics.accesses(make_algorithm("dsgd"), rounds), network=net,
+                       clip=1.0, epsilon=4.0)
+    got = m.ledger()
+    sens = got.noise["sensitivity"]
+    per_round = [precision_diagonal(m.round_mechanism(t).noise.covariance()) for t in range(1, rounds + 1)]
+    exact = Ledger.build(unit=got.unit, mechanism="exact", accountant=got.accountant, delta=got.delta,
+                         events=[[GaussianEvent(precision=float(p[i]), sensitivity=sens) for p in per_round]
+                                 for i in range(net.n)])
+    assert len({m.round_fingerprints[t % len(m.round_fingerprints)] for t in range(1, rounds + 1)}) >= 2
+    np.testing.assert_array_less(np.array(exact.epsilons), np.array(got.epsilons) * (1 + 1e-9))  # an upper bound
+    np.testing.assert_allclose(exact.epsilons, got.epsilons, rtol=1e-6)
+
+
 # ---- DECOR on any law: the canceling terms of round t on W(t)'s edges --------------------------------------------
 
 DECOR_LAWS = [({"dynamics": "random_matching", "n": 6}, 2), ({"dynamics": "peer_sampling", "peers": 1, "n": 8}, 5),
