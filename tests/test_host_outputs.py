@@ -272,3 +272,116 @@ def test_a_host_process_0_does_not_see_prunes_its_checkpoints_during_the_run(tmp
     assert "ROUNDS [8, 10, 12]" in said[1], said[1]
     assert "ROUNDS [10, 12]" in said[0], said[0]  # process 0 prunes whole rounds as before (keep = 2)
     assert not list(outs[1].rglob("*.pt"))
+
+
+@pytest.mark.parametrize("held,want", [
+    ([[2, 4, 6, 8], [4, 6, 8], [8, 10]], 8),  # the newest round common to all (10 is on one host only)
+    ([[2, 4, 6, 10], [4, 6, 8, 10], [6, 8]], 6),  # the newest of each differs: several passes
+    ([[40, 80], [40, 120], [80, 120]], None),  # every pair shares a round, the three none
+    ([[2, 4], [], [2, 4]], None),  # a host with nothing
+    ([[], [], []], None),
+])
+def test_processes_agree_on_the_newest_round_every_one_of_them_has(held, want):
+    """agreed_round over the in-process transport's largest-value agreement (one thread per process, each seeing
+    only its own rounds) against the intersection computed here from all of them."""
+    import threading
+
+    from privdl.comm.sliced import Transport
+    from privdl.simulator.checkpoint import agreed_round
+
+    common = set.intersection(*map(set, held))
+    assert want == (max(common) if common else None)
+    transport = Transport(len(held), timeout=10)
+    got = [None] * len(held)
+
+    def part(k):
+        got[k] = agreed_round(held[k], lambda v: transport.agree_max(k, v))
+
+    threads = [threading.Thread(target=part, args=(k,)) for k in range(len(held))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(20)
+    assert got == [want] * len(held)
+
+
+def test_a_process_sees_the_rounds_its_own_files_complete(tmp_path):
+    """held_rounds: its agents' files (and the recorder's, for the engine that writes it) — not the other host's."""
+    from privdl.simulator.checkpoint import Checkpoints
+
+    folder = tmp_path / "checkpoints"
+    for t, agents, run in ((2, (2, 3), False), (4, (2,), False), (6, (0, 1, 2, 3), True), (8, (0, 1), False)):
+        (folder / f"round-{t:09d}").mkdir(parents=True)
+        for i in agents:
+            (folder / f"round-{t:09d}" / f"agent-{i}.pt").write_bytes(b"x")
+        if run:
+            (folder / f"round-{t:09d}" / "run.pt").write_bytes(b"x")
+    ck = Checkpoints([folder], [{}], n=4, every=2)
+    assert ck.held_by([2, 3]).held_rounds() == [2, 6]
+    assert ck.held_by([0, 1]).held_rounds() == [6, 8]
+    assert ck.held_by([0, 1], writes_run=True).held_rounds() == [6]  # round 8 lacks the recorder's file
+    with pytest.warns(UserWarning, match="resuming from round 6"):
+        assert ck.latest() == 6  # the run's view (every agent): the same round
+
+
+KILLED_AT_ROUND = '''import os, signal, sys
+from privdl.runtime import __main__ as entry
+from privdl.simulator.checkpoint import Checkpoints
+save = Checkpoints.save
+def save_then_die(self, state, **kwargs):
+    save(self, state, **kwargs)
+    if state.t >= int(os.environ["DIE_AT"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+Checkpoints.save = save_then_die
+entry.main(sys.argv[1:])
+'''
+
+
+@pytest.mark.slow
+def test_hosts_without_a_shared_folder_resume_to_the_uninterrupted_run(tmp_path):
+    """Two processes, each its own --out (two hosts, no shared folder), both killed once they saved their agents'
+    files of round 6 of 12 (checkpoints every 2; process 0's recorder file of that round is not written yet):
+    restarted with --resume, they agree on the newest round both hosts' files complete —
+    each reading only its own folder — and write the simulator's results."""
+    from privdl.experiment import run_experiment
+
+    cfg = tmp_path / "hosts.toml"
+    cfg.write_text(CONFIG.replace("iterations = 8", "iterations = 12").replace("eval_every = 4", "eval_every = 3"))
+    script = tmp_path / "dies.py"
+    script.write_text(KILLED_AT_ROUND)
+    outs = [tmp_path / "host0", tmp_path / "host1"]
+    os.environ["DIE_AT"] = "6"
+    try:
+        procs = _two_hosts(cfg, outs, program=[str(script)])
+        said = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        del os.environ["DIE_AT"]
+    assert all(p.returncode != 0 for p in procs), said
+    assert list(outs[1].rglob("round-000000006/agent-3.pt")) and not list(outs[1].rglob("run.pt"))
+    assert not (outs[0] / "results.csv").exists()
+
+    def rounds(out, name):
+        return {int(f.parent.name.split("-")[1]) for f in out.rglob(name)}
+
+    common = rounds(outs[0], "run.pt") & rounds(outs[0], "agent-1.pt") & rounds(outs[1], "agent-3.pt")
+    assert common and max(rounds(outs[1], "agent-3.pt")) == 6  # host 1 has a newer round than host 0 completes
+    procs = _two_hosts(cfg, outs, program=("-m", "privdl.runtime", "--resume"))
+    said = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], said
+    import json
+
+    from privdl.experiment import load_config
+
+    man = json.loads(next((outs[0] / "runs").rglob("manifest.json")).read_text())
+    assert man["checkpoints"]["resumed_from_round"] == max(common)
+    run_experiment(load_config(cfg), tmp_path / "sim", progress=False)
+    got = (outs[0] / "results.csv").read_text().splitlines()
+    want = (tmp_path / "sim" / "results.csv").read_text().splitlines()
+    assert len(got) == len(want) > 4
+    import csv
+
+    rows = [list(csv.DictReader(x)) for x in (got, want)]
+    for a, b in zip(*rows):
+        assert (a["metric"], a["iteration"]) == (b["metric"], b["iteration"])
+        assert abs(float(a["value"]) - float(b["value"])) <= 1e-9 * max(1.0, abs(float(b["value"]))), (a, b)
+    assert not list(outs[1].rglob("*.pt"))

@@ -212,10 +212,10 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     saved = _pruning(coordinator, checkpoints, c.network, placements, owner, rank)
     last = None
     if checkpoints is not None and resume:
-        latest = checkpoints.latest() if rank == 0 else None
-        got = broadcast_ints([-1 if latest is None else latest], 1, what="the round to resume from")
-        last = None if got[0] < 0 else got[0]  # control: the round every agent has, decided once (an int64 tensor)
+        last = _resume_round(checkpoints, transport, p, rank)
         coordinator.load(last)
+    elif checkpoints is not None and rank:  # a fresh start: this host's files of an earlier attempt go (process 0
+        checkpoints.held_by(p.agents).remove_held()  # cleared the whole folder; another host's is only its own)
     root = RootKeys(int(cfg["seed"]))
     agreed = RuntimeSpec.of(cfg).agreed
     before = drawn()
@@ -267,6 +267,29 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     return coordinator.records, None, ends[1].reshape(-1), seconds, extra
 
 
+def _resume_round(checkpoints: Checkpoints, transport: DistTransport, p: Placement, rank: int) -> int | None:
+    """The round to resume from: the newest one every process's own files complete (its agents', and process 0's
+    recorder file), agreed by control messages before the rounds — each process reads only its own folder, so
+    hosts need not share one (each host's ``--out`` holds its agents' checkpoints). None: no checkpoint anywhere; a
+    checkpoint with no round common to all processes is refused by every process alike."""
+    import warnings
+
+    from privdl.simulator.checkpoint import CheckpointError, agreed_round
+
+    mine = checkpoints.held_by(p.agents, writes_run=rank == 0).held_rounds()
+    last = agreed_round(mine, lambda v: transport.agree_max(rank, v))
+    if last is None:
+        if transport.agree_max(rank, int(bool(mine))):
+            raise CheckpointError(f"no checkpoint round is complete on every process (process {rank} has "
+                                  f"{mine or 'none'} in {checkpoints.folders[0]}): nothing to resume from (delete "
+                                  "the checkpoints folders to start over)")
+        return None
+    if mine and mine[-1] > last:
+        warnings.warn(f"process {rank}: checkpoint round {mine[-1]} is not complete on every process; resuming "
+                      f"from round {last}, the last round every process has", stacklevel=2)
+    return last
+
+
 def _pruning(coordinator: Coordinator, checkpoints: Checkpoints | None, network, placements: list[Placement],
              owner, rank: int):
     """What a process does once it saved its agents' files of a checkpointed round: report it (the coordinator's
@@ -281,8 +304,7 @@ def _pruning(coordinator: Coordinator, checkpoints: Checkpoints | None, network,
                  len(placements))
     if behind is None:
         return coordinator.saved
-    mine = Checkpoints(checkpoints.folders, checkpoints.identity, n=checkpoints.n, every=checkpoints.every,
-                       agents=placements[rank].agents, writes_run=False, keep=checkpoints.keep)
+    mine = checkpoints.held_by(placements[rank].agents)
 
     def saved(t: int, per_tag: dict) -> None:
         coordinator.saved(t, per_tag)
@@ -529,8 +551,7 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
             forget(*saved[:2])
             if saved[2] is not None:  # and its checkpoint files on this host (process 0 removed its folder)
                 ck_done = saved[2]
-                Checkpoints(ck_done.folders, ck_done.identity, n=ck_done.n, every=ck_done.every, agents=saved[1],
-                            writes_run=False).remove_held()
+                ck_done.held_by(saved[1]).remove_held()
             saved = None
         if kind == END:
             break

@@ -28,7 +28,7 @@ import shutil
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch.utils import _pytree as pytree
@@ -154,6 +154,11 @@ class Checkpoints:
         #: agent → its checkpoint key (agreed runs: :meth:`authenticate`); None: files carry a SHA-256
         self.macs: dict[int, bytes] | None = None
 
+    def held_by(self, agents: Sequence[int], *, writes_run: bool = False) -> "Checkpoints":
+        """The same checkpoints as one engine that holds ``agents`` sees them (its files to write, read and remove)."""
+        return Checkpoints(self.folders, self.identity, n=self.n, every=self.every, agents=agents,
+                           writes_run=writes_run, keep=self.keep)
+
     def authenticate(self, macs: dict[int, bytes] | None) -> None:
         """Seal and check every agent file with an HMAC under its agent's own key (``macs``: agent → key, for the
         agents this engine holds; None: SHA-256 only). An agreed run's keys come from its agents' secrets, so only
@@ -229,9 +234,22 @@ class Checkpoints:
         return [int(m.group(1)) for p in folder.iterdir() if (m := ROUND.match(p.name)) and p.is_dir()]
 
     def _complete(self, folder: Path, t: int, everyone: bool) -> bool:
+        """Whether round ``t`` has every agent's file (``everyone``) or this engine's agents' — and the recorder's
+        file, unless this engine neither writes it nor looks at everyone (another host's process 0 holds it)."""
         where = folder / f"round-{t:09d}"
         agents = range(self.n) if everyone else self.agents
-        return all((where / f"agent-{i}.pt").is_file() for i in agents) and (where / "run.pt").is_file()
+        return (all((where / f"agent-{i}.pt").is_file() for i in agents)
+                and ((where / "run.pt").is_file() or not (everyone or self.writes_run)))
+
+    def held_rounds(self) -> list[int]:
+        """The rounds, increasing, that this engine's own files complete in every replica's folder: each of its
+        agents' files and, if it writes the recorder's, ``run.pt``. A process on a host of its own sees only
+        these; :func:`agreed_round` then finds the round every process has."""
+        common: set[int] | None = None
+        for folder in self.folders:
+            done = {t for t in self._rounds(folder) if self._complete(folder, t, everyone=False)}
+            common = done if common is None else common & done
+        return sorted(common or ())
 
     def _missing(self, folder: Path, t: int) -> list[str]:
         where = folder / f"round-{t:09d}"
@@ -366,6 +384,24 @@ class Checkpoints:
         """Remove the checkpoints (the run finished and was saved)."""
         for folder in self.folders:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def agreed_round(rounds: Sequence[int], agree_max: Callable[[int], int]) -> int | None:
+    """The newest round in every engine's ``rounds`` (its :meth:`Checkpoints.held_rounds`), or None if there is none,
+    agreed with ``agree_max`` (the engines' largest value of an integer, a control operation every engine calls the
+    same number of times). Each pass proposes the smallest of the engines' newest rounds up to the current proposal;
+    it stops when every engine holds the proposal (the proposal did not move), or when some engine holds no round up
+    to it. The proposal only falls, so at most one pass per distinct round. No folder is read but the engine's own:
+    hosts need not share one."""
+    mine = sorted({int(t) for t in rounds})
+    proposal = -agree_max(-(mine[-1] if mine else -1))
+    while proposal >= 0:
+        below = [t for t in mine if t <= proposal]
+        answer = -agree_max(-(below[-1] if below else -1))
+        if answer == proposal:
+            return proposal
+        proposal = answer
+    return None
 
 
 def _remove_if_empty(folder: Path) -> None:
