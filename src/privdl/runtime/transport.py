@@ -30,12 +30,9 @@ import zlib
 import torch
 import torch.distributed as dist
 
-from privdl.comm.sliced import TransportError, kind_of
+from privdl.comm.sliced import DTYPE_CODE as _CODE, DTYPES, TransportError, kind_of
 
 HEADER = 16  # int64 entries: round, crc32(tag), sequence, dtype code, ndim, shape (≤ 11 dims)
-DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
-          torch.int8, torch.uint8, torch.bool]
-_CODE = {str(d): k for k, d in enumerate(DTYPES)}
 
 
 def encode(header: tuple) -> torch.Tensor:

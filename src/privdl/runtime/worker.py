@@ -25,8 +25,7 @@ from privdl.errors import ConfigError, PrivdlError, ValidationError
 from privdl.keys import HeldKeys, Keys, RootKeys, drawn
 from privdl.placement import Placement, partition
 from privdl.comm.sliced import TransportError, Wire
-from privdl.runtime.transport import (_CODE as CODES, DTYPES, HEADER, DistTransport, all_max, broadcast_bytes,
-                                      broadcast_ints)
+from privdl.runtime.transport import DistTransport, all_max, broadcast_bytes, broadcast_ints
 from privdl.runtime_spec import RuntimeSpec
 from privdl.simulator.checkpoint import Checkpoints
 from privdl.simulator.coordinator import BYTES, DRAWS, Coordinator
@@ -34,8 +33,6 @@ from privdl.simulator.engine import recorded_rounds
 from privdl.simulator.sliced import owners_of, run_slice
 from privdl.tasks.held import HeldTask
 
-#: tag of the wire's messages for observers (never algorithm payloads; the coordinator's: privdl.simulator.coordinator)
-WIRE = "privdl/wire"
 #: tag of each process's facts for the manifest (control)
 PROCESS = "privdl/process"
 #: the generators whose numbers a run counts (privdl.keys.DRAWN), in the order process 0 receives them
@@ -143,47 +140,6 @@ def check_placements(cfg: dict, world: int) -> None:
             raise ValidationError(f"run {run_label(spec)}: {exc}") from None
 
 
-class DistWire:
-    """The wire of a distributed run with observers (the eavesdropper): every process sends its part of each
-    transmission — the messages its agents receive — to process 0 (tag ``privdl/wire``: a size message, then the
-    entries' positions, senders and receivers, then their payloads), where :class:`privdl.comm.sliced.Wire` merges
-    the parts into the simulator's message and hands it to the observers. Control traffic: it exists only when a
-    run has observers, and is counted apart from the payload."""
-
-    def __init__(self, rank: int, world: int, transport: DistTransport, observers) -> None:
-        self.rank, self.world, self.transport = rank, world, transport
-        self.merge = Wire(world, observers) if rank == 0 else None
-
-    def part(self, seq: int, t: int, tag: str, entry: tuple | None) -> None:
-        if self.rank:
-            meta = torch.full((HEADER,), -1, dtype=torch.int64)
-            meta[0] = 0 if entry is None else int(entry[0].numel())
-            if entry is not None and entry[0].numel():
-                order, src, dst, payload = entry
-                shape = tuple(payload.shape[1:])
-                meta[1:4] = torch.tensor([CODES[str(payload.dtype)], CODES[str(src.dtype)], len(shape)])
-                meta[4:4 + len(shape)] = torch.tensor(shape, dtype=torch.int64)
-            self.transport.send(self.rank, 0, (t, WIRE, seq, "torch.int64", (HEADER,)), meta)
-            if int(meta[0]):
-                index = torch.stack([order.long().cpu(), src.long().cpu(), dst.long().cpu()])
-                self.transport.send(self.rank, 0, (t, WIRE, seq, "torch.int64", tuple(index.shape)), index)
-                self.transport.send(self.rank, 0, (t, WIRE, seq, str(payload.dtype), tuple(payload.shape)), payload)
-            self.transport.flush(self.rank)
-            return
-        self.merge.part(seq, t, tag, entry)
-        for r in range(1, self.world):
-            meta = self.transport.recv(r, 0, (t, WIRE, seq, "torch.int64", (HEADER,))).tolist()
-            k = meta[0]
-            if not k:
-                self.merge.part(seq, t, tag, None)
-                continue
-            index = self.transport.recv(r, 0, (t, WIRE, seq, "torch.int64", (3, k)))
-            shape = (k, *meta[4:4 + meta[3]])
-            payload = self.transport.recv(r, 0, (t, WIRE, seq, str(DTYPES[meta[1]]), shape))
-            kind = DTYPES[meta[2]]
-            self.merge.part(seq, t, tag, (index[0], index[1].to(kind), index[2].to(kind), payload))
-
-
 def run_one_distributed(spec, components, *, rank: int, world: int, timeout: float, checkpoints=None,
                         resume: bool = False, on_step=None, secrets: Path | None = None,
                         secrets_identity: dict | None = None, since: float | None = None):
@@ -208,7 +164,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     # metrics where the agents live: process 0 receives scalars on a recorded round, never the models
     coordinator = Coordinator(transport, rank, placements, task=c.task, observers=watching, checkpoints=checkpoints,
                               local_metrics=True)
-    wire = DistWire(rank, world, transport, watching) if watching else None
+    wire = Wire(rank, world, transport, watching) if watching else None
     saved = _pruning(coordinator, checkpoints, c.network, placements, owner, rank)
     last = None
     if checkpoints is not None and resume:

@@ -148,7 +148,6 @@ def simulate_sliced(
         # generator, which the slices' threads would otherwise race for)
         x0 = task.init_params(Keys(source, n).generator("init")).expand(n, -1).clone()
     transport = Transport(parts, timeout=timeout)
-    wire = Wire(parts, observers) if observers else None
     marks = set(recorded_rounds(iterations, eval_every or iterations))
     coordinators = [Coordinator(transport, k, placements, task=task if not local_metrics else _evaluator(task),
                                 observers=observers, checkpoints=checkpoints, metrics=metrics,
@@ -178,7 +177,8 @@ def simulate_sliced(
                 part=k, placement=p, owner=owner, network=network, task=tasks[k] if tasks is not None else
                 HeldTask(task, p), keys=keys, mechanism=copy.deepcopy(mechanism, dict(memo)), algorithm=algorithm,
                 schedule=schedule, iterations=iterations, x0=x0, gradient=gradient, marks=marks, transport=transport,
-                wire=wire, record=coordinators[k].record, on_step=on_step if k == 0 else None,
+                wire=Wire(k, parts, transport, observers) if observers else None, record=coordinators[k].record,
+                on_step=on_step if k == 0 else None,
                 checkpoints=checkpoints, resume=resume, last=last, saved=coordinators[k].saved, held_rows=held_rows)
             got = coordinators[k].finals(iterations, final, accesses)
             per_tag = coordinators[k].per_tag(BYTES, iterations, meter.per_tag())
