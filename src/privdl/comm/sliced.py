@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from privdl.comm.base import SERVER, Comm, Observer, _flat, canonical_mix, canonical_neighbour_sum, canonical_rows
-from privdl.errors import PrivdlError
+from privdl.errors import PrivdlError, ValidationError
 from privdl.network.network import Network
 from privdl.placement import Placement
 
@@ -524,4 +524,94 @@ class SliceComm(Comm):
                 "agents": list(self.placement.agents)}
 
 
-__all__ = ["SliceComm", "Transport", "TransportError", "Wire"]
+#: the Comm methods a held-frame engine supports (each agent's result from its own and its in-neighbours' rows)
+HELD_METHODS = ("mix", "neighbour_sum")
+
+
+class HeldComm(SliceComm):
+    """The Comm of slice ``part`` in the *held frame* (:mod:`privdl.placement`): its tensors have one row per agent
+    it holds (row r is ``placement.agents[r]``), never one per agent of the network. ``mix`` and ``neighbour_sum``
+    send each peer the local rows its agents read, gather the rows the held agents read into a table and run the
+    simulator's canonical summation on it (:func:`privdl.comm.base.canonical_rows`: each held row's result is the
+    same operations on the same numbers as the simulator's, so the same bits) — nothing of size n·d is built.
+    Per-edge methods (pull, push, send, reduce) and the aggregator's (average, average_in_place) are refused: an
+    algorithm that calls them runs in the network frame (``runtime.frame = "network"``). ``algorithm`` names the
+    algorithm in that error."""
+
+    def __init__(self, network: Network, placement: Placement, part: int, owner: np.ndarray, transport: Transport,
+                 wire: Wire | None = None, *, algorithm: str = "this algorithm") -> None:
+        self.algorithm = algorithm
+        super().__init__(network, placement, part, owner, transport, wire)
+
+    def _plan(self, e) -> None:
+        super()._plan(e)
+        held = self.placement.held_rows
+        local = torch.full((self.rows,), -1, dtype=torch.long)
+        local[held] = torch.arange(held.numel())
+        self.local_out = {p: local[r] for p, r in self.rows_out.items()}  # my local rows each peer reads
+        self.own_position = self.position[held]  # my rows' places in the table of the rows my agents read
+        self._degree = e.degree.index_select(0, held.to(e.degree.device))[:, None]
+
+    @property
+    def frame_rows(self) -> int:
+        """Rows of this engine's tensors: its agents."""
+        return len(self.placement.agents)
+
+    @property
+    def degree(self) -> torch.Tensor:
+        """Number of neighbours of each held agent, (m, 1)."""
+        return self._degree
+
+    def to(self, device: torch.device | str) -> "HeldComm":
+        super().to(device)
+        self._degree = self._degree.to(device)
+        return self
+
+    def _held_sum(self, x: torch.Tensor, tag: str, *, weighted: bool) -> torch.Tensor:
+        flat = _flat(x)
+        if flat.shape[0] != self.frame_rows:
+            raise ValidationError(f"a held-frame Comm combines one row per held agent ({self.frame_rows}), got a "
+                                  f"tensor of {flat.shape[0]} rows")
+        out = {p: flat[r.to(flat.device)] for p, r in self.local_out.items()}
+        expect = {p: (int(r.numel()), *flat.shape[1:]) for p, r in self.rows_in.items()}
+        got = self._exchange(tag, out, expect, flat)
+        table = flat.new_empty((len(self.read_rows), *flat.shape[1:]))
+        table.index_copy_(0, self.own_position.to(flat.device), flat)
+        for p, value in got.items():
+            table.index_copy_(0, self.position[self.rows_in[p]].to(flat.device), value)
+        if self.wire is not None:
+            e, idx = self.edges, self.mine_in
+            src = e.src[idx]
+            self._part(tag, idx, src, e.dst[idx], table.index_select(0, self.position[src.long()].to(flat.device)))
+        held = self.placement.held_rows.to(flat.device)
+        return canonical_rows(table, self.edges, held, self.position.to(flat.device),
+                              weighted=weighted).reshape(x.shape)
+
+    def _refuse(self, method: str, why: str):
+        raise ValidationError(f"algorithm {self.algorithm!r} calls comm.{method} ({why}); the held frame "
+                              f"(runtime.frame = \"held\") supports {' and '.join(HELD_METHODS)} only: run it with "
+                              "runtime.frame = \"network\"")
+
+    def pull(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        self._refuse("pull", "one value per edge: a tensor of the network's edges")
+
+    def push(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
+        self._refuse("push", "one value per edge: a tensor of the network's edges")
+
+    def send(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
+        self._refuse("send", "one value per edge: a tensor of the network's edges")
+
+    def reduce(self, per_edge: torch.Tensor, *, weight=None) -> torch.Tensor:
+        self._refuse("reduce", "sums of per-edge values: a tensor of the network's edges")
+
+    def average(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
+        self._refuse("average", "a trusted aggregator of every agent's row")
+
+    def average_in_place(self, x: torch.Tensor, *, tag: str, offset: torch.Tensor | None = None) -> torch.Tensor:
+        self._refuse("average_in_place", "the seed-004 authors' sweep, agent by agent over the whole network")
+
+    def describe(self) -> dict[str, object]:
+        return {**super().describe(), "frame": "held"}
+
+
+__all__ = ["HELD_METHODS", "HeldComm", "SliceComm", "Transport", "TransportError", "Wire"]

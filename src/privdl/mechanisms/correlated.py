@@ -204,6 +204,22 @@ class CorrelatedNoise:
             v = v + coeff[k] * normal(fold(as_keys([key]), counter), d, dtype)[0]
         return v
 
+    def rows(self, agents: torch.Tensor, counter: int, d: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        """The noise of ``agents`` only (their rows of :meth:`network`, bit for bit: ``per_agent`` generation), each
+        from its own key and the shared keys it holds — an engine holding some agents draws nothing for the
+        others. ``matmul`` generation forms every agent's shared part in one product: refused."""
+        agents = [int(a) % self.n for a in torch.as_tensor(agents).reshape(-1).tolist()]
+        if not self.draw_keys:  # no shared component (LDP): the own draws, vectorised like network()'s
+            self._bound()
+            return self.sigma_mix * normal(fold(self.own_keys[agents], counter), d, dtype)
+        if self.generation != "per_agent":
+            raise ValidationError(f"noise generation {self.generation!r} draws the whole network's noise in one "
+                                  "product; an engine holding only some agents (the held frame) needs generation = "
+                                  "\"per_agent\"")
+        if not agents:
+            return torch.zeros(0, d, dtype=dtype)
+        return torch.stack([self.agent(a, counter, d, dtype) for a in agents])
+
     def network(self, counter: int, d: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """All agents' noise at access ``counter`` (n, d)."""
         self._bound()
@@ -450,13 +466,19 @@ class CorrelatedGaussian(GradientMechanism):
 
     def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
         n = self.network_.n
-        if not (access.owners.numel() == n and access.all_rows):
-            raise ValidationError(f"{self.name}: correlated noise is drawn for every agent's own gradient in one "
-                                  "access (owners = all rows); cross-gradients need an independent-noise mechanism")
+        everyone = access.owners.numel() == n and access.all_rows
+        if not everyone and not access.is_self:
+            raise ValidationError(f"{self.name}: correlated noise is drawn for every agent's own gradient "
+                                  "(owners = requesters); cross-gradients need an independent-noise mechanism")
         # per-example: the value is already the clipped sum of the batch; the noise goes on the sum, then / B
         g = clip_rows(value, self.clip) if self.clip and self.batch is None else value
-        flat = g.reshape(n, -1)
-        out = flat + self.noise_at(access).network(access.call, flat.shape[1], flat.dtype).to(flat.device)
+        flat = g.reshape(value.shape[0], -1)
+        noise = self.noise_at(access)
+        if everyone:
+            drawn = noise.network(access.call, flat.shape[1], flat.dtype)
+        else:  # some agents' own gradients (an engine that holds only them: the held frame)
+            drawn = noise.rows(access.owners, access.call, flat.shape[1], flat.dtype)
+        out = flat + drawn.to(flat.device)
         return (out if self.batch is None else out / self.batch).reshape(value.shape)
 
     def noise_at(self, access: Access) -> CorrelatedNoise:

@@ -36,7 +36,7 @@ class GradientOracle:
     """Privatised gradients for the algorithm: ``oracle(models, owners=None, tag=...)`` → (m, d)."""
 
     def __init__(self, task: Task, mechanism: GradientMechanism, keys: Keys, *, gradient: str = "auto",
-                 placement: Placement | None = None, held_rows: bool = False) -> None:
+                 placement: Placement | None = None, held_rows: bool = False, frame: str = "network") -> None:
         self.task, self.mechanism, self.keys = task, mechanism, keys
         # a slice (privdl.placement): reads only its agents' data; nothing is agreed with the other slices (an
         # agent's lot is its own business: padded to the slice's longest lot, summed block by block). With
@@ -46,7 +46,13 @@ class GradientOracle:
         # row of the network's frame (the rows held elsewhere on zero data): the simulator's kernels on the
         # simulator's shapes, bit for bit (the sliced backend's specification, tests/test_sliced.py)
         self.placement = None if placement is None or placement.complete else placement
-        self.held_rows = bool(held_rows)
+        self.held_rows = bool(held_rows) or frame == "held"
+        # the held frame (privdl.placement): the models have one row per held agent (row r is agent agents[r]); an
+        # access without owners is every held agent on its own data, keyed by its global id
+        if frame not in ("network", "held"):
+            raise ValidationError(f"frame must be 'network' or 'held', got {frame!r}")
+        self.local = (torch.as_tensor(placement.agents, dtype=torch.int64)
+                      if frame == "held" and self.placement is not None else None)
         self._blocks: dict[tuple, tuple[ClippedSum, int]] = {}  # (id(need), rows, d) -> (need, block): _block
         self.calls = 0
         #: ``on_access(t, access, batch)`` sees every access's examples (round t, set by the engine): the engine's
@@ -107,6 +113,11 @@ class GradientOracle:
         by :meth:`GradientMechanism.unprotected` — the algorithm must declare it (``Algorithm.unprotected``), and
         the ledger then states that no ε covers the agent."""
         rows = models.shape[0]
+        if self.local is not None and owners is None and requesters is None:
+            if rows != self.local.numel():
+                raise ValidationError(f"models have {rows} rows, this engine holds {self.local.numel()} agents (the "
+                                      "held frame: one row per held agent)")
+            owners = requesters = self.local
         everyone = owners is None and requesters is None and rows == self.keys.rows
         if everyone:  # the common case: every row, its own data, its own model
             if self._all is None:
@@ -170,6 +181,8 @@ class GradientOracle:
         """``fn(models, batch, mask)`` for the held rows ``idx`` in the frame of ``models`` (zeros in the other rows:
         they belong to other slices) — computed on those rows alone (``held_rows``), or on the whole frame with
         zero data in the other rows (the simulator's shapes)."""
+        if self.held_rows and idx.numel() == models.shape[0]:  # every row held (the held frame): no copy
+            return fn(models, batch, mask)
         out = models.new_zeros(models.shape)
         if not idx.numel():
             return out

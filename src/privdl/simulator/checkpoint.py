@@ -140,10 +140,13 @@ class Checkpoints:
     """The checkpoints of one engine: ``folders[r]`` is replica r's checkpoint folder (one per run of a stacked
     batch), ``identity[r]`` what names that run (run id, config digest, ...: compared on resume), ``n`` agents per
     replica, ``agents`` the agents this engine holds (all by default), ``every`` rounds between checkpoints,
-    ``writes_run`` whether this engine writes the recorder's file."""
+    ``writes_run`` whether this engine writes the recorder's file. ``held_frame``: the engine's tensors have one row
+    per agent it holds (row k is ``agents[k]``; :mod:`privdl.placement`) instead of one per agent of the network;
+    an agent's file holds its rows either way."""
 
     def __init__(self, folders: Sequence[Path], identity: Sequence[dict], *, n: int, every: int,
-                 agents: Sequence[int] | None = None, writes_run: bool = True, keep: int = 2) -> None:
+                 agents: Sequence[int] | None = None, writes_run: bool = True, keep: int = 2,
+                 held_frame: bool = False) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise CheckpointError(f"runtime.checkpoint_every must be an integer >= 1 (rounds), got {every!r}")
         self.folders = [Path(f) for f in folders]
@@ -151,6 +154,9 @@ class Checkpoints:
         self.n, self.every, self.keep = int(n), int(every), int(keep)
         self.agents = list(range(self.n)) if agents is None else sorted(int(a) for a in agents)
         self.writes_run = writes_run
+        self.held_frame = bool(held_frame)
+        if self.held_frame and len(self.folders) != 1:
+            raise CheckpointError("a held-frame engine holds one run (stacked replicas use the network frame)")
         #: agent → its checkpoint key (agreed runs: :meth:`authenticate`); None: files carry a SHA-256
         self.macs: dict[int, bytes] | None = None
 
@@ -173,20 +179,29 @@ class Checkpoints:
         return None if self.macs is None else self.macs[agent]
 
     # ---- saving ---------------------------------------------------------------------------------------------------
+    def _row(self, r: int, k: int, i: int) -> int:
+        """The row of replica r's agent i (the k-th this engine holds) in the engine's tensors."""
+        return k if self.held_frame else r * self.n + i
+
+    @property
+    def frame_rows(self) -> int:
+        """Rows of the engine's per-agent tensors."""
+        return len(self.agents) if self.held_frame else len(self.folders) * self.n
+
     def due(self, t: int) -> bool:
         return t % self.every == 0
 
     def save(self, state: RunState, *, edges_dst: torch.Tensor) -> None:
         """Write round ``state.t``: one file per held agent and replica (and the recorder's file)."""
         leaves, _ = pytree.tree_flatten(state.algorithm)
-        rows = len(self.folders) * self.n
-        kinds = _kinds(leaves, rows, int(edges_dst.numel()))
+        rows = self.frame_rows
+        kinds = _kinds(leaves, rows, 0 if self.held_frame else int(edges_dst.numel()))
         dst = edges_dst.cpu().long()
         for r, folder in enumerate(self.folders):
             where = folder / f"round-{state.t:09d}"
             where.mkdir(parents=True, exist_ok=True)
-            for i in self.agents:
-                row = r * self.n + i
+            for k, i in enumerate(self.agents):
+                row, agent = self._row(r, k, i), r * self.n + i
                 mine = [leaf[row].detach().cpu().clone() if kind == "row" else
                         leaf[(dst == row).nonzero().reshape(-1).to(leaf.device)].detach().cpu().clone()
                         if kind == "edge" else (leaf.detach().cpu().clone() if isinstance(leaf, torch.Tensor)
@@ -195,7 +210,7 @@ class Checkpoints:
                 _write(where / f"agent-{i}.pt", mac=self._mac(i), payload={
                     "header": {**self.identity[r], "format": FORMAT, "agent": i, "round": state.t, "n": self.n},
                     "kinds": kinds, "leaves": mine, "oracle_calls": int(state.oracle_calls),
-                    "mechanism_calls": int(state.mechanism_calls[row])})
+                    "mechanism_calls": int(state.mechanism_calls[agent])})
             _fsync_dir(where)
         if self.writes_run:
             self.save_run(state)
@@ -299,21 +314,21 @@ class Checkpoints:
         ``expected_calls[row]``: the accesses to each row's data that t rounds of this run make (the algorithm's
         count); a file that states another number is refused, naming the field — the ledger is built from it."""
         leaves, spec = pytree.tree_flatten(template)
-        kinds = _kinds(leaves, rows, int(edges_dst.numel()))
+        kinds = _kinds(leaves, rows, 0 if self.held_frame else int(edges_dst.numel()))
         out = [torch.zeros_like(leaf) if kind != "shared" else leaf for leaf, kind in zip(leaves, kinds)]
         dst = edges_dst.cpu().long()
-        calls = torch.zeros(rows, dtype=torch.int64)
+        calls = torch.zeros(len(self.folders) * self.n, dtype=torch.int64)  # by global row (the mechanism's)
         oracle_calls, shared_from = None, None
         for r, folder in enumerate(self.folders):
             where = folder / f"round-{t:09d}"
-            for i in self.agents:
+            for k_agent, i in enumerate(self.agents):
                 path = where / f"agent-{i}.pt"
                 got = _read(path, self._mac(i), i)
                 self._check(path, got.get("header", {}), r, t, i)
                 if got.get("kinds") != kinds or len(got.get("leaves", ())) != len(leaves):
                     raise CheckpointError(f"checkpoint {path} holds another algorithm state than this run's "
                                           f"({got.get('kinds')} against {kinds})")
-                row = r * self.n + i
+                row, agent = self._row(r, k_agent, i), r * self.n + i
                 for k, (value, kind) in enumerate(zip(got["leaves"], kinds)):
                     if kind == "row":
                         out[k][row] = value.to(out[k].device, out[k].dtype)
@@ -323,11 +338,11 @@ class Checkpoints:
                     elif shared_from is None:
                         out[k] = value.to(leaves[k].device) if isinstance(value, torch.Tensor) else value
                 shared_from = shared_from or path
-                calls[row] = int(got["mechanism_calls"])
-                if expected_calls is not None and int(calls[row]) != int(expected_calls[row]):
+                calls[agent] = int(got["mechanism_calls"])
+                if expected_calls is not None and int(calls[agent]) != int(expected_calls[agent]):
                     raise CheckpointError(
-                        f"checkpoint {path} (agent {i}, round {t}): mechanism_calls = {int(calls[row])}, but {t} "
-                        f"rounds of this run make {int(expected_calls[row])} accesses to agent {i}'s data — the "
+                        f"checkpoint {path} (agent {i}, round {t}): mechanism_calls = {int(calls[agent])}, but {t} "
+                        f"rounds of this run make {int(expected_calls[agent])} accesses to agent {i}'s data — the "
                         "file was edited or is of another run, and the privacy ledger would state a wrong count; "
                         "delete the checkpoints folder to start the run over")
                 if oracle_calls is None:

@@ -72,8 +72,10 @@ class Coordinator:
 
     def __init__(self, transport, part: int, placements: Sequence[Placement], *, task: Task,
                  observers: Sequence[Observer] = (), checkpoints: Checkpoints | None = None,
-                 metrics: bool = True, local_metrics: bool = False) -> None:
+                 metrics: bool = True, local_metrics: bool = False, held_frame: bool = False) -> None:
         self.transport, self.part, self.placements = transport, int(part), list(placements)
+        #: the slices' models have one row per held agent (:mod:`privdl.placement`), not one per agent of the network
+        self.held_frame = bool(held_frame)
         self.task, self.checkpoints, self.metrics = task, checkpoints, metrics
         #: evaluate each slice's agents where they live (:meth:`_local_metrics`) when the task splits its metrics
         self.local = (bool(local_metrics) and metrics and len(self.placements) > 1
@@ -93,14 +95,20 @@ class Coordinator:
         for o, d in zip(stateful(self.watchers), st.observers):
             o.load_state_dict(d)
 
-    def rows(self, tag: str, t: int, x: torch.Tensor) -> torch.Tensor | None:
-        """Every slice's held rows of ``x`` (rows = agents) in one tensor at slice 0, or None (the others)."""
+    def rows(self, tag: str, t: int, x: torch.Tensor, *, held: bool | None = None) -> torch.Tensor | None:
+        """Every slice's held rows of ``x`` (rows = agents; ``held``: one row per held agent, by default the
+        slices' frame) in one tensor of the network's rows at slice 0, or None (the others)."""
+        held = self.held_frame if held is None else held
         mine = self.placements[self.part].held_rows
         shapes = [(int(p.held_rows.numel()), *x.shape[1:]) for p in self.placements]
-        got = self.transport.gather(self.part, t, tag, x[mine.to(x.device)], shapes)
+        got = self.transport.gather(self.part, t, tag, x if held else x[mine.to(x.device)], shapes)
         if got is None:
             return None
-        full = x.clone()
+        if held:
+            full = x.new_zeros((self.placements[0].rows, *x.shape[1:]))
+            full[mine.to(x.device)] = x
+        else:
+            full = x.clone()
         for p, value in zip(self.placements[1:], got[1:]):
             full[p.held_rows.to(x.device)] = value.to(x.device)
         return full
@@ -156,9 +164,10 @@ class Coordinator:
         tr, part, holder, n = self.transport, self.part, self.mean_holder, self.placements[0].n
         p = self.placements[part]
         rows = p.held_rows.to(x.device)
-        mine = x[rows].to(torch.float64)
+        own = x if self.held_frame else x[rows]
+        mine = own.to(torch.float64)
         self.task.at_round(t)
-        terms = self.task.agent_terms(x[rows], (p.held_rows % n).to(x.device))
+        terms = self.task.agent_terms(own, (p.held_rows % n).to(x.device))
         names = list(terms)
         sums = torch.tensor([float(terms[k].sum()) for k in names], dtype=torch.float64)
         total = mine.sum(dim=0)
@@ -207,7 +216,7 @@ class Coordinator:
         """The end of the run: every slice's final models and access counts (per row) at slice 0, or None.
         ``final`` None: the models stay with their slices (slice 0 gets None for them; the counts only)."""
         models = None if final is None else self.rows(FINAL, t, final)
-        counts = self.rows(ACCESSES, t, accesses.reshape(-1, 1))
+        counts = self.rows(ACCESSES, t, accesses.reshape(-1, 1), held=False)  # per global row, in every frame
         return None if counts is None else (models, counts.reshape(accesses.shape))
 
     @property

@@ -28,7 +28,7 @@ from privdl.agreement import agree, shared_groups
 from privdl.algorithms.base import Algorithm, check_directed
 from privdl.comm import Observer
 from privdl.comm.observers import AgentBytes
-from privdl.comm.sliced import SliceComm, Transport, Wire
+from privdl.comm.sliced import HELD_METHODS, HeldComm, SliceComm, Transport, Wire
 from privdl.errors import ValidationError
 from privdl.keys import HeldKeys, Keys, KeySource, RootKeys
 from privdl.mechanisms.base import GradientMechanism
@@ -48,7 +48,7 @@ def run_slice(*, part: int, placement: Placement, owner: np.ndarray, network: Ne
               x0: torch.Tensor | None, gradient: str, marks: set[int], transport, wire: Wire | None,
               record: Callable[[int, torch.Tensor, tuple[int, int]], None],
               on_step: Callable[[int], None] | None, checkpoints: Checkpoints | None, resume: bool, last: int | None,
-              saved: Callable[[int, dict], None], held_rows: bool = False
+              saved: Callable[[int, dict], None], held_rows: bool = False, frame: str = "network"
               ) -> tuple[torch.Tensor, torch.Tensor, float, AgentBytes]:
     """One slice's engine — a thread of :func:`simulate_sliced`, or a process of the distributed runtime: its
     Comm over ``transport``, its oracle (only ``task``'s held agents, lots padded as agreed), its own ``mechanism``
@@ -56,25 +56,79 @@ def run_slice(*, part: int, placement: Placement, owner: np.ndarray, network: Ne
     agents' ends: ``record(t, x, totals)`` gets its (sent, received) totals, ``saved`` its per-tag counts, since the
     run (re)started). ``held_rows``: gradients computed on the held agents' rows alone (the distributed runtime;
     equal to the simulator's within rounding) instead of the network's frame (bit for bit:
-    :class:`~privdl.simulator.access.GradientOracle`).
-    Returns (models in the network frame, the mechanism's accesses per row, seconds, the meter)."""
+    :class:`~privdl.simulator.access.GradientOracle`). ``frame = "held"``: the engine's tensors have one row per
+    held agent (:mod:`privdl.placement`; :class:`~privdl.comm.sliced.HeldComm`; gradients on held rows) — refused
+    for an algorithm or mechanism that needs more (:func:`check_held_frame`).
+    Returns (models in the engine's frame, the mechanism's accesses per global row, seconds, the meter)."""
     n = network.n
-    comm = SliceComm(network, placement, part, owner, transport, wire)
+    held = frame == "held"
+    if held:
+        check_held_frame(algorithm, mechanism)
+        comm = HeldComm(network, placement, part, owner, transport, wire, algorithm=algorithm.name)
+    else:
+        comm = SliceComm(network, placement, part, owner, transport, wire)
     meter = comm.meter = AgentBytes(n, held=placement.held)
-    start = (x0.clone() if x0 is not None else
-             task.init_params(keys.generator("init")).expand(n, -1).clone())
-    oracle = GradientOracle(task, mechanism, keys, gradient=gradient, placement=placement, held_rows=held_rows)
+    rows = len(placement.agents) if held else n
+    if x0 is not None:
+        start = x0.index_select(0, placement.held_rows.to(x0.device)) if held else x0.clone()
+    else:
+        start = task.init_params(keys.generator("init")).expand(rows, -1).clone()
+    oracle = GradientOracle(task, mechanism, keys, gradient=gradient, placement=placement, held_rows=held_rows,
+                            frame=frame)
     mine = None if checkpoints is None else Checkpoints(
         checkpoints.folders, checkpoints.identity, n=n, every=checkpoints.every, agents=placement.agents,
-        writes_run=False, keep=checkpoints.keep)
+        writes_run=False, keep=checkpoints.keep, held_frame=held)
     restore, on_round = checkpoint_hooks(mine, resume=resume, mechanism=mechanism, recorder=None, observers=(),
-                                         comm=comm, rows=n, algorithm=algorithm, keys=keys,
+                                         comm=comm, rows=rows, algorithm=algorithm, keys=keys,
                                          after_save=lambda t: saved(t, meter.per_tag()), last=last)
     final, secs = _loop(task=task, comm=comm, algorithm=algorithm, mechanism=mechanism, keys=keys, eta=schedule,
                         iterations=iterations, x0=start.to(dtype=task.dtype, device=task.device), gradient=gradient,
                         marks=marks, record=lambda t, x: record(t, x, meter.totals()), on_step=on_step,
                         oracle=oracle, restore=restore, on_round=on_round)
     return final, mechanism.accesses().clone(), secs, meter
+
+
+#: the frames an engine of a split run computes in (:mod:`privdl.placement`)
+FRAMES = ("network", "held")
+#: the algorithms that run in the held frame: they talk only through the Comm's held-frame methods
+#: (:data:`privdl.comm.sliced.HELD_METHODS`) and read the data of their own agents only
+HELD_ALGORITHMS = ("dsgd", "dsgt", "exact_diffusion")
+#: why the others do not (what they need of the network beyond their agents' rows)
+HELD_REFUSALS = {
+    "pd_lms": "it sends one value per edge (comm.send) and sums per-edge values (comm.reduce)",
+    "dpdl": "its cross-gradients pull every model over the edges and push a gradient back per edge (comm.pull/push)",
+    "cga": "its cross-gradients pull every model over the edges and push a gradient back per edge (comm.pull/push)",
+    "central_sgd": "it averages through a trusted aggregator of every agent's row (comm.average)",
+    "psgt": "it reads the network's self-weights row by row (one per agent of the network)",
+}
+
+
+def check_held_frame(algorithm: Algorithm, mechanism: GradientMechanism, *, gossip: str | None = None) -> None:
+    """Refuse, before a run starts, an algorithm or mechanism that cannot run in the held frame (one row per held
+    agent: only :data:`privdl.comm.sliced.HELD_METHODS` between agents, each agent's own data and noise), naming
+    the reason; ``gossip``: the algorithm's gossip key, when the config gives it."""
+    name = algorithm.name
+    how = f"{' and '.join(HELD_METHODS)}"
+    if name not in HELD_ALGORITHMS:
+        why = HELD_REFUSALS.get(name, f"it is not one of the algorithms checked to talk only through {how} "
+                                      f"({', '.join(HELD_ALGORITHMS)})")
+        raise ValidationError(f"runtime.frame = \"held\" cannot run algorithm {name!r}: {why}; use "
+                              "runtime.frame = \"network\"")
+    if gossip == "authors":
+        raise ValidationError(f"runtime.frame = \"held\" cannot run algorithm {name!r} with gossip = \"authors\": "
+                              "its in-place sweep goes agent by agent over the whole network "
+                              "(comm.average_in_place); use runtime.frame = \"network\"")
+    members = getattr(mechanism, "members", [mechanism])
+    for m in [mechanism, *members]:
+        if m.wraps_comm:
+            raise ValidationError(f"runtime.frame = \"held\" cannot run mechanism {m.name!r}: it wraps the Comm "
+                                  "(encodes what is sent per edge, or averages over gossip rounds of its own); use "
+                                  "runtime.frame = \"network\"")
+        generation = getattr(m, "generation", "per_agent")
+        if generation != "per_agent" and getattr(getattr(m, "noise", None), "draw_keys", None):  # shared draws
+            raise ValidationError(f"runtime.frame = \"held\" cannot run mechanism {m.name!r} with generation = "
+                                  f"{generation!r}: it draws the whole network's noise in one product; use "
+                                  "generation = \"per_agent\" (the same noise, each agent's row drawn alone)")
 
 
 def owners_of(placements: Sequence[Placement], n: int) -> np.ndarray:
@@ -112,6 +166,7 @@ def simulate_sliced(
     checkpoints: Checkpoints | None = None, resume: bool = False, agreed: bool = False, context: str = "",
     entropy: Callable[[str], bytes] | None = None, keep_secrets: bool = False, identities=None, store=None,
     store_identity: dict | None = None, held_rows: bool = False, local_metrics: bool = False,
+    frame: str = "network",
 ) -> SimulationResult:
     """Run ``algorithm`` with ``mechanism`` as K slices (``placements``, or ``slices`` contiguous blocks), one
     thread each, joined by an in-process transport. Same arguments and result as :func:`privdl.simulate` (keys from
@@ -130,8 +185,14 @@ def simulate_sliced(
     slice computes gradients on its agents' rows alone, as the distributed runtime's processes do (equal to the
     simulator within rounding; by default on the network's frame, bit for bit). ``local_metrics``: each slice
     evaluates its own agents and slice 0 receives the metrics' scalars (the distributed runtime's way; equal to the
-    simulator within rounding: :meth:`privdl.simulator.coordinator.Coordinator._local_metrics`)."""
+    simulator within rounding: :meth:`privdl.simulator.coordinator.Coordinator._local_metrics`). ``frame``:
+    "held" gives each slice tensors of its own agents' rows only (:mod:`privdl.placement`; refused, naming the
+    reason, for what needs more: :func:`check_held_frame`), "network" (default) the network's rows."""
     n = network.n
+    if frame not in FRAMES:
+        raise ValidationError(f"frame must be one of {', '.join(FRAMES)}, got {frame!r}")
+    if frame == "held":
+        check_held_frame(algorithm, mechanism)
     if task.n != n:
         raise ValidationError(f"the task has {task.n} agents, the network {n}")
     check_directed(algorithm, mechanism, network)
@@ -151,7 +212,7 @@ def simulate_sliced(
     marks = set(recorded_rounds(iterations, eval_every or iterations))
     coordinators = [Coordinator(transport, k, placements, task=task if not local_metrics else _evaluator(task),
                                 observers=observers, checkpoints=checkpoints, metrics=metrics,
-                                local_metrics=local_metrics) for k in range(parts)]
+                                local_metrics=local_metrics, held_frame=frame == "held") for k in range(parts)]
     last = checkpoints.latest() if (checkpoints is not None and resume) else None
     coordinators[0].load(last)  # the coordinator's part of the checkpoint: records and observers
     ends: dict = {}  # slice 0's: the final models, accesses and per-tag bytes of every slice
@@ -179,7 +240,8 @@ def simulate_sliced(
                 schedule=schedule, iterations=iterations, x0=x0, gradient=gradient, marks=marks, transport=transport,
                 wire=Wire(k, parts, transport, observers) if observers else None, record=coordinators[k].record,
                 on_step=on_step if k == 0 else None,
-                checkpoints=checkpoints, resume=resume, last=last, saved=coordinators[k].saved, held_rows=held_rows)
+                checkpoints=checkpoints, resume=resume, last=last, saved=coordinators[k].saved, held_rows=held_rows,
+                frame=frame)
             got = coordinators[k].finals(iterations, final, accesses)
             per_tag = coordinators[k].per_tag(BYTES, iterations, meter.per_tag())
             if got is not None:
@@ -217,4 +279,4 @@ def simulate_sliced(
                             extra)
 
 
-__all__ = ["NetworkBytes", "owners_of", "run_slice", "simulate_sliced"]  # NetworkBytes: the coordinator's
+__all__ = ["FRAMES", "HELD_ALGORITHMS", "NetworkBytes", "check_held_frame", "owners_of", "run_slice", "simulate_sliced"]  # NetworkBytes: the coordinator's
