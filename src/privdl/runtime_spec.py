@@ -35,6 +35,7 @@ class RuntimeSpec:
     identity: str = "none"  # "none" or "ed25519" (the agreement's keys signed, checked against the roster)
     roster: str | None = None  # with ed25519: the roster file, relative to the config's folder
     identity_dir: str | None = None  # with ed25519: this host's private identities, relative to the config's folder
+    frame: str = "network"  # sliced, dist: "network" (n rows per engine) or "held" (one row per held agent)
 
     @classmethod
     def of(cls, cfg: dict) -> "RuntimeSpec":

@@ -28,7 +28,7 @@ from privdl.registry import Registry
 from privdl.runtime_spec import RuntimeSpec
 from privdl.simulator import SimulationResult, simulate
 from privdl.simulator.checkpoint import Checkpoints
-from privdl.simulator.sliced import simulate_sliced
+from privdl.simulator.sliced import check_held_frame, simulate_sliced
 
 #: the eavesdropper's sliding window (rounds) when the config does not say
 EAVESDROPPER_WINDOW = 100
@@ -114,14 +114,16 @@ class Sliced(Backend):
         if cfg.get("device", "cpu") != "cpu":
             raise ValidationError("runtime.backend = \"sliced\" runs on the CPU; remove device or set it to \"cpu\"")
         options = config_options(cfg, c.network.n, range(c.network.n)) if agreed else {}
+        if runtime.frame == "held":
+            check_held_frame(c.algorithm, c.mechanism, gossip=(cfg.get("algorithm") or {}).get("gossip"))
         result = simulate_sliced(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
                                  schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
                                  placements=placements, eval_every=cfg["eval_every"], gradient=cfg["gradient"],
                                  on_step=on_step, observers=observers(cfg, c, c.network.n), checkpoints=checkpoints,
                                  resume=resume, timeout=runtime.timeout, agreed=agreed,
                                  context=spec.run_id, store=secrets, store_identity=store_identity,
-                                 **options)
-        placement = {"backend": "sliced", "slices": [list(p.agents) for p in placements],
+                                 frame=runtime.frame, **options)
+        placement = {"backend": "sliced", "frame": runtime.frame, "slices": [list(p.agents) for p in placements],
                      "payload_bytes": result.extra["payload_bytes"],
                      "control_messages": result.extra["control_messages"]}
         if agreed:

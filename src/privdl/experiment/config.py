@@ -115,10 +115,12 @@ RUNTIME_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "identity": (str, "none"),
     "roster": (str, None),
     "identity_dir": (str, None),
+    "frame": (str, "network"),
 }
 RUNTIME_KEYS = ("root", "agreed")
 RUNTIME_IDENTITIES = ("none", "ed25519")
 RUNTIME_TRANSPORTS = ("gloo", "nccl")
+RUNTIME_FRAMES = ("network", "held")
 SECTIONS = {"task": TASKS, "algorithm": ALGORITHMS, "mechanism": MECHANISMS, "schedule": SCHEDULES}
 # builder parameters filled in by the runner, never by the user
 INJECTED = {"task": {"n", "dtype"}, "mechanism": {"steps", "network", "task"}, "schedule": {"iterations"}, "algorithm": set()}
@@ -542,6 +544,13 @@ def _runtime(table: Any) -> dict:
     if out.get("transport", "gloo") not in RUNTIME_TRANSPORTS:
         raise ConfigError(f"runtime.transport must be one of {', '.join(RUNTIME_TRANSPORTS)}, got "
                           f"{out['transport']!r}")
+    if out.get("frame", "network") not in RUNTIME_FRAMES:
+        raise ConfigError(f"runtime.frame must be one of {', '.join(RUNTIME_FRAMES)} (network: every engine's "
+                          f"tensors have one row per agent of the network; held: one per agent it holds), got "
+                          f"{out['frame']!r}")
+    if out.get("frame") == "held" and backend not in ("sliced", "dist"):
+        raise ConfigError("runtime.frame = \"held\" is the frame of an engine holding some agents: set "
+                          "runtime.backend = \"sliced\" or \"dist\" (the simulator holds every agent)")
     if "agents_per_process" in out and out["agents_per_process"] < 1:
         raise ConfigError(f"runtime.agents_per_process must be >= 1, got {out['agents_per_process']}")
     if "agents_per_process" in out and "assignment" in out:

@@ -30,7 +30,7 @@ from privdl.runtime_spec import RuntimeSpec
 from privdl.simulator.checkpoint import Checkpoints
 from privdl.simulator.coordinator import BYTES, DRAWS, Coordinator
 from privdl.simulator.engine import recorded_rounds
-from privdl.simulator.sliced import owners_of, run_slice
+from privdl.simulator.sliced import check_held_frame, owners_of, run_slice
 from privdl.tasks.held import HeldTask
 
 #: tag of each process's facts for the manifest (control)
@@ -156,6 +156,9 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
         raise ValidationError("the distributed runtime runs its processes on the CPU (gloo); a run on a GPU is not "
                               "built yet: remove device or set it to \"cpu\"")
     watching = observers(cfg, c, n)  # the eavesdropper of a streaming task: fed by process 0's wire
+    frame = RuntimeSpec.of(cfg).frame
+    if frame == "held":  # before any message: every process refuses alike, naming the reason
+        check_held_frame(c.algorithm, c.mechanism, gossip=(cfg.get("algorithm") or {}).get("gossip"))
     placements = placements_for(cfg, n, world)
     owner = owners_of(placements, n)
     p = placements[rank]
@@ -163,7 +166,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     marks = set(recorded_rounds(cfg["iterations"], cfg["eval_every"] or cfg["iterations"]))
     # metrics where the agents live: process 0 receives scalars on a recorded round, never the models
     coordinator = Coordinator(transport, rank, placements, task=c.task, observers=watching, checkpoints=checkpoints,
-                              local_metrics=True)
+                              local_metrics=True, held_frame=frame == "held")
     wire = Wire(rank, world, transport, watching) if watching else None
     saved = _pruning(coordinator, checkpoints, c.network, placements, owner, rank)
     last = None
@@ -195,7 +198,8 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
         part=rank, placement=p, owner=owner, network=c.network, task=HeldTask(c.task, p), keys=keys,
         mechanism=c.mechanism, algorithm=c.algorithm, schedule=c.schedule, iterations=cfg["iterations"], x0=None,
         gradient=cfg["gradient"], marks=marks, transport=transport, wire=wire, record=coordinator.record,
-        on_step=step, checkpoints=checkpoints, resume=resume, last=last, saved=saved, held_rows=True)
+        on_step=step, checkpoints=checkpoints, resume=resume, last=last, saved=saved, held_rows=True,
+        frame=frame)
     after = drawn()
     draws = coordinator.counts(DRAWS, cfg["iterations"], [[after[k] - before[k] for k in GENERATORS]])
     ends = coordinator.finals(cfg["iterations"], None, accesses)  # the final models stay with their holders
@@ -210,7 +214,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
         return None
     per_process, sent = got
     control = sent[2].sum()
-    extra = {"backend": "dist", "processes": world, "slices": [list(q.agents) for q in placements],
+    extra = {"backend": "dist", "frame": frame, "processes": world, "slices": [list(q.agents) for q in placements],
              "payload_bytes": int(sent[0].sum()), "payload_bytes_per_process": sent[0].tolist(),
              **({"setup_bytes": int(sent[1].sum()), "setup_seconds": setup} if agreed else {}),
              "control_messages": transport.control_messages, "control_bytes": int(control),

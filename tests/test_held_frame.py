@@ -1,0 +1,342 @@
+"""The held frame (issue 44, "held rows"): an engine whose tensors have one row per agent it holds.
+
+What is exact and why. The held-frame Comm (privdl.comm.sliced.HeldComm) combines each held agent's row from the
+rows it reads with the simulator's canonical summation (privdl.comm.base.canonical_rows: w_ii·x_i, then each
+in-neighbour's term rounded and added in canonical order) — the same elementwise float64 operations on the same
+numbers as SparseComm's whole-network mix, so the same bits on any CPU (elementwise mul/add round each value alone,
+whatever the tensor's shape). The noise of a held agent is drawn from its own key (and the shared keys it holds)
+alone, row by row: keyed draws are row-independent by construction (tests/test_keys.py), so a held agent's noise is
+the simulator's row bit for bit. Both are tested `exact`.
+
+What is within rounding and why. A whole run in the held frame evaluates the gradients on the held rows alone (the
+distributed runtime's held rows): an elementwise kernel (exp, log of the softmax) may meet a row's values in another
+SIMD position — a vector body or the loop's tail — and round its last bit the other way, and a matrix product of m
+rows may block its sums otherwise than one of n rows. Each such value differs by at most a few ulps (u = 2^-53 ≈
+1.1e-16), a gradient of B ≤ 20 terms by ≤ 20 · 4u ≈ 1e-14 relative. Ten rounds of steps η = 0.1 on the softmax loss
+(curvature ≤ β ≈ ‖x‖² ≤ 1 on the digits' [0, 1]-scaled, 64-pixel features divided by their norm — at most ~10 on
+unscaled ones) grow it at most (1 + ηβ)^10 ≤ 2^10 ≈ 1e3-fold, to ≈ 1e-11 on the models; a metric Lipschitz in the
+models within a factor ~10 of its value moves relatively by < 1e-9. So the final models agree to ABS_MODEL = 1e-9
+and every metric to REL = 1e-9 (ABS = 1e-12 near zero). On this machine they agree bit for bit; the tolerance is
+for other CPUs. Everything else — which rows, keys, lots, messages, access counts, metric names — is exact.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from privdl.algorithms import make_algorithm
+from privdl.comm import make_comm
+from privdl.comm.base import canonical_mix, canonical_neighbour_sum
+from privdl.comm.sliced import HeldComm, Transport
+from privdl.errors import ConfigError, ValidationError
+from privdl.keys import HeldKeys, Keys, RootKeys
+from privdl.mechanisms import make_mechanism
+from privdl.network import Network
+from privdl.placement import partition
+from privdl.schedules import make_schedule
+from privdl.simulator import simulate
+from privdl.simulator.checkpoint import Checkpoints
+from privdl.simulator.sliced import check_held_frame, owners_of, simulate_sliced
+from privdl.tasks import make_task
+from tests.conftest import Stop, stop_after
+
+N, ROUNDS, SEED = 6, 4, 11
+REL, ABS, ABS_MODEL = 1e-9, 1e-12, 1e-9
+UNEVEN = [[0], [1, 2, 4], [3, 5]]  # non-contiguous, uneven
+
+
+@pytest.fixture(scope="module")
+def setup():
+    net = Network.from_topology("erdos_renyi", N, p=0.6, seed=3)
+    task = make_task("softmax", N, dataset="digits", partition="dirichlet", alpha=1.0, batch_size=8, seed=1)
+    return net, task
+
+
+def _mechanism(family, net, task, alg, rounds=ROUNDS):
+    steps = alg.accesses(rounds, net.edges)
+    if family == "none":
+        return make_mechanism("none", steps=steps)
+    if family == "dp_sgd":
+        return make_mechanism("dp_sgd", steps=steps, task=task, clip=1.0, lot_size=20, noise_multiplier=1.0)
+    return make_mechanism(family, steps=steps, network=net, clip=1.0, epsilon=20.0)
+
+
+def _close_records(got, want):
+    assert [r[:2] for r in got] == [r[:2] for r in want]
+    for a, b in zip(got, want):
+        assert math.isclose(a[2], b[2], rel_tol=REL, abs_tol=ABS), (a, b)
+
+
+# ---- the Comm and the noise: exact --------------------------------------------------------------------------------
+@pytest.mark.exact
+def test_the_held_comm_combines_each_held_row_as_the_simulator_bit_for_bit():
+    """Each slice gives its local rows (m, d) and gets back, for each of its agents, the row of the simulator's
+    canonical mix / neighbour sum of the whole network — bit for bit — from its own rows and the rows its peers
+    sent; what it sends a peer is only the rows that peer's agents read."""
+    import threading
+
+    net = Network.from_topology("erdos_renyi", 9, p=0.4, seed=5)
+    x = torch.randn(9, 70_000, dtype=torch.float64, generator=torch.Generator().manual_seed(0))  # > SliceComm.SMALL
+    placements = partition(9, assignment=[[0, 4, 8], [1, 2], [3, 5, 6, 7]])
+    owner = owners_of(placements, 9)
+    transport = Transport(len(placements), timeout=20)
+    want = {"mix": canonical_mix(x, net.edges), "neighbour_sum": canonical_neighbour_sum(x, net.edges)}
+    got, errors = {}, []
+
+    def work(k):
+        try:
+            p = placements[k]
+            comm = HeldComm(net, p, k, owner, transport, algorithm="test")
+            mine = x[list(p.agents)]
+            got[k] = {"mix": comm.mix(mine, tag="x"), "neighbour_sum": comm.neighbour_sum(mine, tag="y"),
+                      "degree": comm.degree}
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+            transport.fail(k, exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(placements))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    for k, p in enumerate(placements):
+        rows = list(p.agents)
+        assert got[k]["mix"].shape == (len(rows), x.shape[1])
+        assert torch.equal(got[k]["mix"], want["mix"][rows])
+        assert torch.equal(got[k]["neighbour_sum"], want["neighbour_sum"][rows])
+        assert torch.equal(got[k]["degree"].reshape(-1), net.edges.degree[rows])
+    # payload: for each ordered pair of slices, the sender's agents that the receiver's agents read, x2 calls
+    src, dst = net.edges.src.numpy(), net.edges.dst.numpy()
+    for a in range(3):
+        for b in range(3):
+            if a != b:
+                rows = {int(s) for s, d in zip(src, dst) if owner[s] == a and owner[d] == b}
+                assert int(transport.payload_bytes[a, b]) == 2 * len(rows) * x.shape[1] * 8
+
+
+@pytest.mark.parametrize("family", ["gaussian_ldp", "decor", "whisper"])
+@pytest.mark.exact
+def test_a_held_agents_noise_is_its_row_of_the_networks(family):
+    """CorrelatedNoise.rows draws only the given agents' noise — from their own keys and the shared keys they hold
+    (a HeldKeys that knows no other agent's key) — and equals those rows of the whole network's draw."""
+    net = Network.from_topology("erdos_renyi", 8, p=0.5, seed=2)
+    mech = make_mechanism(family, steps=3, network=net, clip=1.0, epsilon=5.0)
+    want_noise = mech.noise
+    want_noise.bind(Keys(RootKeys(4), 8))
+    full = want_noise.network(2, 5000)
+    held = torch.zeros(8, dtype=torch.bool)
+    held[[1, 6, 7]] = True
+    noise = make_mechanism(family, steps=3, network=net, clip=1.0, epsilon=5.0).noise
+    noise.bind(Keys(HeldKeys(RootKeys(4), held.numpy()), 8))
+    assert torch.equal(noise.rows(torch.tensor([1, 6, 7]), 2, 5000), full[[1, 6, 7]])
+
+
+# ---- whole runs: the simulator's, to rounding ----------------------------------------------------------------------
+RUNS = [("dsgd", {}), ("dsgd", {"form": "cta", "optimizer": {"name": "sgd", "momentum": 0.9}}), ("dsgt", {}),
+        ("exact_diffusion", {})]
+
+
+@pytest.mark.parametrize("name,params", RUNS)
+@pytest.mark.parametrize("family", ["none", "gaussian_ldp", "dp_sgd", "decor"])
+def test_a_held_frame_run_equals_the_simulator(setup, name, params, family):
+    """K = 2 contiguous slices and an uneven, non-contiguous assignment of 3: final models, every recorded metric
+    and the accesses behind the ledger against simulate(sparse=True) (tolerances: the module docstring)."""
+    net, task = setup
+    alg = make_algorithm(name, **params)
+    if family == "decor" and alg.combines != "linear_mixing":
+        pytest.skip("DECOR refuses an algorithm that does not mix linearly")
+    mech = _mechanism(family, net, task, alg)
+    sched = make_schedule("constant", eta=0.1, iterations=ROUNDS)
+    kw = dict(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS, seed=SEED,
+              eval_every=1)
+    want = simulate(**kw, sparse=True)
+    for placements in (partition(N, slices=2), partition(N, assignment=UNEVEN)):
+        got = simulate_sliced(**kw, placements=placements, frame="held")
+        assert torch.allclose(got.final, want.final, rtol=0, atol=ABS_MODEL), (got.final - want.final).abs().max()
+        _close_records(got.records, want.records)
+        assert torch.equal(got.accesses, want.accesses)
+        assert mech.ledger(got.accesses).to_dict() == mech.ledger(want.accesses).to_dict()
+
+
+def test_a_held_frame_slice_computes_on_its_own_rows_only(setup):
+    """The engine's tensors have one row per held agent: every model a slice records has its agents' rows only."""
+    net, task = setup
+    alg = make_algorithm("dsgt")
+    mech = _mechanism("dp_sgd", net, task, alg)
+    sched = make_schedule("constant", eta=0.1, iterations=ROUNDS)
+    placements = partition(N, assignment=UNEVEN)
+    from privdl.simulator import coordinator as coordination
+
+    seen = []
+    original = coordination.Coordinator.record
+
+    def spy(self, t, x, totals):
+        seen.append((self.part, tuple(x.shape)))
+        return original(self, t, x, totals)
+
+    coordination.Coordinator.record = spy
+    try:
+        simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS,
+                        seed=SEED, placements=placements, frame="held", eval_every=2)
+    finally:
+        coordination.Coordinator.record = original
+    d = task.dim
+    assert sorted(set(seen)) == sorted({(k, (len(p.agents), d)) for k, p in enumerate(placements)})
+
+
+# ---- refusals, by reason --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,params,match", [
+    ("pd_lms", {"scheme": "independent", "variance": 0.1}, r"'pd_lms'.*comm.send"),
+    ("dpdl", {}, r"'dpdl'.*cross-gradients.*pull/push"),
+    ("cga", {"beta": 0.5}, r"'cga'.*cross-gradients"),
+    ("central_sgd", {}, r"'central_sgd'.*trusted aggregator"),
+    ("psgt", {}, r"'psgt'.*self-weights"),
+    ("sgp", {}, r"'sgp'.*not one of the algorithms checked"),
+])
+def test_algorithms_that_need_more_than_their_rows_are_refused_by_reason(setup, name, params, match):
+    net, task = setup
+    alg = make_algorithm(name, **params)
+    mech = make_mechanism("none", steps=alg.accesses(ROUNDS, net.edges))
+    with pytest.raises(ValidationError, match=r"runtime.frame = \"held\" cannot run algorithm " + match):
+        simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech,
+                        schedule=make_schedule("constant", eta=0.1, iterations=ROUNDS), iterations=ROUNDS,
+                        seed=SEED, slices=2, frame="held")
+
+
+def test_the_authors_gossip_and_comm_wrapping_mechanisms_are_refused_by_reason(setup):
+    net, task = setup
+    alg = make_algorithm("dsgd", form="cta", gossip="authors")
+    none = make_mechanism("none", steps=alg.accesses(ROUNDS, net.edges))
+    with pytest.raises(ValidationError, match=r"gossip = \"authors\".*agent by agent over the whole network"):
+        check_held_frame(alg, none, gossip="authors")
+    # without the config's gossip key (the library path), the Comm refuses at the first sweep, naming the method
+    with pytest.raises(ValidationError, match=r"algorithm 'dsgd' calls comm.average_in_place .*supports mix and "
+                                              r"neighbour_sum only"):
+        simulate_sliced(task=task, network=net, algorithm=alg, mechanism=none,
+                        schedule=make_schedule("constant", eta=0.1, iterations=ROUNDS), iterations=ROUNDS,
+                        seed=SEED, slices=2, frame="held", timeout=10)
+    dsgd = make_algorithm("dsgd")
+    for name, kw in (("zip_dl", {}), ("muffliato", {})):
+        try:
+            mech = make_mechanism(name, steps=dsgd.accesses(ROUNDS, net.edges), network=net, clip=1.0, epsilon=20.0,
+                                  **kw)
+        except TypeError:  # pragma: no cover - a builder with other required keys
+            continue
+        with pytest.raises(ValidationError, match=rf"cannot run mechanism '{name}': it wraps the Comm"):
+            check_held_frame(dsgd, mech)
+
+
+def test_the_config_checks_the_frame():
+    from privdl.experiment.config import _runtime
+    from privdl.runtime_spec import RuntimeSpec
+
+    assert _runtime({"slices": 2, "frame": "held"})["frame"] == "held"
+    assert RuntimeSpec.of_table({"backend": "dist", "frame": "held"}).frame == "held"
+    assert RuntimeSpec.of_table({}).frame == "network"
+    with pytest.raises(ConfigError, match=r"runtime.frame must be one of network, held.*got 'rows'"):
+        _runtime({"slices": 2, "frame": "rows"})
+    with pytest.raises(ConfigError, match=r"runtime.frame = \"held\" is the frame of an engine holding some agents"):
+        _runtime({"frame": "held"})
+
+
+# ---- checkpoints and resume -----------------------------------------------------------------------------------------
+def _ck(folder, n=N, every=3):
+    return Checkpoints([folder], [{"run_id": "r", "config_digest": "c", "source": "s"}], n=n, every=every)
+
+
+@pytest.mark.exact
+def test_a_resumed_held_frame_run_equals_the_uninterrupted_one(setup, tmp_path):
+    """Killed after round 8 (checkpoints every 3 rounds), resumed from round 6 with the same and with another
+    assignment: the uninterrupted held-frame run bit for bit (the same operations on the same numbers: each
+    agent's rows, the access counter and the mechanism's counts restored), and its files resume the network
+    frame too (an agent's file is its rows in either frame)."""
+    net, task = setup
+    rounds = 10
+    alg = make_algorithm("dsgd", form="cta", optimizer={"name": "sgd", "momentum": 0.9})
+    mech = _mechanism("dp_sgd", net, task, alg, rounds)
+    sched = make_schedule("constant", eta=0.1, iterations=rounds)
+    kw = dict(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=rounds, seed=7,
+              eval_every=2)
+    uneven = partition(N, assignment=UNEVEN)
+    want = simulate_sliced(**kw, placements=uneven, frame="held")
+    with pytest.raises(Stop):
+        simulate_sliced(**kw, placements=uneven, frame="held", checkpoints=_ck(tmp_path / "a"),
+                        on_step=stop_after(8))
+    assert _ck(tmp_path / "a").latest() == 6
+    import shutil
+
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    got = simulate_sliced(**kw, placements=uneven, frame="held", checkpoints=_ck(tmp_path / "a"), resume=True)
+    assert torch.equal(got.final, want.final) and got.records == want.records
+    assert torch.equal(got.accesses, want.accesses)
+    network = simulate_sliced(**kw, placements=uneven)
+    got = simulate_sliced(**kw, placements=uneven, checkpoints=_ck(tmp_path / "b"), resume=True)
+    assert torch.equal(got.final, network.final) and got.records == network.records
+
+
+# ---- processes ------------------------------------------------------------------------------------------------------
+CONFIG = '''name = "held"
+seeds = [0]
+iterations = 12
+eval_every = 4
+[schedule]
+eta = 0.05
+[network]
+topology = "erdos_renyi"
+n = 6
+p = 0.6
+seed = 1
+sparse = true
+[task]
+name = "logistic"
+dataset = "breast_cancer"
+[runtime]
+frame = "held"
+assignment = [[0, 3], [1, 2, 4, 5]]
+'''
+METHODS = [("dsgd+ldp", '{ name = "dsgd" }', '{ name = "gaussian_ldp", epsilon = 10.0 }'),
+           ("dsgt+dp_sgd", '{ name = "dsgt" }', '{ name = "dp_sgd", lot_size = 20, noise_multiplier = 1.0 }'),
+           ("cta+none", '{ name = "dsgd", form = "cta" }', '{ name = "none" }')]
+
+
+@pytest.mark.slow
+def test_privdl_run_procs_2_in_the_held_frame_writes_the_simulators_results(tmp_path):
+    """privdl run --procs 2 with runtime.frame = "held" (an uneven assignment) writes the simulator's results.csv
+    (tolerances: tests/test_runtime.py's, the same held-row gradients) and records the frame in the manifest."""
+    import csv
+
+    from typer.testing import CliRunner
+
+    from privdl.cli import app
+
+    sweep = "".join(f'[[sweep.method]]\nlabel = "{label}"\nalgorithm = {alg}\nmechanism = {mech}\n'
+                    for label, alg, mech in METHODS)
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(CONFIG + sweep)
+    sim = tmp_path / "s.toml"
+    sim.write_text(CONFIG.split("[runtime]")[0] + sweep)
+    runner = CliRunner()
+    want = runner.invoke(app, ["run", str(sim), "--out", str(tmp_path / "sim"), "--set", "batch_replicas=1",
+                               "--no-plot", "--quiet"])
+    assert want.exit_code == 0, want.output
+    got = runner.invoke(app, ["run", str(cfg), "--out", str(tmp_path / "p2"), "--procs", "2", "--no-plot"])
+    assert got.exit_code == 0, got.output
+
+    def rows(folder):
+        return sorted(tuple(v for k, v in r.items() if k != "run_id")
+                      for r in csv.DictReader(open(folder / "results.csv")))
+
+    a, b = rows(tmp_path / "p2"), rows(tmp_path / "sim")
+    assert len(a) == len(b) and len(a) > 0
+    for x, y in zip(a, b):
+        assert x[:-1] == y[:-1]
+        assert math.isclose(float(x[-1]), float(y[-1]), rel_tol=REL, abs_tol=ABS), (x, y)
+    manifests = [json.loads(p.read_text()) for p in (tmp_path / "p2" / "runs").rglob("manifest.json")]
+    assert len(manifests) == len(METHODS)
+    for m in manifests:
+        assert m["placement"]["frame"] == "held" and m["placement"]["slices"] == [[0, 3], [1, 2, 4, 5]]
