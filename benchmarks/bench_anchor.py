@@ -17,7 +17,11 @@ process's median; the anchor: the same, each process timing its own rounds), and
 the whole command less its rounds (process start, imports, rendezvous, data, writing results) — of each. Prints one
 JSON object per case and a table of ratios (privdl / anchor).
 
-    python benchmarks/bench_anchor.py [--procs 2,4,8] [--dims 15,985,99985] [--rounds 200] [--out FILE]
+``--frames network,held`` runs privdl once per frame (``runtime.frame``, privdl.placement) against the same
+anchor run, in that order, and reports a ratio per frame.
+
+    python benchmarks/bench_anchor.py [--procs 2,4,8] [--dims 15,985,99985] [--rounds 200] [--frames network]
+        [--out FILE]
 """
 
 from __future__ import annotations
@@ -150,11 +154,12 @@ name = "none"
 """
 
 
-def run_privdl(world: int, task: str, dataset: str, hidden: int, rounds: int) -> dict:
+def run_privdl(world: int, task: str, dataset: str, hidden: int, rounds: int, frame: str = "network") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "c.toml"
         cfg.write_text(CONFIG.format(rounds=rounds, eta=ETA, n=2 * world, task=task, dataset=dataset, batch=BATCH,
-                                     hidden=f"hidden = {hidden}" if hidden else ""))
+                                     hidden=f"hidden = {hidden}" if hidden else "")
+                       + ("" if frame == "network" else f'[runtime]\nframe = "{frame}"\n'))
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "privdl.cli", "run", str(cfg), "--out", str(Path(tmp) / "o"),
                         "--procs", str(world), "--no-plot", "--quiet"], check=True)
@@ -177,25 +182,28 @@ def main() -> None:
     ap.add_argument("--dims", default="15,985,99985")
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--out", default=None, help="also write the cases as JSON lines here")
+    ap.add_argument("--frames", default="network", help="privdl's runtime.frame values, each against the anchor")
     args = ap.parse_args()
+    frames = args.frames.split(",")
     rows = []
     for d in (int(v) for v in args.dims.split(",")):
         task, dataset, hidden = MODELS[d]
         for k in (int(v) for v in args.procs.split(",")):
             a = run_anchor(k, dataset, hidden, args.rounds)
-            p = run_privdl(k, task, dataset, hidden, args.rounds)
-            row = {"K": k, "n": 2 * k, "d": d, "rounds": args.rounds, "anchor": a, "privdl": p,
-                   "round_ratio": p["round_seconds"] / a["round_seconds"],
-                   "startup_ratio": p["startup_seconds"] / a["startup_seconds"], "cpus": os.cpu_count()}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            if args.out:
-                with open(args.out, "a") as fh:
-                    fh.write(json.dumps(row) + "\n")
-    print(f"\n{'K':>3} {'d':>6} {'anchor ms':>10} {'privdl ms':>10} {'ratio':>6} {'start a s':>9} {'start p s':>9} "
-          f"{'ratio':>6}")
+            for frame in frames:
+                p = run_privdl(k, task, dataset, hidden, args.rounds, frame)
+                row = {"K": k, "n": 2 * k, "d": d, "rounds": args.rounds, "frame": frame, "anchor": a, "privdl": p,
+                       "round_ratio": p["round_seconds"] / a["round_seconds"],
+                       "startup_ratio": p["startup_seconds"] / a["startup_seconds"], "cpus": os.cpu_count()}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                if args.out:
+                    with open(args.out, "a") as fh:
+                        fh.write(json.dumps(row) + "\n")
+    print(f"\n{'K':>3} {'d':>6} {'frame':>8} {'anchor ms':>10} {'privdl ms':>10} {'ratio':>6} {'start a s':>9} "
+          f"{'start p s':>9} {'ratio':>6}")
     for r in rows:
-        print(f"{r['K']:>3} {r['d']:>6} {1e3 * r['anchor']['round_seconds']:>10.3f} "
+        print(f"{r['K']:>3} {r['d']:>6} {r['frame']:>8} {1e3 * r['anchor']['round_seconds']:>10.3f} "
               f"{1e3 * r['privdl']['round_seconds']:>10.3f} {r['round_ratio']:>6.2f} "
               f"{r['anchor']['startup_seconds']:>9.2f} {r['privdl']['startup_seconds']:>9.2f} "
               f"{r['startup_ratio']:>6.2f}")

@@ -13,6 +13,12 @@ why a sliced run equals the simulator bit for bit on any CPU (docs/ARCHITECTURE.
 kernel's result for one row depends on the row's values and on the tensor's shape, never on the other rows'
 values — and the shapes are the simulator's. The price is compute: each slice evaluates n rows, of which it keeps
 its own (BENCHMARKS.md, "Sliced backend").
+
+**The held frame** (``runtime.frame = "held"``; the distributed runtime's default where the run allows it): an
+engine's tensors have one row per agent it holds, row r being ``agents[r]`` (``held_rows[r]`` in the network
+frame); only the keys, the ledger's counts and the checkpoint files stay keyed by global agent id. Memory and time
+per engine then grow with its agents and their neighbours, not with n; results equal the simulator's to rounding
+(m-row kernels; :class:`privdl.comm.sliced.HeldComm`, :func:`privdl.simulator.sliced.check_held_frame`).
 """
 
 from __future__ import annotations

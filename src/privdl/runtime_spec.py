@@ -35,7 +35,8 @@ class RuntimeSpec:
     identity: str = "none"  # "none" or "ed25519" (the agreement's keys signed, checked against the roster)
     roster: str | None = None  # with ed25519: the roster file, relative to the config's folder
     identity_dir: str | None = None  # with ed25519: this host's private identities, relative to the config's folder
-    frame: str = "network"  # sliced, dist: "network" (n rows per engine) or "held" (one row per held agent)
+    frame: str | None = None  # "network" (n rows per engine) or "held" (one per held agent); None: the backend's
+    # default — "held" for dist where the run allows it (else "network", the reason in the manifest), "network" else
 
     @classmethod
     def of(cls, cfg: dict) -> "RuntimeSpec":

@@ -114,7 +114,8 @@ class Sliced(Backend):
         if cfg.get("device", "cpu") != "cpu":
             raise ValidationError("runtime.backend = \"sliced\" runs on the CPU; remove device or set it to \"cpu\"")
         options = config_options(cfg, c.network.n, range(c.network.n)) if agreed else {}
-        if runtime.frame == "held":
+        frame = runtime.frame or "network"  # the sliced backend's default: the simulator's shapes, bit for bit
+        if frame == "held":
             check_held_frame(c.algorithm, c.mechanism, gossip=(cfg.get("algorithm") or {}).get("gossip"))
         result = simulate_sliced(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
                                  schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
@@ -122,8 +123,8 @@ class Sliced(Backend):
                                  on_step=on_step, observers=observers(cfg, c, c.network.n), checkpoints=checkpoints,
                                  resume=resume, timeout=runtime.timeout, agreed=agreed,
                                  context=spec.run_id, store=secrets, store_identity=store_identity,
-                                 frame=runtime.frame, **options)
-        placement = {"backend": "sliced", "frame": runtime.frame, "slices": [list(p.agents) for p in placements],
+                                 frame=frame, **options)
+        placement = {"backend": "sliced", "frame": frame, "slices": [list(p.agents) for p in placements],
                      "payload_bytes": result.extra["payload_bytes"],
                      "control_messages": result.extra["control_messages"]}
         if agreed:

@@ -115,7 +115,7 @@ RUNTIME_FIXED: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "identity": (str, "none"),
     "roster": (str, None),
     "identity_dir": (str, None),
-    "frame": (str, "network"),
+    "frame": (str, None),
 }
 RUNTIME_KEYS = ("root", "agreed")
 RUNTIME_IDENTITIES = ("none", "ed25519")

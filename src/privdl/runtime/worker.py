@@ -30,7 +30,7 @@ from privdl.runtime_spec import RuntimeSpec
 from privdl.simulator.checkpoint import Checkpoints
 from privdl.simulator.coordinator import BYTES, DRAWS, Coordinator
 from privdl.simulator.engine import recorded_rounds
-from privdl.simulator.sliced import check_held_frame, owners_of, run_slice
+from privdl.simulator.sliced import choose_frame, owners_of, run_slice
 from privdl.tasks.held import HeldTask
 
 #: tag of each process's facts for the manifest (control)
@@ -156,9 +156,10 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
         raise ValidationError("the distributed runtime runs its processes on the CPU (gloo); a run on a GPU is not "
                               "built yet: remove device or set it to \"cpu\"")
     watching = observers(cfg, c, n)  # the eavesdropper of a streaming task: fed by process 0's wire
-    frame = RuntimeSpec.of(cfg).frame
-    if frame == "held":  # before any message: every process refuses alike, naming the reason
-        check_held_frame(c.algorithm, c.mechanism, gossip=(cfg.get("algorithm") or {}).get("gossip"))
+    # before any message, alike in every process: the held frame where the run allows it (an explicit "held" that
+    # it does not is refused by reason), else the network frame and why
+    frame, not_held = choose_frame(RuntimeSpec.of(cfg).frame, c.algorithm, c.mechanism,
+                                   gossip=(cfg.get("algorithm") or {}).get("gossip"))
     placements = placements_for(cfg, n, world)
     owner = owners_of(placements, n)
     p = placements[rank]
@@ -214,7 +215,8 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
         return None
     per_process, sent = got
     control = sent[2].sum()
-    extra = {"backend": "dist", "frame": frame, "processes": world, "slices": [list(q.agents) for q in placements],
+    extra = {"backend": "dist", "frame": frame, **({"frame_reason": not_held} if not_held else {}),
+             "processes": world, "slices": [list(q.agents) for q in placements],
              "payload_bytes": int(sent[0].sum()), "payload_bytes_per_process": sent[0].tolist(),
              **({"setup_bytes": int(sent[1].sum()), "setup_seconds": setup} if agreed else {}),
              "control_messages": transport.control_messages, "control_bytes": int(control),

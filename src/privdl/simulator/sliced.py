@@ -131,6 +131,22 @@ def check_held_frame(algorithm: Algorithm, mechanism: GradientMechanism, *, goss
                                   "generation = \"per_agent\" (the same noise, each agent's row drawn alone)")
 
 
+def choose_frame(asked: str | None, algorithm: Algorithm, mechanism: GradientMechanism, *,
+                 gossip: str | None = None) -> tuple[str, str | None]:
+    """The frame of a distributed run and why it is not the held frame: ``asked`` ("network", "held" — refused by
+    reason if the run cannot — or None: "held" where the run allows it, else "network" with the reason)."""
+    if asked == "network":
+        return "network", "runtime.frame = \"network\""
+    if asked == "held":
+        check_held_frame(algorithm, mechanism, gossip=gossip)
+        return "held", None
+    try:
+        check_held_frame(algorithm, mechanism, gossip=gossip)
+    except ValidationError as exc:
+        return "network", str(exc).rsplit("; use", 1)[0]  # e.g. 'runtime.frame = "held" cannot run algorithm …
+    return "held", None
+
+
 def owners_of(placements: Sequence[Placement], n: int) -> np.ndarray:
     """The slice that holds each agent (every agent exactly once)."""
     owner = np.full(n, -1, dtype=np.int64)
@@ -279,4 +295,4 @@ def simulate_sliced(
                             extra)
 
 
-__all__ = ["FRAMES", "HELD_ALGORITHMS", "NetworkBytes", "check_held_frame", "owners_of", "run_slice", "simulate_sliced"]  # NetworkBytes: the coordinator's
+__all__ = ["FRAMES", "HELD_ALGORITHMS", "NetworkBytes", "check_held_frame", "choose_frame", "owners_of", "run_slice", "simulate_sliced"]  # NetworkBytes: the coordinator's
