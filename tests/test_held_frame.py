@@ -378,6 +378,8 @@ seeds = [0]
 iterations = 3
 eval_every = 3
 threads = 1
+[schedule]
+eta = 0.05
 [network]
 topology = "ring"
 n = {n}
