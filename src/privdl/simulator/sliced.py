@@ -295,4 +295,5 @@ def simulate_sliced(
                             extra)
 
 
-__all__ = ["FRAMES", "HELD_ALGORITHMS", "NetworkBytes", "check_held_frame", "choose_frame", "owners_of", "run_slice", "simulate_sliced"]  # NetworkBytes: the coordinator's
+__all__ = ["FRAMES", "HELD_ALGORITHMS", "NetworkBytes", "check_held_frame", "choose_frame", "owners_of",  # NetworkBytes:
+           "run_slice", "simulate_sliced"]  # the coordinator's
