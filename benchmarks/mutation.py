@@ -66,8 +66,7 @@ WK = "src/privdl/runtime/worker.py"
 #: (name, file, original text, mutated text, what it breaks)
 MUTANTS: list[tuple[str, str, str, str, str]] = [
     ("correlated_noise_halved", M + "correlated.py",
-     "out = flat + self.noise_at(access).network(access.call, flat.shape[1], flat.dtype).to(flat.device)",
-     "out = flat + 0.5 * self.noise_at(access).network(access.call, flat.shape[1], flat.dtype).to(flat.device)",
+     "out = flat + drawn.to(flat.device)", "out = flat + 0.5 * drawn.to(flat.device)",
      "σ scaled: correlated / LDP noise at half its std"),
     ("batch_clip_skipped", M + "correlated.py",
      "g = clip_rows(value, self.clip) if self.clip and self.batch is None else value", "g = value",

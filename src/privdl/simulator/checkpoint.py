@@ -160,10 +160,11 @@ class Checkpoints:
         #: agent → its checkpoint key (agreed runs: :meth:`authenticate`); None: files carry a SHA-256
         self.macs: dict[int, bytes] | None = None
 
-    def held_by(self, agents: Sequence[int], *, writes_run: bool = False) -> "Checkpoints":
-        """The same checkpoints as one engine that holds ``agents`` sees them (its files to write, read and remove)."""
+    def held_by(self, agents: Sequence[int], *, writes_run: bool = False, held_frame: bool = False) -> "Checkpoints":
+        """The same checkpoints as one engine that holds ``agents`` sees them (its files to write, read and remove;
+        ``held_frame``: its tensors have one row per agent it holds)."""
         return Checkpoints(self.folders, self.identity, n=self.n, every=self.every, agents=agents,
-                           writes_run=writes_run, keep=self.keep)
+                           writes_run=writes_run, keep=self.keep, held_frame=held_frame)
 
     def authenticate(self, macs: dict[int, bytes] | None) -> None:
         """Seal and check every agent file with an HMAC under its agent's own key (``macs``: agent → key, for the

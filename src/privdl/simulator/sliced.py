@@ -75,9 +75,7 @@ def run_slice(*, part: int, placement: Placement, owner: np.ndarray, network: Ne
         start = task.init_params(keys.generator("init")).expand(rows, -1).clone()
     oracle = GradientOracle(task, mechanism, keys, gradient=gradient, placement=placement, held_rows=held_rows,
                             frame=frame)
-    mine = None if checkpoints is None else Checkpoints(
-        checkpoints.folders, checkpoints.identity, n=n, every=checkpoints.every, agents=placement.agents,
-        writes_run=False, keep=checkpoints.keep, held_frame=held)
+    mine = None if checkpoints is None else checkpoints.held_by(placement.agents, held_frame=held)
     restore, on_round = checkpoint_hooks(mine, resume=resume, mechanism=mechanism, recorder=None, observers=(),
                                          comm=comm, rows=rows, algorithm=algorithm, keys=keys,
                                          after_save=lambda t: saved(t, meter.per_tag()), last=last)
