@@ -59,6 +59,63 @@ def test_sparse_backend_sums_in_canonical_order_bit_for_bit():
         assert torch.equal(out[i], acc), i
 
 
+def _plain_row_sums(e, x, *, start, weight):
+    """Reference for the canonical sums: row by row in Python, its incoming edges found by scanning the edge list
+    (no slot table), sorted by sender; acc = start_i, then acc = acc + weight_e · x_e for each (``x``: one value per
+    edge, ``weight`` None: no product)."""
+    out = []
+    for i in range(e.rows):
+        acc = start[i].clone()
+        for s, k in sorted((int(e.src[k]), k) for k in range(len(e)) if int(e.dst[k]) == i):
+            acc = acc + (x[k] if weight is None else weight[k] * x[k])
+        out.append(acc)
+    return torch.stack(out)
+
+
+def test_slot_sums_are_the_plain_per_row_sums_in_canonical_order():
+    """mix, neighbour_sum, a weighted per-edge reduce and held rows (canonical_rows) against a plain per-row loop
+    in canonical order, float64, bit for bit and sign of zero included, on ragged graphs (a Metropolis–Hastings graph
+    of random pairs with isolated and high-degree rows; a peer-sampling round) and on a regular one. A row past
+    its degree adds nothing (not even +0.0): a row of −0.0 terms stays −0.0, as in the loop."""
+    from privdl.comm.base import _slot_sum, canonical_mix, canonical_neighbour_sum, canonical_rows
+    from privdl.network.dynamics import Dynamics, mh_edges
+
+    rng = np.random.default_rng(5)
+    gen = torch.Generator().manual_seed(5)
+    hub = np.concatenate([np.zeros(12, dtype=np.int64), rng.integers(1, 40, 30)])  # row 0: degree ≥ 12
+    ragged = mh_edges(45, hub, np.concatenate([np.arange(1, 13), rng.integers(1, 40, 30)]))  # rows 40–44 isolated
+    graphs = {"ragged": ragged, "peer sampling": Dynamics("peer_sampling", 40, seed=3, peers=2).edges(1),
+              "regular": Network.from_topology("random_regular", 30, degree=4, seed=2).edges}
+    assert ragged.degree.min() == 0 and ragged.degree.max() >= 12
+    for name, e in graphs.items():
+        n = e.rows
+        x = torch.randn(n, 3, generator=gen, dtype=torch.float64)
+        low = int(torch.argmin(torch.where(e.degree > 0, e.degree, n)))  # a row with neighbours, below the max
+        x[low, 0] = -0.0
+        x[e.src[e.dst == low].long(), 0] = -0.0
+        selfw = e.self_weight[:, None] * x
+        edge_w = e.weight.double()
+        want_mix = _plain_row_sums(e, x[e.src.long()], start=selfw, weight=edge_w)
+        want_sum = _plain_row_sums(e, x[e.src.long()], start=torch.zeros_like(x), weight=None)
+        got_mix, got_sum = canonical_mix(x, e), canonical_neighbour_sum(x, e)
+        if name != "regular":
+            assert torch.signbit(want_mix[low, 0]) and e.degree[low] < e.degree.max(), name
+        per_edge = torch.randn(len(e), 3, generator=gen, dtype=torch.float64)
+        u = torch.rand(len(e), generator=gen, dtype=torch.float64)
+        want_reduce = _plain_row_sums(e, per_edge, start=torch.zeros_like(x), weight=u)
+        got_reduce = _slot_sum(torch.zeros_like(x), e, per_edge, u)
+        for got, want in ((got_mix, want_mix), (got_sum, want_sum), (got_reduce, want_reduce)):
+            assert torch.equal(got, want) and torch.equal(torch.signbit(got), torch.signbit(want)), name
+        rows = torch.tensor([low, 0, n - 1, n // 2])  # held rows, from a table of only the rows they read
+        read = torch.unique(torch.cat([rows, e.src[torch.isin(e.dst, rows)].long()]))
+        order = read[torch.randperm(len(read), generator=gen)]
+        position = torch.full((n,), -1, dtype=torch.long)
+        position[order] = torch.arange(len(order))
+        for weighted, want in ((True, want_mix), (False, want_sum)):
+            got = canonical_rows(x[order], e, rows, position, weighted=weighted)
+            assert torch.equal(got, want[rows]) and torch.equal(torch.signbit(got), torch.signbit(want[rows])), name
+
+
 def test_pull_push_reduce_route_along_the_edges():
     net = _net()
     comm = SparseComm(net)

@@ -29,7 +29,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from privdl.network.edges import Edges
+from privdl.network.edges import Edges, SlotOrder
 
 #: The trusted aggregator's index in transcripts of :meth:`Comm.average`.
 SERVER = -1
@@ -278,26 +278,49 @@ class Comm(ABC):
         return {"comm": type(self).__name__, "rows": self.rows, "edges": len(self.edges), "groups": self.groups}
 
 
+#: elements (rows × columns) of the terms :func:`_slot_sum` gathers at once, beyond one slot's worth (out's size)
+SLOT_CHUNK = 1 << 16
+
+
 def _slot_sum(out: torch.Tensor, edges: Edges, values: torch.Tensor, weight: torch.Tensor | None, *,
               by_sender: bool = False, rows: torch.Tensor | None = None,
               position: torch.Tensor | None = None) -> torch.Tensor:
     """out_i += Σ over row i's incoming edges e of weight_e · v_e, slot by slot (canonical order): v_e = values[e]
     for per-edge values (E, d), or values[src(e)] with ``by_sender`` for per-row values (rows, d). ``rows``: only
     these rows (``out`` has one row per entry), the senders' rows read from ``values[position[src(e)]]`` — each
-    row's sum is the same operations on the same numbers, so the same bits as the whole network's."""
-    slots = edges.slots if rows is None else edges.slots[:, rows]
-    w = None if weight is None else weight.to(dtype=values.dtype, device=values.device)
-    zero = torch.zeros((), dtype=values.dtype, device=values.device)
-    complete = (slots >= 0).all(dim=1).tolist()  # slots every row fills: no masking needed (the same sums)
-    for k in range(slots.shape[0]):
-        idx = slots[k]
-        safe = idx.clamp(min=0)
-        at = edges.src.index_select(0, safe) if by_sender else safe
-        # a copy, scaled in place (a padded slot's sender may be a row outside the table: any row, masked below)
-        term = values.index_select(0, at if position is None else position[at].clamp(min=0))
+    row's sum is the same operations on the same numbers, so the same bits as the whole network's.
+
+    The terms weight_e · v_e are gathered in slot order (:class:`privdl.network.edges.SlotOrder`: each rounded once,
+    a few slots' worth at a time, at most max(out's size, :data:`SLOT_CHUNK`) numbers). With ragged degrees the rows
+    are first put in the order's ``perm`` (by degree, decreasing), where the rows that fill slot k are a prefix: slot
+    k adds its terms to that prefix in one ``+=``, and the rows go back in place at the end. A row past its degree
+    adds nothing, so a graph with ragged degrees costs its edges, not (largest degree) passes over every row, and
+    each row's sum is exactly out_i + t_1 + t_2 + … in canonical order (a plain per-row loop's bits)."""
+    order = edges.slot_order if rows is None else SlotOrder.of(edges.slots[:, rows])
+    if not order.counts:
+        return out
+    at = edges.src.index_select(0, order.edge) if by_sender else order.edge
+    if position is not None:
+        at = position.index_select(0, at)
+    w = None if weight is None else weight.to(dtype=values.dtype, device=values.device).index_select(0, order.edge)
+    acc = out if order.perm is None else out.index_select(0, order.perm)
+    width = max(1, values[0].numel()) if values.shape[0] else 1
+    budget = max(out.shape[0], SLOT_CHUNK // width)
+    counts, k, start = order.counts, 0, 0
+    while k < len(counts):
+        end, size = k + 1, counts[k]  # a group of slots: at least one, at most `budget` terms
+        while end < len(counts) and size + counts[end] <= budget:
+            size, end = size + counts[end], end + 1
+        term = values.index_select(0, at[start:start + size])
         if w is not None:
-            term.mul_(w.index_select(0, safe)[:, None])
-        out += term if complete[k] else torch.where((idx >= 0)[:, None], term, zero)
+            term.mul_(w[start:start + size, None])
+        off = 0
+        for c in counts[k:end]:
+            acc[:c] += term[off:off + c]
+            off += c
+        start, k = start + size, end
+    if order.perm is not None:
+        out.index_copy_(0, order.perm, acc)
     return out
 
 

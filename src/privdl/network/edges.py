@@ -112,6 +112,31 @@ def index_dtype(count: int) -> type:
 
 
 @dataclass(frozen=True)
+class SlotOrder:
+    """A set of rows' incoming edges listed slot by slot, for sums that touch only the rows filling a slot. The rows
+    are taken in ``perm`` order — by degree, decreasing (ties by row, increasing), so the rows that fill slot k are
+    the first ``counts[k]`` of ``perm`` — and ``edge`` lists slot 0 of those rows, then slot 1, ... (the edge ids);
+    ``perm`` is None when every row fills every slot (a regular graph: rows in their own order). Summing slot by slot
+    over it adds each row's terms in canonical order; a graph with ragged degrees costs its edges, not (largest
+    degree) × rows."""
+
+    edge: torch.Tensor
+    counts: tuple[int, ...]
+    perm: torch.Tensor | None
+
+    @classmethod
+    def of(cls, slots: torch.Tensor) -> "SlotOrder":
+        """From a (K, rows) slot table (−1 past a row's degree)."""
+        filled = slots >= 0
+        counts = tuple(filled.sum(dim=1).tolist())
+        if all(c == slots.shape[1] for c in counts):
+            return cls(slots.reshape(-1), counts, None)
+        perm = torch.sort(filled.sum(dim=0), descending=True, stable=True).indices
+        table = slots.index_select(1, perm)
+        return cls(table[table >= 0], counts, perm)
+
+
+@dataclass(frozen=True)
 class Edges:
     """The incoming edges of a set of rows, in canonical order: edge e carries a message from ``src[e]`` to
     ``dst[e]`` with mixing weight ``weight[e]`` = w_{dst,src}; ``reverse[e]`` is the index of the edge dst → src.
@@ -186,10 +211,15 @@ class Edges:
             slot[pos, self.dst] = torch.arange(len(self), dtype=self.src.dtype, device=dev)
         return slot
 
+    @cached_property
+    def slot_order(self) -> SlotOrder:
+        """The edges slot by slot (:class:`SlotOrder`): what :func:`privdl.comm.base._slot_sum` runs over."""
+        return SlotOrder.of(self.slots)
+
     def to(self, device: torch.device | str) -> "Edges":
         return Edges(self.src.to(device), self.dst.to(device), self.weight.to(device), self.reverse.to(device),
                      self.self_weight.to(device), self.rows)
 
 
-__all__ = ["Edges", "adjacency", "directed_edges", "fingerprint", "graph_arrays", "index_dtype", "laplacian",
-           "undirected_edges"]
+__all__ = ["Edges", "SlotOrder", "adjacency", "directed_edges", "fingerprint", "graph_arrays", "index_dtype",
+           "laplacian", "undirected_edges"]
