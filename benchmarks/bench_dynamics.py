@@ -11,6 +11,7 @@ one repeat, made back to back under the same load) and the median over repeats i
 machine's load average (``os.getloadavg``) is printed before and after, since other processes share the cores.
 
     PYTHONPATH=src python benchmarks/bench_dynamics.py [--iterations 200] [--repeats 5] [--tasks quadratic,softmax]
+        [--laws random_matching,one_peer_exponential,peer_sampling] [--threads 2]
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tasks", default="quadratic,softmax")
+    ap.add_argument("--laws", default=",".join(v.get("dynamics", "static") for v in LAWS.values()),
+                    help="laws to run (the static graph always runs: the baseline)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     n, T = args.n, args.iterations
@@ -79,7 +82,8 @@ def main() -> None:
         task = make()
         rounds = T if label.startswith("quadratic") else max(5, T // 10)  # (softmax: the gradients dominate)
         sched = make_schedule("constant", eta=0.05, iterations=rounds)
-        nets = {law: build_network({"n": n, **table}, 0) for law, table in LAWS.items()}
+        nets = {law: build_network({"n": n, **table}, 0) for law, table in LAWS.items()
+                if "dynamics" not in table or table["dynamics"] in args.laws.split(",")}
         for law in [k for k, v in nets.items() if v.dynamics is not None]:
             nets[f"{law.split()[0]} frozen at W(1)"] = frozen(nets[law])
         times: dict[str, list[float]] = {law: [] for law in nets}
@@ -98,8 +102,6 @@ def main() -> None:
             return f"{statistics.median(r):5.2f} [{min(r):4.2f}–{max(r):4.2f}]"
 
         for law, secs in times.items():
-            if "frozen" in law:
-                continue
             own = times.get(f"{law.split()[0]} frozen at W(1)")
             print(f"{label:26s} {law:28s} T = {rounds:4d} {statistics.median(secs) * 1e3 / rounds:8.3f} ms/round "
                   f"(median)   vs static {paired(secs, base)}" + (f"   vs its W(1) frozen {paired(secs, own)}"

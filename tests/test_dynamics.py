@@ -612,6 +612,23 @@ def test_check_round_refuses_a_reverse_that_is_not_the_reverse_edge():
         check_round(bad, 1, "peer_sampling")
 
 
+def test_peer_sampling_checks_a_block_at_once_and_names_the_bad_round(monkeypatch):
+    """The rounds of a block are checked together (one pass); a bad W(t) anywhere in the block is still refused,
+    named by its own round, even when another round of the block is asked for."""
+    import privdl.network.dynamics as dy
+
+    n, real = 9, dy.mh_edges
+
+    def broken(rows, i, j, **kw):
+        e = real(rows, i, j, **kw)
+        e.weight[int(torch.nonzero(e.dst >= 5 * n)[0])] += 0.25  # round 5's first edge: its row sums to 1.25
+        return e
+
+    monkeypatch.setattr(dy, "mh_edges", broken)
+    with pytest.raises(ValidationError, match=r"W\(5\) of dynamics 'peer_sampling'.*sums to 1\.25"):
+        Dynamics("peer_sampling", n, seed=1, peers=2).edges(0)
+
+
 @pytest.mark.parametrize("lazy", [False, True])
 def test_peer_sampling_rounds_drawn_in_blocks_equal_rounds_built_one_by_one(lazy):
     """Rounds are drawn BLOCK at a time (one graph of BLOCK·n rows, split): each round's Edges must be exactly
@@ -628,5 +645,10 @@ def test_peer_sampling_rounds_drawn_in_blocks_equal_rounds_built_one_by_one(lazy
         one = mh_edges(n, e.src.numpy(), e.dst.numpy(), lazy=lazy)
         for f in ("src", "dst", "weight", "reverse", "self_weight", "degree", "slots"):
             assert torch.equal(getattr(e, f), getattr(one, f)) and getattr(e, f).dtype == getattr(one, f).dtype, (t, f)
+        # the slot order the canonical sums run over, counted in numpy for the whole block, against the one read
+        # off the round's own slot table (rows by degree, decreasing; each slot's edges over those rows)
+        got, want = e.slot_order, one.slot_order
+        assert got.counts == want.counts and torch.equal(got.edge.long(), want.edge.long()), t
+        assert got.perm is not None and torch.equal(got.perm, want.perm), t
         assert (e.degree >= k).all() and int(e.src.max()) < n
     assert not np.array_equal(d.matrix(BLOCK - 1).toarray(), d.matrix(BLOCK).toarray())

@@ -124,7 +124,11 @@ class AgentBytes:
         self._ends: dict[tuple[int, int], tuple] = {}
 
     def _counts(self, src: torch.Tensor, dst: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        s, d = src.detach().cpu().long().numpy(), dst.detach().cpu().long().numpy()
+        s, d = src.detach().cpu().numpy(), dst.detach().cpu().numpy()
+        if len(s) and s.min() >= 0 and d.min() >= 0:  # agent to agent (no server end): no masks (a new W(t) each
+            out = np.bincount(s, minlength=self.rows)   # round of a time-varying graph comes here every round)
+            return out * self.held, np.bincount(d, minlength=self.rows) * self.held, out * self.held
+        s, d = s.astype(np.int64, copy=False), d.astype(np.int64, copy=False)
         out = np.bincount(s[s >= 0], minlength=self.rows) * self.held
         into = np.bincount(d[d >= 0], minlength=self.rows) * self.held
         at = np.where(s >= 0, s, d)  # the agent end that counts the message

@@ -26,7 +26,7 @@ and a process knows from it which neighbours it exchanges with in round t. Laws 
   of the cycle may be disconnected; their union must be connected.
 
 Every W(t) is validated when it is made (:func:`check_round`): non-negative, symmetric, rows (hence columns)
-summing to 1. The manifest records the law (:meth:`Dynamics.law`), not the matrices.
+summing to 1 (``peer_sampling``: a block of rounds in one pass, a failure named by its round). The manifest records the law (:meth:`Dynamics.law`), not the matrices.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import torch
 
 from privdl.errors import ValidationError
 from privdl.keys import RootKeys, fold_int
-from privdl.network.edges import Edges, fingerprint, index_dtype
+from privdl.network.edges import Edges, SlotOrder, fingerprint, index_dtype
 
 #: the laws of W(t) ``[network] dynamics`` names
 DYNAMICS = ("static", "random_matching", "one_peer_exponential", "peer_sampling", "cycle")
@@ -84,11 +84,13 @@ def mh_edges(n: int, i: np.ndarray, j: np.ndarray, *, lazy: bool = False, slots:
     pair's two directed edges are placed in canonical order (receiver, then sender) by counting: receiver v's
     senders below v are the pairs (·, v) in order of lo, then those above v are the pairs (v, ·) in order of hi
     (already sorted). Each edge's reverse is its twin's place. ``slots=False``: no slot table (a block of rounds
-    that :func:`split_rounds` splits makes each round's own)."""
+    that :func:`split_rounds` splits gets each round's slot order there)."""
     i, j = np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
     lo, hi = np.minimum(i, j), np.maximum(i, j)
     keep = lo != hi
     pairs = lo * n + hi if keep.all() else lo[keep] * n + hi[keep]
+    if n * n <= np.iinfo(np.int32).max:  # (the same keys, sorted and split faster in 32 bits)
+        pairs = pairs.astype(np.int32)
     pairs.sort()
     if len(pairs) > 1:
         pairs = pairs[np.concatenate([[True], pairs[1:] != pairs[:-1]])]
@@ -97,7 +99,6 @@ def mh_edges(n: int, i: np.ndarray, j: np.ndarray, *, lazy: bool = False, slots:
     m = len(pairs)
     below, above = np.bincount(hi, minlength=n), np.bincount(lo, minlength=n)  # senders below / above each agent
     deg = below + above
-    w = 1.0 / (1.0 + np.maximum(deg[lo], deg[hi]))
     start = np.cumsum(deg) - deg  # first edge of each receiver
     # edge lo ← hi (receiver lo): after lo's `below` senders, in the (sorted) order of hi
     slot_a = below[lo] + (np.arange(m) - (np.cumsum(above) - above)[lo])
@@ -107,11 +108,13 @@ def mh_edges(n: int, i: np.ndarray, j: np.ndarray, *, lazy: bool = False, slots:
     slot_b[by_hi] = np.arange(m) - (np.cumsum(below) - below)[hi[by_hi]]
     pos_a, pos_b = start[lo] + slot_a, start[hi] + slot_b
     index = index_dtype(max(n, 2 * m))
-    src, dst = np.empty(2 * m, dtype=index), np.empty(2 * m, dtype=index)
-    weight, reverse = np.empty(2 * m), np.empty(2 * m, dtype=index)
-    src[pos_a], dst[pos_a], src[pos_b], dst[pos_b] = hi, lo, lo, hi
-    weight[pos_a] = weight[pos_b] = w
+    # receivers are sorted: dst is each agent repeated deg times; the senders and reverses are placed, and each
+    # edge's weight read off the degrees at its two ends (the same 1 / (1 + max) as its pair's)
+    dst = np.repeat(np.arange(n, dtype=index), deg)
+    src, reverse = np.empty(2 * m, dtype=index), np.empty(2 * m, dtype=index)
+    src[pos_a], src[pos_b] = hi, lo
     reverse[pos_a], reverse[pos_b] = pos_b, pos_a
+    weight = 1.0 / (1.0 + np.maximum(deg[src], deg[dst]))
     selfw = 1.0 - np.bincount(dst, weights=weight, minlength=n)  # (summed in canonical order)
     if lazy:
         weight, selfw = 0.5 * weight, 0.5 * (1.0 + selfw)
@@ -124,35 +127,60 @@ def mh_edges(n: int, i: np.ndarray, j: np.ndarray, *, lazy: bool = False, slots:
 
 
 def _assemble(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, reverse: np.ndarray, selfw: np.ndarray,
-              deg: np.ndarray, slots: np.ndarray | None) -> Edges:
-    """An :class:`Edges` from canonical numpy arrays, with its degrees and slot table (cached properties) set."""
+              deg: np.ndarray, slots: np.ndarray | None, order: SlotOrder | None = None) -> Edges:
+    """An :class:`Edges` from canonical numpy arrays, with its degrees and slot table or slot order (cached
+    properties) set."""
     e = Edges(torch.from_numpy(src), torch.from_numpy(dst), torch.from_numpy(weight), torch.from_numpy(reverse),
               torch.from_numpy(selfw), len(selfw))
     e.__dict__["degree"] = torch.from_numpy(deg)  # (Edges' cached properties, computed here in numpy)
     if slots is not None:
         e.__dict__["slots"] = torch.from_numpy(slots)
+    if order is not None:
+        e.__dict__["slot_order"] = order
     return e
 
 
 def split_rounds(block: Edges, n: int) -> list[Edges]:
     """The Edges of ``block`` (B independent rounds side by side: round r's agents are rows r·n … r·n + n − 1, no
     edge between rounds) as B Edges of n rows each. In canonical order a round's edges are one contiguous range,
-    so each round's arrays are slices, shifted to its own numbering."""
+    so each round's arrays are slices, shifted to its own numbering. Each round's :class:`SlotOrder` (what the
+    canonical sums run over) is made here for the whole block in a few numpy passes, by counting: a round's rows by
+    degree, decreasing (a stable sort of small keys), and edge e of slot k at receiver v goes to place
+    (edges of the round's slots before k) + (v's rank in that order) — the rows filling slot k are the first ones.
+    No slot table is built (``Edges.slots`` makes one if asked)."""
     rounds = block.rows // n
     src, dst, rev = block.src.numpy(), block.dst.numpy(), block.reverse.numpy()
     weight, selfw, deg = block.weight.numpy(), block.self_weight.numpy(), block.degree.numpy()
     start = np.concatenate([[0], np.cumsum(deg)])
     slot = np.arange(len(src)) - start[dst]  # each edge's slot in its receiver's row
+    top = int(deg.max()) if len(src) else 0
+    which = np.repeat(np.arange(rounds), n)  # each row's round
+    key = which * (top + 1) + (top - deg)  # (round, degree decreasing); row order kept by the stable sort
+    perm = np.argsort(key.astype(np.int16) if rounds * (top + 1) <= np.iinfo(np.int16).max else key, kind="stable")
+    rank = np.empty(len(deg), dtype=np.int64)
+    rank[perm] = np.tile(np.arange(n), rounds)
+    hist = np.bincount(which * (top + 1) + deg, minlength=rounds * (top + 1)).reshape(rounds, top + 1)
+    counts = hist[:, ::-1].cumsum(axis=1)[:, ::-1][:, 1:]  # counts[r, k]: rows of round r with degree > k
+    first = np.cumsum(counts, axis=1) - counts  # where slot k starts in round r's slot order
+    placed = np.empty(len(src), dtype=src.dtype)
+    edge_round = which[dst]
+    first_edge = start[edge_round * n]  # each edge's round's first edge
+    placed[first_edge + first[edge_round, slot] + rank[dst]] = np.arange(len(src)) - first_edge
+    # every round in its own numbering at once (rows less r·n, edges less the round's first edge): slices below
+    shift = (edge_round * n).astype(src.dtype, copy=False)
+    src_l, dst_l, rev_l = src - shift, dst - shift, rev - first_edge.astype(src.dtype, copy=False)
+    perm_l = perm - which * n  # (perm lists round 0's rows, then round 1's, ...)
+    top_r = deg.reshape(rounds, n).max(axis=1).tolist()
     out = []
     for r in range(rounds):
         a, z = int(start[r * n]), int(start[(r + 1) * n])
-        d = deg[r * n:(r + 1) * n]
         index = index_dtype(max(n, z - a))
-        local = dst[a:z].astype(index) - index(r * n)
-        slots = np.full((int(d.max()) if z > a else 0, n), -1, dtype=index)
-        slots[slot[a:z], local] = np.arange(z - a, dtype=index)
-        out.append(_assemble(src[a:z].astype(index) - index(r * n), local, weight[a:z],
-                             rev[a:z].astype(index) - index(a), selfw[r * n:(r + 1) * n], d, slots))
+        c = tuple(counts[r, :top_r[r] if z > a else 0].tolist())
+        order = SlotOrder(torch.from_numpy(placed[a:z].astype(index, copy=False)), c,
+                          None if all(x == n for x in c) else torch.from_numpy(perm_l[r * n:(r + 1) * n]))
+        out.append(_assemble(src_l[a:z].astype(index, copy=False), dst_l[a:z].astype(index, copy=False),
+                             weight[a:z], rev_l[a:z].astype(index, copy=False), selfw[r * n:(r + 1) * n],
+                             deg[r * n:(r + 1) * n], None, order))
     return out
 
 
@@ -359,7 +387,8 @@ class Dynamics:
         e = self._recent.get(t)
         if e is None:
             e = self._make(t)
-            check_round(e, t, self.name)
+            if self.name != "peer_sampling":  # (its rounds are checked a block at a time: _peer_round)
+                check_round(e, t, self.name)
             if len(self._recent) >= 8:  # the last few rounds (slices may be a round apart)
                 self._recent.clear()
             self._recent[t] = e
@@ -397,7 +426,7 @@ class Dynamics:
     def _peer_round(self, t: int) -> Edges:
         """Round t of ``peer_sampling``: drawn with its block of ``self.block`` rounds (each agent's k out-peers by
         :func:`sample_peers`, the block's rounds as one graph of block·n rows made Metropolis–Hastings by
-        :func:`mh_edges`, then split per round), the last two blocks kept."""
+        :func:`mh_edges`, checked in one pass, then split per round), the last two blocks kept."""
         size = self.block
         b = t // size
         block = self._blocks.get(b)
@@ -406,12 +435,28 @@ class Dynamics:
             rng = np.random.default_rng(fold_int(fold_int(self.key, BLOCK_KEY), b))
             peers = sample_peers(rng, n, k, rounds=size).reshape(size, n * k)
             peers += (np.arange(size) * n)[:, None]  # agent i of round r is row r·n + i
-            block = split_rounds(mh_edges(size * n, np.repeat(np.arange(size * n), k), peers.reshape(-1),
-                                          lazy=self.lazy, slots=False), n)
+            whole = mh_edges(size * n, np.repeat(np.arange(size * n), k), peers.reshape(-1), lazy=self.lazy,
+                             slots=False)
+            block = split_rounds(whole, n)
+            self._check_block(whole, block, b * size)
             if len(self._blocks) >= 2:
                 self._blocks.clear()
             self._blocks[b] = block  # (one assignment: another slice reads a whole block or builds its own)
         return block[t % size]
+
+    def _check_block(self, whole: Edges, rounds: list[Edges], first: int) -> None:
+        """:func:`check_round` on a block of rounds at once: the block's W is the rounds' W side by side, so it is
+        non-negative, symmetric and stochastic exactly when each round's is, provided no edge joins two rounds
+        (checked here). One pass over the block instead of one per round (the per-call cost dominates at
+        n = 1000); on a failure each round is checked alone to name the round."""
+        try:
+            check_round(whole, first, self.name)
+            if not np.array_equal(whole.src.numpy() // self.n, whole.dst.numpy() // self.n):
+                raise ValidationError(f"W({first}…) of dynamics {self.name!r}: an edge joins two rounds")
+        except ValidationError:
+            for r, e in enumerate(rounds):
+                check_round(e, first + r, self.name)
+            raise
 
     def lonely(self) -> str | None:
         """Why some agent has no neighbour in some round (None when every agent has one in every round)."""
