@@ -8,7 +8,9 @@ process, ``--repeats`` interleaved repeats. Two ratios, same algorithm, mechanis
 4-regular graph, and against the law frozen at W(1) (the same graph shape every round: the cost of W changing
 alone — drawing, building, checking and switching to each round's edges). Each ratio is **paired** (the two runs of
 one repeat, made back to back under the same load) and the median over repeats is reported, with its range; the
-machine's load average (``os.getloadavg``) is printed before and after, since other processes share the cores.
+machine's load average (``os.getloadavg``) is printed before and after, since other processes share the cores, and
+each line is repeated in process CPU time (``time.process_time``: all of this process's threads), which other jobs
+on the cores move much less than wall-clock time.
 
     PYTHONPATH=src python benchmarks/bench_dynamics.py [--iterations 200] [--repeats 5] [--tasks quadratic,softmax]
         [--laws random_matching,one_peer_exponential,peer_sampling] [--threads 2]
@@ -87,15 +89,17 @@ def main() -> None:
         for law in [k for k, v in nets.items() if v.dynamics is not None]:
             nets[f"{law.split()[0]} frozen at W(1)"] = frozen(nets[law])
         times: dict[str, list[float]] = {law: [] for law in nets}
+        cpu: dict[str, list[float]] = {law: [] for law in nets}  # process CPU time: less moved by other jobs
         for _ in range(args.repeats):  # interleaved: a busy machine slows every law of a repeat alike
             for law, net in nets.items():
                 mech = make_mechanism("gaussian_ldp", steps=alg.accesses(rounds, net.edges), network=net, clip=1.0,
                                       epsilon=10.0)
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=rounds,
                          seed=1, sparse=True, metrics=False)
                 times[law].append(time.perf_counter() - start)
-        base = times[next(iter(LAWS))]
+                cpu[law].append(time.process_time() - start_cpu)
+        base, base_cpu = times[next(iter(LAWS))], cpu[next(iter(LAWS))]
 
         def paired(a: list[float], b: list[float]) -> str:
             r = [x / y for x, y in zip(a, b)]
@@ -103,9 +107,13 @@ def main() -> None:
 
         for law, secs in times.items():
             own = times.get(f"{law.split()[0]} frozen at W(1)")
+            own_cpu = cpu.get(f"{law.split()[0]} frozen at W(1)")
             print(f"{label:26s} {law:28s} T = {rounds:4d} {statistics.median(secs) * 1e3 / rounds:8.3f} ms/round "
                   f"(median)   vs static {paired(secs, base)}" + (f"   vs its W(1) frozen {paired(secs, own)}"
                                                                    if own else ""))
+            print(f"{'':26s} {'  (CPU time)':28s} {'':8s} {statistics.median(cpu[law]) * 1e3 / rounds:8.3f} ms/round "
+                  f"(median)   vs static {paired(cpu[law], base_cpu)}"
+                  + (f"   vs its W(1) frozen {paired(cpu[law], own_cpu)}" if own_cpu else ""))
     print("load average (1, 5, 15 min) after: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 

@@ -649,6 +649,6 @@ def test_peer_sampling_rounds_drawn_in_blocks_equal_rounds_built_one_by_one(lazy
         # off the round's own slot table (rows by degree, decreasing; each slot's edges over those rows)
         got, want = e.slot_order, one.slot_order
         assert got.counts == want.counts and torch.equal(got.edge.long(), want.edge.long()), t
-        assert got.perm is not None and torch.equal(got.perm, want.perm), t
+        assert got.perm is not None and torch.equal(got.perm, want.perm) and torch.equal(got.place, want.place), t
         assert (e.degree >= k).all() and int(e.src.max()) < n
     assert not np.array_equal(d.matrix(BLOCK - 1).toarray(), d.matrix(BLOCK).toarray())

@@ -285,7 +285,7 @@ SLOT_CHUNK = 1 << 16
 def _slot_sum(out: torch.Tensor, edges: Edges, values: torch.Tensor, weight: torch.Tensor | None, *,
               by_sender: bool = False, rows: torch.Tensor | None = None,
               position: torch.Tensor | None = None) -> torch.Tensor:
-    """out_i += Σ over row i's incoming edges e of weight_e · v_e, slot by slot (canonical order): v_e = values[e]
+    """out_i + Σ over row i's incoming edges e of weight_e · v_e, slot by slot (canonical order): v_e = values[e]
     for per-edge values (E, d), or values[src(e)] with ``by_sender`` for per-row values (rows, d). ``rows``: only
     these rows (``out`` has one row per entry), the senders' rows read from ``values[position[src(e)]]`` — each
     row's sum is the same operations on the same numbers, so the same bits as the whole network's.
@@ -293,7 +293,8 @@ def _slot_sum(out: torch.Tensor, edges: Edges, values: torch.Tensor, weight: tor
     The terms weight_e · v_e are gathered in slot order (:class:`privdl.network.edges.SlotOrder`: each rounded once,
     a few slots' worth at a time, at most max(out's size, :data:`SLOT_CHUNK`) numbers). With ragged degrees the rows
     are first put in the order's ``perm`` (by degree, decreasing), where the rows that fill slot k are a prefix: slot
-    k adds its terms to that prefix in one ``+=``, and the rows go back in place at the end. A row past its degree
+    k adds its terms to that prefix in one ``+=``, and the rows go back to their places at the end (a gather: the
+    sums are returned, ``out`` is only added to in place when every row fills every slot). A row past its degree
     adds nothing, so a graph with ragged degrees costs its edges, not (largest degree) passes over every row, and
     each row's sum is exactly out_i + t_1 + t_2 + … in canonical order (a plain per-row loop's bits)."""
     order = edges.slot_order if rows is None else SlotOrder.of(edges.slots[:, rows])
@@ -319,9 +320,7 @@ def _slot_sum(out: torch.Tensor, edges: Edges, values: torch.Tensor, weight: tor
             acc[:c] += term[off:off + c]
             off += c
         start, k = start + size, end
-    if order.perm is not None:
-        out.index_copy_(0, order.perm, acc)
-    return out
+    return acc if order.perm is None else acc.index_select(0, order.place)
 
 
 def canonical_mix(x: torch.Tensor, edges: Edges) -> torch.Tensor:

@@ -176,8 +176,10 @@ def split_rounds(block: Edges, n: int) -> list[Edges]:
         a, z = int(start[r * n]), int(start[(r + 1) * n])
         index = index_dtype(max(n, z - a))
         c = tuple(counts[r, :top_r[r] if z > a else 0].tolist())
+        ragged = not all(x == n for x in c)
         order = SlotOrder(torch.from_numpy(placed[a:z].astype(index, copy=False)), c,
-                          None if all(x == n for x in c) else torch.from_numpy(perm_l[r * n:(r + 1) * n]))
+                          torch.from_numpy(perm_l[r * n:(r + 1) * n]) if ragged else None,
+                          torch.from_numpy(rank[r * n:(r + 1) * n]) if ragged else None)
         out.append(_assemble(src_l[a:z].astype(index, copy=False), dst_l[a:z].astype(index, copy=False),
                              weight[a:z], rev_l[a:z].astype(index, copy=False), selfw[r * n:(r + 1) * n],
                              deg[r * n:(r + 1) * n], None, order))

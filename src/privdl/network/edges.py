@@ -123,6 +123,8 @@ class SlotOrder:
     edge: torch.Tensor
     counts: tuple[int, ...]
     perm: torch.Tensor | None
+    #: each row's place in ``perm`` (its inverse; None with it)
+    place: torch.Tensor | None = None
 
     @classmethod
     def of(cls, slots: torch.Tensor) -> "SlotOrder":
@@ -133,7 +135,9 @@ class SlotOrder:
             return cls(slots.reshape(-1), counts, None)
         perm = torch.sort(filled.sum(dim=0), descending=True, stable=True).indices
         table = slots.index_select(1, perm)
-        return cls(table[table >= 0], counts, perm)
+        place = torch.empty_like(perm)
+        place[perm] = torch.arange(len(perm), device=perm.device)
+        return cls(table[table >= 0], counts, perm, place)
 
 
 @dataclass(frozen=True)
