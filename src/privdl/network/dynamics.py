@@ -26,7 +26,8 @@ and a process knows from it which neighbours it exchanges with in round t. Laws 
   of the cycle may be disconnected; their union must be connected.
 
 Every W(t) is validated when it is made (:func:`check_round`): non-negative, symmetric, rows (hence columns)
-summing to 1 (``peer_sampling``: a block of rounds in one pass, a failure named by its round). The manifest records the law (:meth:`Dynamics.law`), not the matrices.
+summing to 1 (``peer_sampling``: a block of rounds in one pass, a failure named by its round). The manifest
+records the law (:meth:`Dynamics.law`), not the matrices.
 """
 
 from __future__ import annotations
