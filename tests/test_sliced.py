@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -444,19 +445,22 @@ def test_held_rows_compute_only_the_slices_agents_within_rounding(setup, family,
     sched = make_schedule("constant", eta=0.1, iterations=ROUNDS)
     want = simulate(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS,
                     seed=SEED, sparse=True)
-    seen: list[int] = []
+    seen: list[tuple[int, int]] = []  # (thread, value): the slices' threads append in any interleaving
     rows = GradientOracle._rows
 
     def spy(self, models, idx, fn, batch, mask):
-        seen.append(int(idx.numel()))
-        return rows(self, models, idx, lambda x, b, m: (seen.append(-x.shape[0]), fn(x, b, m))[1], batch, mask)
+        me = threading.get_ident()
+        seen.append((me, int(idx.numel())))
+        return rows(self, models, idx, lambda x, b, m: (seen.append((me, -x.shape[0])), fn(x, b, m))[1], batch,
+                    mask)
 
     monkeypatch.setattr(GradientOracle, "_rows", spy)
     got = simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech, schedule=sched, iterations=ROUNDS,
                           seed=SEED, slices=3, held_rows=True)
-    held = [s for s in seen if s > 0]
-    computed = [-s for s in seen if s < 0]
-    assert computed and max(computed) <= max(len(p.agents) for p in partition(N, slices=3)) < N
-    assert held == computed
+    held = [(th, s) for th, s in seen if s > 0]
+    computed = [(th, -s) for th, s in seen if s < 0]
+    assert computed and max(s for _, s in computed) <= max(len(p.agents) for p in partition(N, slices=3)) < N
+    for thread in {th for th, _ in seen}:  # in each slice's own order: every call computed exactly its held rows
+        assert [s for th, s in held if th == thread] == [s for th, s in computed if th == thread]
     assert torch.allclose(got.final, want.final, rtol=0, atol=1e-12), (got.final - want.final).abs().max()
     assert torch.equal(got.accesses, want.accesses)
