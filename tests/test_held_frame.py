@@ -44,6 +44,7 @@ from privdl.simulator.checkpoint import Checkpoints
 from privdl.simulator.sliced import check_held_frame, owners_of, simulate_sliced
 from privdl.tasks import make_task
 from tests.conftest import Stop, stop_after
+from tests.test_runtime import CONFIG as RUNTIME_CONFIG
 
 N, ROUNDS, SEED = 6, 4, 11
 REL, ABS, ABS_MODEL = 1e-7, 1e-10, 1e-9
@@ -320,22 +321,8 @@ def test_a_resumed_held_frame_run_equals_the_uninterrupted_one(setup, tmp_path):
 
 
 # ---- processes ------------------------------------------------------------------------------------------------------
-CONFIG = '''name = "held"
-seeds = [0]
-iterations = 12
-eval_every = 4
-[schedule]
-eta = 0.05
-[network]
-topology = "erdos_renyi"
-n = 6
-p = 0.6
-seed = 1
-sparse = true
-[task]
-name = "logistic"
-dataset = "breast_cancer"
-[runtime]
+CONFIG = RUNTIME_CONFIG.replace(  # the dist tests' run, in the held frame
+    'name = "dist"', 'name = "held"') + '''[runtime]
 frame = "held"
 assignment = [[0, 3], [1, 2, 4, 5]]
 '''
