@@ -67,6 +67,16 @@ def per_round(rounds_factor: int = 1, extra: int = 0) -> Callable[[int, Edges], 
     return accesses
 
 
+#: the held-frame reason of an algorithm that does not declare one (:attr:`Algorithm.held_reason`)
+HELD_UNCHECKED = ("it is not one of the algorithms checked to talk only through comm.mix and comm.neighbour_sum "
+                  "and to read its own agents' rows only")
+#: the held-frame reason of seed 004's in-place gossip (``gossip = "authors"``)
+HELD_AUTHORS = ("with gossip = \"authors\" its in-place sweep goes agent by agent over the whole network "
+                "(comm.average_in_place)")
+#: the held-frame reason of the cross-gradient algorithms (:func:`cross_gradients`: DPDL, CGA)
+HELD_CROSS = "its cross-gradients pull every model over the edges and push a gradient back per edge (comm.pull/push)"
+
+
 class Algorithm(NamedTuple):
     name: str
     init: Callable[[torch.Tensor, StepContext], Any]
@@ -107,6 +117,10 @@ class Algorithm(NamedTuple):
     #: column-stochastic push-sum A: ``sgp``, ``central_sgd``); every other algorithm is refused there
     #: (:func:`check_directed`)
     directed_ok: bool = False
+    #: why it cannot run in the held frame (an engine holding one row per agent it holds, whose Comm offers only
+    #: ``mix`` and ``neighbour_sum``: :class:`privdl.comm.sliced.HeldComm`), None when it can; refused there by this
+    #: reason (:func:`privdl.simulator.sliced.check_held_frame`). Undeclared algorithms are not checked, so refused
+    held_reason: str | None = HELD_UNCHECKED
 
     def gradient_calls(self, iterations: int) -> int:
         """The most noisy accesses any agent's data gets in ``iterations`` rounds (on a 2-agent complete graph for

@@ -21,4 +21,5 @@ def central_sgd() -> Algorithm:
         return CentralState(s.x - ctx.eta * ctx.comm.average(ctx.gradient(s.x), tag="gradient"))
 
     return Algorithm("central_sgd", lambda x0, ctx: CentralState(x0.clone()), step, lambda s: s.x,
-                     transmits={"gradient": "other"}, directed_ok=True)  # the aggregator ignores the graph
+                     transmits={"gradient": "other"}, directed_ok=True,
+                     held_reason="it averages through a trusted aggregator of every agent's row (comm.average)")  # the aggregator ignores the graph

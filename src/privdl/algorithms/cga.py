@@ -24,7 +24,7 @@ from typing import Annotated, NamedTuple
 import numpy as np
 import torch
 
-from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext, cross_gradients
+from privdl.algorithms.base import ALGORITHMS, HELD_CROSS, Algorithm, StepContext, cross_gradients
 from privdl.errors import ValidationError
 from privdl.network.edges import Edges
 from privdl.registry import one_of
@@ -119,7 +119,7 @@ def cga(*, beta: float = 0.9, margin: float = 0.5,
                      facts={"beta": float(beta), "margin": float(margin), "per_tensor": per_tensor}, stackable=False,
                      cross=True, transmits={"model": "other", "cross_gradient": "other", "x": "other"},
                      requires=("neighbour_every_round: its cross-gradients weigh what each neighbour returns, so "
-                               "every agent needs a neighbour in every round",))
+                               "every agent needs a neighbour in every round",), held_reason=HELD_CROSS)
 
 
 __all__ = ["CGAState", "cga", "project"]

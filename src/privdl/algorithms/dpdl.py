@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 import torch
 
-from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext, cross_gradients
+from privdl.algorithms.base import ALGORITHMS, HELD_CROSS, Algorithm, StepContext, cross_gradients
 from privdl.errors import ValidationError
 from privdl.network.edges import Edges
 
@@ -124,7 +124,7 @@ def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False,
                      unprotected=None if self_noise else (unprotected, UNPROTECTED_REASON), cross=True,
                      transmits={"model": "other", "cross_gradient": "other", "x": "other", "v": "other"},
                      requires=("neighbour_every_round: its cross-gradients weigh what each neighbour returns, so "
-                               "every agent needs a neighbour in every round",))
+                               "every agent needs a neighbour in every round",), held_reason=HELD_CROSS)
 
 
 __all__ = ["CALIBRATIONS", "DPDLState", "UNPROTECTED_REASON", "calibration_weights", "dpdl"]

@@ -19,7 +19,7 @@ from typing import Annotated, Any, NamedTuple
 
 import torch
 
-from privdl.algorithms.base import ALGORITHMS, GOSSIPS, Algorithm, StepContext, check_gossip
+from privdl.algorithms.base import ALGORITHMS, GOSSIPS, HELD_AUTHORS, Algorithm, StepContext, check_gossip
 from privdl.algorithms.optimizers import OptState, make_optimizer
 from privdl.comm.base import LINEAR_MIXING
 from privdl.errors import ValidationError
@@ -53,7 +53,7 @@ def dsgd(*, form: Annotated[str, one_of("atc", "cta")] = "atc",
             return DSGDState(ctx.comm.mix(s.x - ctx.eta * ctx.gradient(s.x), tag="x"))
 
         return Algorithm("dsgd", lambda x0, ctx: DSGDState(x0.clone()), step, lambda s: s.x,
-                         combines=LINEAR_MIXING, transmits={"x": "model"})
+                         combines=LINEAR_MIXING, transmits={"x": "model"}, held_reason=None)
 
     def init(x0: torch.Tensor, ctx: StepContext) -> DSGDCTAState:
         return DSGDCTAState(x0.clone(), opt.init(x0))
@@ -70,4 +70,4 @@ def dsgd(*, form: Annotated[str, one_of("atc", "cta")] = "atc",
 
     # the gradient step follows the mix (or in-place averaging): what is sent is the model before it
     return Algorithm("dsgd", init, step_authors if gossip == "authors" else step_cta, lambda s: s.x,
-                     transmits={"x": "other"})
+                     transmits={"x": "other"}, held_reason=HELD_AUTHORS if gossip == "authors" else None)

@@ -20,7 +20,8 @@ from typing import Annotated, NamedTuple
 
 import torch
 
-from privdl.algorithms.base import ALGORITHMS, GOSSIPS, Algorithm, StepContext, check_gossip, per_round
+from privdl.algorithms.base import (ALGORITHMS, GOSSIPS, HELD_AUTHORS, Algorithm, StepContext, check_gossip,
+                                   per_round)
 from privdl.comm.base import LINEAR_MIXING
 from privdl.registry import one_of
 
@@ -47,7 +48,7 @@ def dsgt(*, gossip: Annotated[str, one_of(*GOSSIPS)] = "synchronous") -> Algorit
         return DSGTState(x_new, g_new + ctx.comm.mix(s.y, tag="y") - s.g, g_new)
 
     return Algorithm("dsgt", init, step, lambda s: s.x, per_round(1, extra=1), combines=LINEAR_MIXING,
-                     transmits={"theta": "tracking_model", "y": "tracker"})
+                     transmits={"theta": "tracking_model", "y": "tracker"}, held_reason=None)
 
 
 def _dsgt_authors() -> Algorithm:
@@ -61,4 +62,5 @@ def _dsgt_authors() -> Algorithm:
         g_new = ctx.gradient(x_new)
         return DSGTState(x_new, ctx.comm.average_in_place(s.y, tag="y", offset=g_new - s.g), g_new)
 
-    return Algorithm("dsgt", init, step, lambda s: s.x, per_round(1), transmits={"theta": "other", "y": "other"})
+    return Algorithm("dsgt", init, step, lambda s: s.x, per_round(1), transmits={"theta": "other", "y": "other"},
+                     held_reason=HELD_AUTHORS)

@@ -38,7 +38,7 @@ def exact_diffusion_parts() -> Algorithm:
              "of one combination matrix A, and A must be positive definite; W(t) changes that fixed point every round "
              "(and a matching's W(t) is singular)")
     return Algorithm("exact_diffusion", init, step, lambda s: s.w, requires=("positive_definite", FIXED),
-                     combines=LINEAR_MIXING, transmits={"phi": "exact_diffusion"})
+                     combines=LINEAR_MIXING, transmits={"phi": "exact_diffusion"}, held_reason=None)
 
 
 @ALGORITHMS.register("exact_diffusion")

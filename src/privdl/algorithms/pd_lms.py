@@ -47,4 +47,5 @@ def pd_lms(*, scheme: Annotated[str, one_of(*SCHEMES)] = "nullspace", variance: 
 
     privacy = (LaplaceEvent(f"pd_lms({scheme})", variance),) if variance > 0 else ()
     return Algorithm("pd_lms", lambda x0, ctx: PDLMSState(x0.clone()), step, lambda s: s.w, privacy=privacy,
-                     facts={"scheme": scheme, "variance": variance}, transmits={"psi": "model_per_edge"})
+                     facts={"scheme": scheme, "variance": variance}, transmits={"psi": "model_per_edge"},
+                     held_reason="it sends one value per edge (comm.send) and sums per-edge values (comm.reduce)")

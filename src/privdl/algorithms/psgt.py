@@ -62,4 +62,5 @@ def psgt(*, variance: float = 0.1, decay: float = 0.8, root: bool = True, self_p
     privacy = (LaplaceEvent("psgt(state and direction)", variance, decay, root),) if variance > 0 else ()
     return Algorithm("psgt", init, step, lambda s: s.x, per_round(1, extra=1), privacy=privacy,
                      facts={"variance": variance, "decay": decay, "root": root, "self_perturbed": self_perturbed},
-                     transmits={"x": "other", "y": "other"})
+                     transmits={"x": "other", "y": "other"},
+                     held_reason="it reads the network's self-weights row by row (one per agent of the network)")

@@ -116,7 +116,7 @@ class Sliced(Backend):
         options = config_options(cfg, c.network.n, range(c.network.n)) if agreed else {}
         frame = runtime.frame or "network"  # the sliced backend's default: the simulator's shapes, bit for bit
         if frame == "held":
-            check_held_frame(c.algorithm, c.mechanism, gossip=(cfg.get("algorithm") or {}).get("gossip"))
+            check_held_frame(c.algorithm, c.mechanism)
         result = simulate_sliced(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
                                  schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
                                  placements=placements, eval_every=cfg["eval_every"], gradient=cfg["gradient"],

@@ -158,8 +158,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     watching = observers(cfg, c, n)  # the eavesdropper of a streaming task: fed by process 0's wire
     # before any message, alike in every process: the held frame where the run allows it (an explicit "held" that
     # it does not is refused by reason), else the network frame and why
-    frame, not_held = choose_frame(RuntimeSpec.of(cfg).frame, c.algorithm, c.mechanism,
-                                   gossip=(cfg.get("algorithm") or {}).get("gossip"))
+    frame, not_held = choose_frame(RuntimeSpec.of(cfg).frame, c.algorithm, c.mechanism)
     placements = placements_for(cfg, n, world)
     owner = owners_of(placements, n)
     p = placements[rank]

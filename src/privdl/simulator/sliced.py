@@ -28,7 +28,7 @@ from privdl.agreement import agree, shared_groups
 from privdl.algorithms.base import Algorithm, check_directed
 from privdl.comm import Observer
 from privdl.comm.observers import AgentBytes
-from privdl.comm.sliced import HELD_METHODS, HeldComm, SliceComm, Transport, Wire
+from privdl.comm.sliced import HeldComm, SliceComm, Transport, Wire
 from privdl.errors import ValidationError
 from privdl.keys import HeldKeys, Keys, KeySource, RootKeys
 from privdl.mechanisms.base import GradientMechanism
@@ -88,61 +88,46 @@ def run_slice(*, part: int, placement: Placement, owner: np.ndarray, network: Ne
 
 #: the frames an engine of a split run computes in (:mod:`privdl.placement`)
 FRAMES = ("network", "held")
-#: the algorithms that run in the held frame: they talk only through the Comm's held-frame methods
-#: (:data:`privdl.comm.sliced.HELD_METHODS`) and read the data of their own agents only
-HELD_ALGORITHMS = ("dsgd", "dsgt", "exact_diffusion")
-#: why the others do not (what they need of the network beyond their agents' rows)
-HELD_REFUSALS = {
-    "pd_lms": "it sends one value per edge (comm.send) and sums per-edge values (comm.reduce)",
-    "dpdl": "its cross-gradients pull every model over the edges and push a gradient back per edge (comm.pull/push)",
-    "cga": "its cross-gradients pull every model over the edges and push a gradient back per edge (comm.pull/push)",
-    "central_sgd": "it averages through a trusted aggregator of every agent's row (comm.average)",
-    "psgt": "it reads the network's self-weights row by row (one per agent of the network)",
-}
 
 
-def check_held_frame(algorithm: Algorithm, mechanism: GradientMechanism, *, gossip: str | None = None) -> None:
-    """Refuse, before a run starts, an algorithm or mechanism that cannot run in the held frame (one row per held
-    agent: only :data:`privdl.comm.sliced.HELD_METHODS` between agents, each agent's own data and noise), naming
-    the reason; ``gossip``: the algorithm's gossip key, when the config gives it."""
-    name = algorithm.name
-    how = f"{' and '.join(HELD_METHODS)}"
-    if name not in HELD_ALGORITHMS:
-        why = HELD_REFUSALS.get(name, f"it is not one of the algorithms checked to talk only through {how} "
-                                      f"({', '.join(HELD_ALGORITHMS)})")
-        raise ValidationError(f"runtime.frame = \"held\" cannot run algorithm {name!r}: {why}; use "
-                              "runtime.frame = \"network\"")
-    if gossip == "authors":
-        raise ValidationError(f"runtime.frame = \"held\" cannot run algorithm {name!r} with gossip = \"authors\": "
-                              "its in-place sweep goes agent by agent over the whole network "
-                              "(comm.average_in_place); use runtime.frame = \"network\"")
-    members = getattr(mechanism, "members", [mechanism])
-    for m in [mechanism, *members]:
+def held_frame_refusal(algorithm: Algorithm, mechanism: GradientMechanism) -> tuple[str, str] | None:
+    """Why ``algorithm`` with ``mechanism`` cannot run in the held frame (one row per held agent: only
+    :data:`privdl.comm.sliced.HELD_METHODS` between agents, each agent's own data and noise) and what to do instead,
+    or None when it can. The algorithm declares it (:attr:`~privdl.algorithms.base.Algorithm.held_reason`)."""
+    network = "use runtime.frame = \"network\""
+    if algorithm.held_reason is not None:
+        return (f"runtime.frame = \"held\" cannot run algorithm {algorithm.name!r}: {algorithm.held_reason}",
+                network)
+    for m in [mechanism, *getattr(mechanism, "members", [])]:
         if m.wraps_comm:
-            raise ValidationError(f"runtime.frame = \"held\" cannot run mechanism {m.name!r}: it wraps the Comm "
-                                  "(encodes what is sent per edge, or averages over gossip rounds of its own); use "
-                                  "runtime.frame = \"network\"")
+            return (f"runtime.frame = \"held\" cannot run mechanism {m.name!r}: it wraps the Comm (encodes what is "
+                    "sent per edge, or averages over gossip rounds of its own)", network)
         generation = getattr(m, "generation", "per_agent")
         if generation != "per_agent" and getattr(getattr(m, "noise", None), "draw_keys", None):  # shared draws
-            raise ValidationError(f"runtime.frame = \"held\" cannot run mechanism {m.name!r} with generation = "
-                                  f"{generation!r}: it draws the whole network's noise in one product; use "
-                                  "generation = \"per_agent\" (the same noise, each agent's row drawn alone)")
+            return (f"runtime.frame = \"held\" cannot run mechanism {m.name!r} with generation = {generation!r}: "
+                    "it draws the whole network's noise in one product",
+                    "use generation = \"per_agent\" (the same noise, each agent's row drawn alone)")
+    return None
 
 
-def choose_frame(asked: str | None, algorithm: Algorithm, mechanism: GradientMechanism, *,
-                 gossip: str | None = None) -> tuple[str, str | None]:
+def check_held_frame(algorithm: Algorithm, mechanism: GradientMechanism) -> None:
+    """Refuse, before a run starts, what cannot run in the held frame, naming the reason
+    (:func:`held_frame_refusal`)."""
+    refusal = held_frame_refusal(algorithm, mechanism)
+    if refusal is not None:
+        raise ValidationError("; ".join(refusal))
+
+
+def choose_frame(asked: str | None, algorithm: Algorithm, mechanism: GradientMechanism) -> tuple[str, str | None]:
     """The frame of a distributed run and why it is not the held frame: ``asked`` ("network", "held" — refused by
     reason if the run cannot — or None: "held" where the run allows it, else "network" with the reason)."""
     if asked == "network":
         return "network", "runtime.frame = \"network\""
     if asked == "held":
-        check_held_frame(algorithm, mechanism, gossip=gossip)
+        check_held_frame(algorithm, mechanism)
         return "held", None
-    try:
-        check_held_frame(algorithm, mechanism, gossip=gossip)
-    except ValidationError as exc:
-        return "network", str(exc).rsplit("; use", 1)[0]  # e.g. 'runtime.frame = "held" cannot run algorithm …
-    return "held", None
+    refusal = held_frame_refusal(algorithm, mechanism)
+    return ("held", None) if refusal is None else ("network", refusal[0])
 
 
 def owners_of(placements: Sequence[Placement], n: int) -> np.ndarray:
@@ -293,5 +278,5 @@ def simulate_sliced(
                             extra)
 
 
-__all__ = ["FRAMES", "HELD_ALGORITHMS", "NetworkBytes", "check_held_frame", "choose_frame", "owners_of",  # NetworkBytes:
-           "run_slice", "simulate_sliced"]  # the coordinator's
+__all__ = ["FRAMES", "NetworkBytes", "check_held_frame", "choose_frame", "held_frame_refusal",  # NetworkBytes:
+           "owners_of", "run_slice", "simulate_sliced"]  # the coordinator's
