@@ -284,7 +284,7 @@ SLOT_CHUNK = 1 << 16
 
 def _slot_sum(out: torch.Tensor, edges: Edges, values: torch.Tensor, weight: torch.Tensor | None, *,
               by_sender: bool = False, rows: torch.Tensor | None = None,
-              position: torch.Tensor | None = None) -> torch.Tensor:
+              position: torch.Tensor | None = None, order: SlotOrder | None = None) -> torch.Tensor:
     """out_i + Σ over row i's incoming edges e of weight_e · v_e, slot by slot (canonical order): v_e = values[e]
     for per-edge values (E, d), or values[src(e)] with ``by_sender`` for per-row values (rows, d). ``rows``: only
     these rows (``out`` has one row per entry), the senders' rows read from ``values[position[src(e)]]`` — each
@@ -296,8 +296,10 @@ def _slot_sum(out: torch.Tensor, edges: Edges, values: torch.Tensor, weight: tor
     k adds its terms to that prefix in one ``+=``, and the rows go back to their places at the end (a gather: the
     sums are returned, ``out`` is only added to in place when every row fills every slot). A row past its degree
     adds nothing, so a graph with ragged degrees costs its edges, not (largest degree) passes over every row, and
-    each row's sum is exactly out_i + t_1 + t_2 + … in canonical order (a plain per-row loop's bits)."""
-    order = edges.slot_order if rows is None else SlotOrder.of(edges.slots[:, rows])
+    each row's sum is exactly out_i + t_1 + t_2 + … in canonical order (a plain per-row loop's bits). ``order``:
+    ``rows``' slot order, when the caller planned it once (:class:`privdl.comm.sliced.SliceComm`, per edge set)."""
+    if order is None:
+        order = edges.slot_order if rows is None else SlotOrder.of(edges.slots[:, rows])
     if not order.counts:
         return out
     at = edges.src.index_select(0, order.edge) if by_sender else order.edge
@@ -331,16 +333,17 @@ def canonical_mix(x: torch.Tensor, edges: Edges) -> torch.Tensor:
 
 
 def canonical_rows(table: torch.Tensor, edges: Edges, rows: torch.Tensor, position: torch.Tensor, *,
-                   weighted: bool) -> torch.Tensor:
+                   weighted: bool, order: SlotOrder | None = None) -> torch.Tensor:
     """Rows ``rows`` of :func:`canonical_mix` (``weighted``) or :func:`canonical_neighbour_sum`, bit for bit, from a
-    table holding only the rows they read (row j of the network at ``table[position[j]]``): (len(rows), d)."""
+    table holding only the rows they read (row j of the network at ``table[position[j]]``): (len(rows), d).
+    ``order``: ``SlotOrder.of(edges.slots[:, rows])``, if the caller keeps it (else made here)."""
     if weighted:
         out = table.index_select(0, position[rows])
         out.mul_(edges.self_weight.to(dtype=table.dtype, device=table.device)[rows][:, None])
     else:
         out = table.new_zeros((len(rows), *table.shape[1:]))
     return _slot_sum(out, edges, table, edges.weight if weighted else None, by_sender=True, rows=rows,
-                     position=position)
+                     position=position, order=order)
 
 
 def canonical_neighbour_sum(x: torch.Tensor, edges: Edges) -> torch.Tensor:

@@ -30,6 +30,7 @@ import torch
 
 from privdl.comm.base import SERVER, Comm, Observer, _flat, canonical_mix, canonical_neighbour_sum, canonical_rows
 from privdl.errors import PrivdlError, ValidationError
+from privdl.network.edges import SlotOrder
 from privdl.network.network import Network
 from privdl.placement import Placement
 
@@ -308,6 +309,10 @@ class SliceComm(Comm):
         self.read_rows = torch.from_numpy(read)
         self.position = torch.full((self.rows,), -1, dtype=torch.long)
         self.position[self.read_rows] = torch.arange(len(read))
+        held = placement.held_rows
+        self.own_position = self.position[held]  # my rows' places in that table, and each peer's rows'
+        self.in_position = {p: self.position[r] for p, r in self.rows_in.items()}
+        self.held_order = SlotOrder.of(e.slots[:, held])  # my rows' canonical sums (canonical_rows)
 
     # ---- observation: parts merged by the wire --------------------------------------------------------------------
     def attach(self, observer: Observer) -> Observer:
@@ -383,18 +388,27 @@ class SliceComm(Comm):
             combine = canonical_mix if weighted else canonical_neighbour_sum
             return self._mine(combine(full, self.edges), self.row_mask)
         got = self._rows_in(flat, tag)
-        table = flat.new_empty((len(self.read_rows), *flat.shape[1:]))
         held = self.placement.held_rows.to(flat.device)
-        table.index_copy_(0, self.position[held], flat.index_select(0, held))
-        for p, value in got.items():
-            table.index_copy_(0, self.position[self.rows_in[p]], value)
-        if self.wire is not None:
-            full = flat.new_zeros(flat.shape)
-            full[self.read_rows] = table
-            self._edge_part(tag, full[self.edges.src])
         result = flat.new_zeros(flat.shape)
-        result.index_copy_(0, held, canonical_rows(table, self.edges, held, self.position, weighted=weighted))
+        result.index_copy_(0, held, self._held_rows_sum(flat.index_select(0, held), got, tag, weighted=weighted))
         return result.reshape(x.shape)
+
+    def _held_rows_sum(self, own: torch.Tensor, got: dict[int, torch.Tensor], tag: str, *,
+                       weighted: bool) -> torch.Tensor:
+        """My agents' mix (``weighted``) or neighbour_sum, one row each, from their own rows ``own`` and the rows
+        received from each peer (``got``) gathered into the table of the rows they read — reported to the wire as
+        the messages my agents receive — by the canonical kernels on those rows (the simulator's bits)."""
+        dev = own.device
+        table = own.new_empty((len(self.read_rows), *own.shape[1:]))
+        table.index_copy_(0, self.own_position.to(dev), own)
+        for p, value in got.items():
+            table.index_copy_(0, self.in_position[p].to(dev), value)
+        if self.wire is not None:
+            e, idx = self.edges, self.mine_in
+            src = e.src[idx]
+            self._part(tag, idx, src, e.dst[idx], table.index_select(0, self.position[src.long()].to(dev)))
+        return canonical_rows(table, self.edges, self.placement.held_rows.to(dev), self.position.to(dev),
+                              weighted=weighted, order=self.held_order)
 
     def _mine(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Rows not in ``mask`` set to zero (they belong to other slices)."""
@@ -549,7 +563,6 @@ class HeldComm(SliceComm):
         local = torch.full((self.rows,), -1, dtype=torch.long)
         local[held] = torch.arange(held.numel())
         self.local_out = {p: local[r] for p, r in self.rows_out.items()}  # my local rows each peer reads
-        self.own_position = self.position[held]  # my rows' places in the table of the rows my agents read
         self._degree = e.degree.index_select(0, held.to(e.degree.device))[:, None]
 
     @property
@@ -575,17 +588,7 @@ class HeldComm(SliceComm):
         out = {p: flat[r.to(flat.device)] for p, r in self.local_out.items()}
         expect = {p: (int(r.numel()), *flat.shape[1:]) for p, r in self.rows_in.items()}
         got = self._exchange(tag, out, expect, flat)
-        table = flat.new_empty((len(self.read_rows), *flat.shape[1:]))
-        table.index_copy_(0, self.own_position.to(flat.device), flat)
-        for p, value in got.items():
-            table.index_copy_(0, self.position[self.rows_in[p]].to(flat.device), value)
-        if self.wire is not None:
-            e, idx = self.edges, self.mine_in
-            src = e.src[idx]
-            self._part(tag, idx, src, e.dst[idx], table.index_select(0, self.position[src.long()].to(flat.device)))
-        held = self.placement.held_rows.to(flat.device)
-        return canonical_rows(table, self.edges, held, self.position.to(flat.device),
-                              weighted=weighted).reshape(x.shape)
+        return self._held_rows_sum(flat, got, tag, weighted=weighted).reshape(x.shape)
 
     def _refuse(self, method: str, why: str):
         raise ValidationError(f"algorithm {self.algorithm!r} calls comm.{method} ({why}); the held frame "
