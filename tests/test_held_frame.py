@@ -24,8 +24,10 @@ exact.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -45,6 +47,8 @@ from privdl.simulator.sliced import check_held_frame, owners_of, simulate_sliced
 from privdl.tasks import make_task
 from tests.conftest import Stop, stop_after
 from tests.test_runtime import CONFIG as RUNTIME_CONFIG
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 N, ROUNDS, SEED = 6, 4, 11
 REL, ABS, ABS_MODEL = 1e-7, 1e-10, 1e-9
@@ -388,31 +392,14 @@ def test_a_process_holding_two_agents_needs_the_same_memory_at_n_64_and_n_1024(t
 
     from privdl.cli import app
 
+    spec = importlib.util.spec_from_file_location("bench_held_memory", BENCHMARKS / "bench_held_memory.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)  # its config: the run the benchmark measures, here 3 rounds
     peaks = {}
     for n in (64, 1024):
         cfg = tmp_path / f"n{n}.toml"
-        cfg.write_text(f'''name = "memory"
-seeds = [0]
-iterations = 3
-eval_every = 3
-threads = 1
-[schedule]
-eta = 0.05
-[network]
-topology = "ring"
-n = {n}
-sparse = true
-[task]
-name = "mlp"
-dataset = "digits"
-hidden = 150
-batch_size = 1
-[algorithm]
-name = "dsgd"
-[runtime]
-frame = "held"
-assignment = [[0, 1], [{", ".join(str(i) for i in range(2, n))}]]
-''')
+        cfg.write_text(bench.CONFIG.format(rounds=3, n=n, hidden=150, frame="held", mechanism='name = "none"',
+                                           rest=", ".join(str(i) for i in range(2, n))))
         got = CliRunner().invoke(app, ["run", str(cfg), "--out", str(tmp_path / f"o{n}"), "--procs", "2",
                                        "--no-plot", "--quiet"])
         assert got.exit_code == 0, got.output

@@ -28,7 +28,7 @@ from privdl.registry import Registry
 from privdl.runtime_spec import RuntimeSpec
 from privdl.simulator import SimulationResult, simulate
 from privdl.simulator.checkpoint import Checkpoints
-from privdl.simulator.sliced import check_held_frame, simulate_sliced
+from privdl.simulator.sliced import simulate_sliced
 
 #: the eavesdropper's sliding window (rounds) when the config does not say
 EAVESDROPPER_WINDOW = 100
@@ -115,8 +115,6 @@ class Sliced(Backend):
             raise ValidationError("runtime.backend = \"sliced\" runs on the CPU; remove device or set it to \"cpu\"")
         options = config_options(cfg, c.network.n, range(c.network.n)) if agreed else {}
         frame = runtime.frame or "network"  # the sliced backend's default: the simulator's shapes, bit for bit
-        if frame == "held":
-            check_held_frame(c.algorithm, c.mechanism)
         result = simulate_sliced(task=c.task, network=c.network, algorithm=c.algorithm, mechanism=c.mechanism,
                                  schedule=c.schedule, iterations=cfg["iterations"], seed=cfg["seed"],
                                  placements=placements, eval_every=cfg["eval_every"], gradient=cfg["gradient"],
