@@ -34,7 +34,7 @@ import torch
 
 from privdl.covariance import design_covariance
 from privdl.covariance.dual import _CACHE
-from privdl.mechanisms.correlated import CorrelatedNoise
+from privdl.mechanisms.correlated_noise import CorrelatedNoise
 from privdl.network import Network
 from privdl.privacy.agent_accountant import get_accountant
 from privdl.keys import Keys

@@ -208,7 +208,7 @@ def test_large_components_match_per_agent_bit_for_bit():
     pytest.importorskip("cvxpy", reason="problem (10) needs the optional extra: pip install 'privdl[reference]'")
     from privdl.covariance.hbc import solve_hbc
     from privdl.covariance.seeds import seed_groups
-    from privdl.mechanisms.correlated import CorrelatedNoise
+    from privdl.mechanisms.correlated_noise import CorrelatedNoise
 
     net = Network.from_topology("erdos_renyi", 16, p=0.5, seed=1)
     designs = [design_covariance("whisper", net.W, bound=1.0),  # one global component of 16 agents

@@ -136,7 +136,7 @@ def _decor_h_of(parts: tuple[bool, bool, list], c: np.ndarray) -> np.ndarray:
 def decor_h(w, c: float) -> float:
     """h(c) = max_i [(I + c·L)⁻¹]_ii for the unweighted Laplacian L of W's graph (dense or sparse; an agent in no
     edge: 1; a matched pair: (1 + c)/(1 + 2c), in closed form) — σ_pair² = h(c)/b puts the worst agent's precision
-    at b (DECOR on a round's graph, :class:`privdl.mechanisms.correlated.DecorNoise`)."""
+    at b (DECOR on a round's graph, :class:`privdl.mechanisms.decor.DecorNoise`)."""
     if c == 0:
         return 1.0
     return float(_decor_h_of(_decor_components(w), np.array([float(c)]))[0])

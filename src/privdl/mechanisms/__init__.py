@@ -5,12 +5,13 @@ import functools
 import inspect
 
 from privdl.errors import ValidationError
-from privdl.mechanisms import correlated, dp_sgd, muffliato, zip_dl  # noqa: F401  (register)
+from privdl.mechanisms import correlated, decor, dp_sgd, muffliato, whisper, zip_dl  # noqa: F401  (register)
 from privdl.mechanisms.base import (
     MECHANISMS, Access, AccessBudgetExceeded, BatchGradient, Chain, Clip, ClippedSum, GradientMechanism, Mechanism,
     MechanismEnv, NoPrivacy, Sensitivity, chain, clip_rows,
 )
-from privdl.mechanisms.correlated import CorrelatedGaussian, CorrelatedNoise, GaussianLDP, LDPNoise
+from privdl.mechanisms.correlated import CorrelatedGaussian, GaussianLDP, LDPNoise
+from privdl.mechanisms.correlated_noise import CorrelatedNoise
 from privdl.mechanisms.dp_sgd import DPSGD
 from privdl.mechanisms.message import MESSAGE_MECHANISMS, IdentityEncoding, MessageMechanism, ProtectedComm, protect
 from privdl.mechanisms.stack import stack

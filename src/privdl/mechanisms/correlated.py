@@ -16,10 +16,10 @@ subsampled-Gaussian accountant ``example_accountant`` — PLD by default, or RDP
 the example-level ε, the agent-level ε of the same noise (sensitivity 2·C·(examples in the batch)), which at the
 authors' settings is four orders of magnitude larger.
 
-``generation="per_agent"`` (default) accumulates every agent's sum in a fixed order with elementwise operations, so
-the whole network's noise equals, bit for bit, what each agent computes alone (:meth:`CorrelatedNoise.agent`).
-``generation="matmul"`` uses one matrix product per component: same draws, same distribution, faster for large d,
-rounding differs in the last bits.
+The noise itself (``generation``: per agent or by matrix products) is drawn by
+:class:`privdl.mechanisms.correlated_noise.CorrelatedNoise`. This module holds the mechanism every design shares
+(:class:`CorrelatedGaussian`: clipping, calibration, accounting), LDP and user-given covariances; DECOR and Whisper
+are in :mod:`privdl.mechanisms.decor` and :mod:`privdl.mechanisms.whisper`.
 """
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ from typing import TYPE_CHECKING, Annotated
 import numpy as np
 import torch
 
-from privdl.comm.base import LINEAR_MIXING
 from privdl.errors import ValidationError
-from privdl.keys import Keys, as_keys, fold, normal
 from privdl.mechanisms.base import (
     MECHANISMS, Access, ClippedSum, GradientMechanism, MechanismEnv, Sensitivity, clip_rows, obfuscation,
 )
+from privdl.mechanisms.correlated_noise import GENERATIONS, CorrelatedNoise
 from privdl.network.network import Network
 from privdl.privacy.agent_accountant import check_budget, get_accountant
 from privdl.privacy.accountants import AGENT_ACCOUNTANTS
@@ -54,13 +53,8 @@ if TYPE_CHECKING:
 # privdl.covariance (and the scipy.linalg, scipy.optimize it loads) is imported where a design is made or checked,
 # not with this module: a process that runs another mechanism never loads it (docs/backends.md, what a worker imports)
 
-GENERATIONS = ("per_agent", "matmul")
 CLIPPINGS = ("batch", "per_example")
 SAMPLINGS = ("uniform", "poisson")
-Seeds_ = Annotated[str, OneOf(("global", "edges", "neighbourhoods", "neighborhoods"),
-                              lambda v: v.startswith("groups:") and v[7:].isdigit(), "groups:M")]
-#: Components with at least this many members are added column by column (see CorrelatedNoise.network).
-DENSE_COMPONENT = 8
 
 
 def _poisson_lots(params: dict) -> bool:
@@ -70,201 +64,6 @@ def _poisson_lots(params: dict) -> bool:
 #: ``example_accountant``: the subsampled-Gaussian accountant of Poisson lots, written into the config of every run
 #: that has them (runs made before the key existed used "rdp": :class:`privdl.registry.Recorded`)
 ExampleAccountant_ = Annotated[str, one_of(*EXAMPLE_ACCOUNTANTS), Recorded(legacy="rdp", applies=_poisson_lots)]
-
-
-def component_factor(c: SeedComponent) -> np.ndarray:
-    """A factor F with F Fᵀ = cov (columns for the non-negligible eigenvalues only); exact ±σ for an edge term."""
-    cov = c.cov
-    if cov.shape == (2, 2):
-        a, b, d = float(cov[0, 0]), float(cov[0, 1]), float(cov[1, 1])
-        if math.isclose(b, -a, rel_tol=1e-9, abs_tol=0.0) and math.isclose(d, a, rel_tol=1e-9, abs_tol=0.0):
-            s = math.sqrt(max(a, 0.0))
-            return np.array([[s], [-s]])
-    mu, q = np.linalg.eigh(0.5 * (cov + cov.T))
-    keep = mu > max(mu[-1], 0.0) * 1e-13
-    return q[:, keep] * np.sqrt(mu[keep])
-
-
-class CorrelatedNoise:
-    """The noise process of a design: σ_mix and the shared-seed components, with per-agent and network draws.
-
-    The terms of every agent are listed once, in a fixed order (components in order, factor columns in order);
-    both :meth:`agent` and :meth:`network` (``per_agent`` generation) add them in that order with the same
-    elementwise operations, which is why they agree bit for bit.
-    """
-
-    def __init__(self, sigma_mix2: float, components: list[SeedComponent], n: int, generation: str = "per_agent"):
-        if generation not in GENERATIONS:
-            raise ValidationError(f"generation must be one of {GENERATIONS}, got {generation!r}")
-        self.n, self.generation = n, generation
-        self.sigma_mix = math.sqrt(max(sigma_mix2, 0.0))
-        factors: dict[int, np.ndarray] = {}  # DECOR's edges share one 2×2 covariance object: factor it once
-        parts = []
-        for c in components:
-            f = factors.get(id(c.cov))
-            if f is None:
-                f = factors[id(c.cov)] = component_factor(c)
-            parts.append((c.label, list(c.members), f))
-        self.parts = [p for p in parts if p[2].shape[1] > 0]
-        self.draw_keys: list[tuple[str, int, tuple[int, ...]]] = []  # one shared draw per (component, column)
-        targets, draws, coeffs = [], [], []
-        for label, members, f in self.parts:  # terms in order: component, column, member
-            first, k = len(self.draw_keys), f.shape[1]
-            held = tuple(members)
-            self.draw_keys.extend((label, j, held) for j in range(k))
-            targets.append(np.tile(np.asarray(members, dtype=np.int64), k))
-            draws.append(np.repeat(np.arange(first, first + k), len(members)))
-            coeffs.append(f.T.reshape(-1))
-        cat = (lambda xs, dt: np.concatenate(xs).astype(dt)) if targets else (lambda xs, dt: np.zeros(0, dt))
-        self.targets = torch.as_tensor(cat(targets, np.int64))
-        self.term_draws = torch.as_tensor(cat(draws, np.int64))
-        self.coeffs = cat(coeffs, np.float64)
-        # Evaluation plan for the whole network, in term order: runs of small components go through one
-        # index_add_ over their terms; a large component adds one factor column at a time to its members' rows.
-        self.plan: list[tuple] = []
-        term = 0
-        for _, members, f in self.parts:
-            size = len(members) * f.shape[1]
-            if len(members) >= DENSE_COMPONENT and f.shape[1] > 1:
-                first_draw = int(self.term_draws[term])
-                self.plan.append(("dense", torch.as_tensor(members), f, first_draw, len(members) == n))
-            elif self.plan and self.plan[-1][0] == "flat":
-                self.plan[-1] = ("flat", self.plan[-1][1], term + size)
-            else:
-                self.plan.append(("flat", term, term + size))
-            term += size
-        self._coeffs: dict[torch.dtype, torch.Tensor] = {}
-        self._factors: dict[tuple[int, torch.dtype], torch.Tensor] = {}
-        self.keys: Keys | None = None
-
-    def bind(self, keys: Keys, scope: str = "noise", replica: int = 0) -> None:
-        """Take the run's keys: every agent's own key (qualified by itself: a self access) and every shared key."""
-        self.keys, self.scope, self.replica = keys, scope, replica
-        rows = np.arange(self.n) + replica * self.n
-        self.own_keys = keys.own(scope, rows, rows)
-        self.draw_bases = as_keys([keys.shared(f"{scope}:{label}:{j}", members, replica)
-                                   for label, j, members in self.draw_keys])
-
-    def rescale(self, variance: float) -> None:
-        """Multiply the generated covariance by ``variance`` (σ_mix and every factor by its square root)."""
-        root = math.sqrt(variance)
-        self.sigma_mix *= root
-        self.parts = [(label, members, f * root) for label, members, f in self.parts]
-        self.coeffs = self.coeffs * root
-        self.plan = [(step[0], step[1], step[2] * root, *step[3:]) if step[0] == "dense" else step
-                     for step in self.plan]
-        self._coeffs.clear()
-        self._factors.clear()
-
-    def covariance(self) -> np.ndarray:
-        """The covariance actually generated: σ_mix² I + F Fᵀ, F the (n, m) matrix of every shared draw's
-        coefficients (:meth:`dense_factor`)."""
-        f = self.dense_factor()
-        return self.sigma_mix**2 * np.eye(self.n) + f @ f.T
-
-    def generated_components(self) -> list[SeedComponent]:
-        from privdl.covariance.seeds import SeedComponent
-
-        return [SeedComponent(tuple(members), f @ f.T, label) for label, members, f in self.parts]
-
-    def dense_factor(self) -> np.ndarray:
-        """(n, m) matrix F_cor with the network's shared part = F_cor s, s the m shared draws (column order)."""
-        f = np.zeros((self.n, len(self.draw_keys)))
-        f[self.targets.numpy(), self.term_draws.numpy()] = self.coeffs
-        return f
-
-    def _coeff(self, dtype: torch.dtype) -> torch.Tensor:
-        if dtype not in self._coeffs:
-            self._coeffs[dtype] = torch.as_tensor(self.coeffs, dtype=dtype)
-        return self._coeffs[dtype]
-
-    def _bound(self) -> Keys:
-        if self.keys is None:
-            raise ValidationError("the noise generator has no keys yet: bind(keys) first (the engine does)")
-        return self.keys
-
-    @cached_property
-    def agent_terms(self) -> list[list[int]]:
-        """Every agent's terms (indices into targets / term_draws / coeffs), in order."""
-        terms: list[list[int]] = [[] for _ in range(self.n)]
-        for k, agent in enumerate(self.targets.tolist()):
-            terms[agent].append(k)
-        return terms
-
-    def agent(self, i: int, counter: int, d: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-        """Agent i's noise at access ``counter``, drawn only from its own key and the shared keys it holds (asked of
-        the key source afresh: nothing of the other agents is read)."""
-        source = self._bound().sources[self.replica]
-        own = source.own(self.scope, np.array([i]), np.array([i]))
-        coeff = self._coeff(dtype)
-        v = self.sigma_mix * normal(fold(own, counter), d, dtype)[0]
-        for k in self.agent_terms[i]:
-            label, j, members = self.draw_keys[int(self.term_draws[k])]
-            key = source.shared(f"{self.scope}:{label}:{j}", members)
-            v = v + coeff[k] * normal(fold(as_keys([key]), counter), d, dtype)[0]
-        return v
-
-    def rows(self, agents: torch.Tensor, counter: int, d: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-        """The noise of ``agents`` only (their rows of :meth:`network`, bit for bit: ``per_agent`` generation), each
-        from its own key and the shared keys it holds — an engine holding some agents draws nothing for the
-        others. ``matmul`` generation forms every agent's shared part in one product: refused."""
-        agents = [int(a) % self.n for a in torch.as_tensor(agents).reshape(-1).tolist()]
-        if not self.draw_keys:  # no shared component (LDP): the own draws, vectorised like network()'s
-            self._bound()
-            return self.sigma_mix * normal(fold(self.own_keys[agents], counter), d, dtype)
-        if self.generation != "per_agent":
-            raise ValidationError(f"noise generation {self.generation!r} draws the whole network's noise in one "
-                                  "product; an engine holding only some agents (the held frame) needs generation = "
-                                  "\"per_agent\"")
-        if not agents:
-            return torch.zeros(0, d, dtype=dtype)
-        return torch.stack([self.agent(a, counter, d, dtype) for a in agents])
-
-    def network(self, counter: int, d: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-        """All agents' noise at access ``counter`` (n, d)."""
-        self._bound()
-        v = self.sigma_mix * normal(fold(self.own_keys, counter), d, dtype)
-        if not self.draw_keys:
-            return v
-        s = normal(fold(self.draw_bases, counter), d, dtype)
-        if self.generation == "matmul":
-            for members, f, cols in self._dense_parts(dtype):
-                v.index_add_(0, members, f @ s[cols])
-            return v
-        coeff = self._coeff(dtype)
-        chunk = max(self.n, (1 << 22) // max(d, 1))
-        for step in self.plan:
-            if step[0] == "flat":
-                _, start, stop = step
-                for lo in range(start, stop, chunk):  # index_add_ on CPU adds the terms in index order
-                    sl = slice(lo, min(lo + chunk, stop))
-                    v.index_add_(0, self.targets[sl], coeff[sl, None] * s[self.term_draws[sl]])
-            else:
-                _, members, f, first_draw, everyone = step
-                ft = self._tensor(f, dtype)
-                part = v if everyone else v[members]
-                block = max(1024, (1 << 16) // len(members))  # keep the (members × block) slab in cache
-                for lo in range(0, d, block):
-                    slab = part[:, lo:lo + block]
-                    for j in range(f.shape[1]):  # the same mul-then-add per element as CorrelatedNoise.agent
-                        slab.add_(ft[:, j:j + 1] * s[first_draw + j, lo:lo + block])
-                if not everyone:
-                    v[members] = part
-        return v
-
-    def _tensor(self, f: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-        key = (id(f), dtype)
-        if key not in self._factors:
-            self._factors[key] = torch.as_tensor(f, dtype=dtype)
-        return self._factors[key]
-
-    def _dense_parts(self, dtype: torch.dtype) -> list:
-        out, col = [], 0
-        for _, members, f in self.parts:
-            r = f.shape[1]
-            out.append((torch.as_tensor(members), self._tensor(f, dtype), torch.arange(col, col + r)))
-            col += r
-        return out
 
 
 class CorrelatedGaussian(GradientMechanism):
@@ -548,24 +347,6 @@ class CorrelatedGaussian(GradientMechanism):
                 "max_precision_ratio": self.worst_ratio, "design_seconds": self.design.seconds, **extra}
 
 
-class RoundW:
-    """One round's W(t) of a time-varying graph, as a design reads a network (its n and dense W): unlike
-    :class:`Network`, it may be disconnected (a matching), as a single W(t) of a law may."""
-
-    directed = False
-    dynamics = None
-
-    def __init__(self, w: np.ndarray, description: str) -> None:
-        self.W, self.description = np.asarray(w, dtype=np.float64), description
-
-    @property
-    def n(self) -> int:
-        return self.W.shape[0]
-
-    def dense(self, what: str = "", *, copies: int = 1) -> np.ndarray:
-        return self.W
-
-
 #: why DECOR and Whisper need an algorithm that mixes linearly (``needs_combination``)
 W_MIXING_REASON = ("its noise is correlated across agents so that it cancels in W's mixing (designed for Tr(W R Wᵀ)); "
                    "noise that reaches the models otherwise keeps its full per-agent variance, which can be far above "
@@ -611,245 +392,6 @@ class GaussianLDP(LDPNoise):
 
     name = "gaussian_ldp"
     design_name = "ldp"
-
-
-@MECHANISMS.register("decor")
-class DecorNoise(CorrelatedGaussian):
-    """DECOR: σ_pair² I + σ_cor² L, one canceling term per edge drawn by both endpoints (seed 000)."""
-
-    name = design_name = "decor"
-    needs_combination = LINEAR_MIXING
-    combination_reason = W_MIXING_REASON
-    directed_ok = False
-    directed_reason = ("its canceling terms are drawn by both endpoints of every undirected edge (σ_cor² L, the "
-                       "Laplacian of a symmetric graph), and a directed graph's edges have no reverse")
-
-    def __init__(self, *, steps: int | torch.Tensor, network: Network, **kwargs: object) -> None:
-        #: the law of W(t) whose rounds' edges carry the canceling terms (None: one W)
-        self.dynamics_ = getattr(network, "dynamics", None)
-        self._rounds: dict[str, CorrelatedNoise] = {}
-        super().__init__(steps=steps, network=network, **kwargs)  # type: ignore[arg-type]
-
-    # ---- a time-varying graph: the canceling terms of round t live on W(t)'s edges -------------------------------
-    def make_design(self, w: np.ndarray, b: float) -> CovarianceDesign:
-        from privdl.covariance.designs import design_covariance
-
-        if self.dynamics_ is None:
-            return design_covariance("decor", w, bound=b)
-        from privdl.covariance.designs import decor_common_ratio
-
-        # one ratio c = σ_cor²/σ_pair² for every round: the best for the mean trace over one period (a random law:
-        # its first 8 rounds, a sample of the law); the design recorded is W(0)'s at its own best ratio
-        dyn = self.dynamics_
-        self.ratio = decor_common_ratio([dyn.matrix(t) for t in range(dyn.period or 8)])
-        return design_covariance("decor", dyn.matrix(0).toarray(), bound=b)
-
-    def round_noise(self, t: int) -> CorrelatedNoise:
-        """Round t's noise: R(t) = σ_pair²(t)(I + c·L(t)), L(t) the unweighted Laplacian of W(t)'s edges, one
-        canceling term ±σ_cor(t) per edge of the round drawn by its two ends from their shared key (folded with the
-        access: a fresh draw every round), σ_pair²(t) = h_t(c)/b with h_t(c) = max_i [(I + c·L(t))⁻¹]_ii, so that
-        max_i [R(t)⁻¹]_ii = b in every round. Cached by W(t)'s fingerprint (a periodic law's period)."""
-        from privdl.covariance.designs import decor_h
-        from privdl.covariance.seeds import SeedComponent
-
-        dyn = self.dynamics_
-        fp = dyn.fingerprint(t)
-        noise = self._rounds.get(fp)
-        if noise is not None:
-            return noise
-        e = dyn.edges(t)
-        src, dst = e.src.long().numpy(), e.dst.long().numpy()
-        keep = src < dst
-        pairs = list(zip(src[keep].tolist(), dst[keep].tolist()))
-        h = decor_h(dyn.matrix(t), self.ratio)
-        pair2 = h / self.bound
-        cor2 = self.ratio * pair2
-        cov = cor2 * np.array([[1.0, -1.0], [-1.0, 1.0]])
-        comps = [SeedComponent((i, j), cov, f"edge:{i}-{j}") for i, j in pairs] if cor2 > 0 else []
-        noise = CorrelatedNoise(pair2, comps, self.network_.n, self.generation)
-        noise.bind(self.env.keys, self.env.scope)
-        if len(self._rounds) >= 64:  # a random law: the last rounds' (slices may be a round apart)
-            self._rounds.clear()
-        self._rounds[fp] = noise
-        return noise
-
-    def _precisions(self) -> np.ndarray:
-        if self.dynamics_ is None:
-            return super()._precisions()
-        # every round's R(t) is scaled so that its worst agent's precision is b: each agent is accounted at b
-        return np.full(self.network_.n, self.bound)
-
-    def bind(self, env: MechanismEnv) -> None:
-        if self.dynamics_ is None:
-            return super().bind(env)
-        GradientMechanism.bind(self, env)
-        if env.rows != self.network_.n:
-            raise ValidationError(f"{self.name} was built for {self.network_.n} agents, the run has {env.rows} rows")
-        self._rounds = {}
-        if self.dynamics_.period is not None:  # a periodic law: every round's shared keys asked now (agreement)
-            for k in range(self.dynamics_.period):
-                self.round_noise(k)
-
-    def noise_at(self, access: Access) -> CorrelatedNoise:
-        return super().noise_at(access) if self.dynamics_ is None else self.round_noise(access.t)
-
-    def noise_facts(self) -> dict:
-        out = super().noise_facts()
-        if self.dynamics_ is not None:
-            out["round_terms"] = {"ratio": self.ratio, "accounting": "σ_pair²(t) = h_t(c)/b per round: "
-                                  "max_i [R(t)⁻¹]_ii = b every round; each agent accounted at b"}
-        return out
-
-    def note(self) -> str:
-        text = super().note()
-        if self.dynamics_ is None:
-            return text
-        return (f"{text}; canceling terms drawn on each round's edges of dynamics {self.dynamics_.name!r} "
-                f"(σ_cor²/σ_pair² = {self.ratio:.4g}), σ_pair²(t) set from round t's graph so that "
-                "max_i [R(t)⁻¹]_ii = b every round; each agent accounted at b")
-
-
-@MECHANISMS.register("whisper")
-class WhisperNoise(CorrelatedGaussian):
-    """Whisper D-SGD / CorN-DSGD: R solves problem (P) (seed 001). With ``seeds`` other than ``global`` or
-    ``coalition_size`` > 0 it solves problem (10) for those seed groups instead (needs ``privdl[reference]``)."""
-
-    name = design_name = "whisper"
-    needs_combination = LINEAR_MIXING
-    combination_reason = W_MIXING_REASON
-    #: problem (P) is defined for any W and its dual solver reads W only through WᵀW (privdl.covariance.dual): on a
-    #: directed network R minimises Tr(A R Aᵀ) for the push-sum A, what one SGP step adds (tests/test_directed.py
-    #: checks it against cvxpy); the seed-group and coalition constructions (problem (10)) are undirected only
-    directed_ok = True
-
-    def __init__(self, *, steps: int | torch.Tensor, network: Network, seeds: Seeds_ = "global",
-                 optimize_mixing: bool = False, min_spectral_gap: float | None = None,
-                 **kwargs: object) -> None:
-        if getattr(network, "directed", False) and (seeds != "global" or kwargs.get("coalition_size", 0)):
-            raise ValidationError(f"whisper on a directed network solves problem (P) with one global seed only: "
-                                  f"seeds = {seeds!r}, coalition_size = {kwargs.get('coalition_size', 0)!r} build "
-                                  "seed groups on undirected edges and neighbourhoods (use seeds = \"global\", "
-                                  "coalition_size = 0)")
-        self.seeds = seeds
-        #: the law of W(t) this mechanism designs for (None: one W); a periodic law gets one design per distinct W(t)
-        self.dynamics_ = getattr(network, "dynamics", None)
-        if self.dynamics_ is not None:
-            from privdl.network.dynamics import whisper_refusal
-
-            why = whisper_refusal(self.dynamics_)
-            if why is not None:
-                raise ValidationError(f"mechanism 'whisper' cannot run on a time-varying graph ([network] dynamics = "
-                                      f"{self.dynamics_.name!r}): {why}")
-            self._round_kwargs = {k: v for k, v in kwargs.items() if k not in ("epsilon", "precision_bound")}
-        if optimize_mixing and getattr(network, "directed", False):
-            raise ValidationError("whisper: optimize_mixing designs symmetric doubly stochastic weights; a directed "
-                                  "network mixes with its push-sum A (use optimize_mixing = false)")
-        if optimize_mixing and self.dynamics_ is not None:
-            raise ValidationError("whisper: optimize_mixing designs one W together with R; a time-varying graph "
-                                  f"([network] dynamics = {self.dynamics_.name!r}) mixes with its own W(t)")
-        self.optimize_mixing = bool(optimize_mixing)
-        #: with ``optimize_mixing``: the network whose W was designed together with R (the run mixes with it)
-        self.mixing_network: Network | None = None
-        if not optimize_mixing and min_spectral_gap is not None:
-            raise ValidationError("whisper: min_spectral_gap applies with optimize_mixing = true only")
-        if optimize_mixing:
-            if seeds != "global" or kwargs.get("coalition_size", 0):
-                raise ValidationError("whisper: optimize_mixing designs problem (P) with one global seed; it does "
-                                      f"not combine with seeds = {seeds!r} or coalition_size > 0")
-            from privdl.covariance.joint import design_joint
-
-            # (the optimal W does not depend on b: problem (P) is homogeneous in it)
-            joint = design_joint(network.dense("the joint mixing and covariance design", copies=8), 1.0,
-                                 min_spectral_gap=min_spectral_gap)
-            network = Network.from_matrix(joint.W, description=f"{network.description}, weights optimized with "
-                                                               f"R (whisper optimize_mixing; spectral gap "
-                                                               f"{joint.spectral_gap:.6g} ≥ {joint.min_spectral_gap:.6g})")
-            self.mixing_network = network
-            self.joint_facts = {k: v for k, v in joint.summary().items() if k in (
-                "objective", "objective_fixed_mixing", "spectral_gap", "spectral_gap_fixed_mixing",
-                "min_spectral_gap")}
-        super().__init__(steps=steps, network=network, **kwargs)  # type: ignore[arg-type]
-
-    # ---- a periodic time-varying graph: one design per distinct W(t) --------------------------------------------
-    def round_mechanism(self, t: int) -> "WhisperNoise":
-        """The design (a whisper mechanism for that one W) whose noise round t adds: R designed for W(t)."""
-        return self.round_designs[self.round_fingerprints[int(t) % len(self.round_fingerprints)]]
-
-    def _design_rounds(self, b: float) -> CovarianceDesign:
-        """Solve problem (P) once per distinct W(t) of one period (cached by the matrix's fingerprint), every design
-        calibrated to the same per-round bound b: each round's release then satisfies [R(t)⁻¹]_ii ≤ b, as one W's
-        does, so the composition over the run — and the ε it is calibrated to — is unchanged."""
-        dyn = self.dynamics_
-        self.round_designs: dict[str, WhisperNoise] = {}
-        self.round_fingerprints: list[str] = []
-        for k in range(dyn.period):
-            fp = dyn.fingerprint(k)
-            if fp not in self.round_designs:
-                w = RoundW(dyn.matrix(k).toarray(), f"W({k}) of dynamics {dyn.name!r}")
-                self.round_designs[fp] = WhisperNoise(steps=self.steps, network=w, seeds=self.seeds,  # type: ignore
-                                                      precision_bound=b, **self._round_kwargs)
-            self.round_fingerprints.append(fp)
-        return self.round_mechanism(0).design
-
-    def _precisions(self) -> np.ndarray:
-        if self.dynamics_ is None:
-            return super()._precisions()
-        # each agent's worst precision over the designs: every round's release is dominated by a Gaussian release
-        # of that precision (post-processing), so accounting every access at it bounds the run's ε
-        return np.max([m.precisions for m in self.round_designs.values()], axis=0)
-
-    def bind(self, env: MechanismEnv) -> None:
-        if self.dynamics_ is None:
-            return super().bind(env)
-        GradientMechanism.bind(self, env)
-        if env.rows != self.network_.n:
-            raise ValidationError(f"{self.name} was built for {self.network_.n} agents, the run has {env.rows} rows")
-        for m in self.round_designs.values():  # same keys and scope: the draws of access c are keyed by c
-            m.bind(env)
-
-    def privatize(self, value: torch.Tensor, access: Access) -> torch.Tensor:
-        if self.dynamics_ is None:
-            return super().privatize(value, access)
-        return self.round_mechanism(access.t).privatize(value, access)
-
-    def noise_facts(self) -> dict:
-        out = super().noise_facts()
-        if self.dynamics_ is not None:
-            out["round_designs"] = self.round_facts()
-        if self.optimize_mixing:  # (objective: Tr(W R Wᵀ) at b = 1, the joint design's and MH + optimal R's)
-            out.update({"optimize_mixing": True, **{f"joint_{k}": v for k, v in self.joint_facts.items()}})
-        return out
-
-    def round_facts(self) -> dict:
-        """What each distinct W(t)'s design is (a periodic time-varying graph)."""
-        return {"period": len(self.round_fingerprints), "distinct": len(self.round_designs),
-                "fingerprints": self.round_fingerprints,
-                "trace": {fp: m.design.trace for fp, m in self.round_designs.items()},
-                "accounting": "every design meets the same per-round bound b; each agent's ε composes its largest "
-                              "[R(t)⁻¹]_ii over the designs"}
-
-    def note(self) -> str:
-        text = super().note()
-        if self.dynamics_ is None:
-            return text
-        return (f"{text}; R designed for each of the {len(self.round_designs)} distinct W(t) of dynamics "
-                f"{self.dynamics_.name!r}, all to the same bound b, each agent accounted at its largest "
-                "[R(t)⁻¹]_ii over them")
-
-    def make_design(self, w: np.ndarray, b: float) -> CovarianceDesign:
-        from privdl.covariance.designs import design_covariance
-        from privdl.covariance.hbc import solve_hbc
-        from privdl.covariance.seeds import seed_groups
-
-        if self.dynamics_ is not None:
-            return self._design_rounds(b)
-        if self.seeds == "global" and self.coalition_size == 0:
-            return design_covariance("whisper", w, bound=b)
-        return solve_hbc(w, bound=b, groups=seed_groups(self.seeds, w), coalition_size=self.coalition_size,
-                         label=self.seeds)
-
-
-MECHANISMS.add("corn", WhisperNoise)
 
 
 @MECHANISMS.register("covariance")

@@ -517,7 +517,7 @@ def check_mechanism(mechanism, dynamics: "Dynamics", name: str | None = None) ->
     registered class before it is built, then with its ``name``)."""
     name = name or getattr(mechanism, "name", type(mechanism).__name__)
     why = FIXED_W_MECHANISMS.get(name)
-    if name == "decor":  # any law: the canceling terms of round t on W(t)'s edges (privdl.mechanisms.correlated)
+    if name == "decor":  # any law: the canceling terms of round t on W(t)'s edges (privdl.mechanisms.decor)
         if isinstance(mechanism, type) or getattr(mechanism, "dynamics_", None) is dynamics:
             return
         why = "this DECOR mechanism's canceling terms were drawn on another network's edges, not this law's W(t)"
@@ -525,7 +525,7 @@ def check_mechanism(mechanism, dynamics: "Dynamics", name: str | None = None) ->
         why = whisper_refusal(dynamics)
         if why is None and not isinstance(mechanism, type) and getattr(mechanism, "dynamics_", None) is not dynamics:
             why = "this whisper mechanism's R was designed for another network, not for this law's W(t)"
-        if why is None:  # a periodic law: one design per distinct W(t) (privdl.mechanisms.correlated.WhisperNoise)
+        if why is None:  # a periodic law: one design per distinct W(t) (privdl.mechanisms.whisper.WhisperNoise)
             return
     if why is None and getattr(mechanism, "needs_combination", None) is not None:
         why = getattr(mechanism, "dynamic_reason", None)
