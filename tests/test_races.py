@@ -149,7 +149,7 @@ def test_a_lock_copied_from_another_machine_is_taken_over_with_a_warning(tmp_pat
     keeps that run from ever being run: a lock silent for longer than LOCK_STALE is taken over at once, with a
     warning naming its host and pid; one copied with a fresh time stamp (``cp`` without ``-p``) is waited for,
     then taken over."""
-    import privdl.experiment.store as store_module
+    import privdl.experiment.lock as lock_module
 
     cfg = _config(tmp_path)
     ids = [r.run_id for r in expand(cfg)[0]]
@@ -170,22 +170,22 @@ def test_a_lock_copied_from_another_machine_is_taken_over_with_a_warning(tmp_pat
     lock.parent.mkdir(parents=True)
     lock.write_text("cluster-node-17 4242")  # time stamp: now
     assert not ResultStore(fresh).lock(ids[1])  # its process may be running: held
-    store_module.LOCK_STALE, stale = 1.5, store_module.LOCK_STALE
+    lock_module.LOCK_STALE, stale = 1.5, lock_module.LOCK_STALE
     try:
         start = time.perf_counter()
         with pytest.warns(UserWarning, match="cluster-node-17"):
             summary = run_experiment(cfg, fresh, progress=False)
     finally:
-        store_module.LOCK_STALE = stale
+        lock_module.LOCK_STALE = stale
     assert summary.executed == 3 and summary.busy == 0 and time.perf_counter() - start >= 1.0
 
 
 def test_a_held_lock_is_kept_fresh_and_released_only_by_its_holder(tmp_path, monkeypatch):
     """The holder refreshes its lock's time stamp (so other machines see it alive however long the run); a lock
     of this host whose process has ended is taken over silently; an unlock leaves another process's lock alone."""
-    import privdl.experiment.store as store_module
+    import privdl.experiment.lock as lock_module
 
-    monkeypatch.setattr(store_module, "LOCK_BEAT", 0.1)
+    monkeypatch.setattr(lock_module, "LOCK_BEAT", 0.1)
     store = ResultStore(tmp_path)
     assert store.lock("a")
     lock = tmp_path / "runs" / "a" / ".lock"

@@ -11,9 +11,10 @@
 Each run's files are written atomically and its manifest last, so a run interrupted at any point is simply run again;
 several processes (shards, ``--jobs``, a second ``privdl run``) may share one directory: the first to come claims it
 (experiment.json appears at once, complete, or not at all, so processes started together all join), and each run is
-held by one process at a time through ``runs/<run_id>/.lock`` (host and pid; refreshed every :data:`LOCK_BEAT`
-seconds while held, and taken over when its process is gone: ended on this host, or silent for :data:`LOCK_STALE`
-seconds on any host — a folder copied with its locks from another machine does not keep its runs forever).
+held by one process at a time through ``runs/<run_id>/.lock`` (:mod:`privdl.experiment.lock`: host and pid;
+refreshed every ``LOCK_BEAT`` seconds while held, and taken over when its process is gone: ended on this host, or
+silent for ``LOCK_STALE`` seconds on any host — a folder copied with its locks from another machine does not keep its
+runs forever).
 """
 
 from __future__ import annotations
@@ -22,21 +23,15 @@ import csv
 import io
 import json
 import os
-import socket
-import threading
-import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable
 
 from privdl.data.files import read_json, read_text
 from privdl.errors import ConfigError, FileError, PrivdlError, ValidationError
+from privdl.experiment.lock import HEARTBEAT, Held, create_whole, holder, holder_name, take_over
 
-#: seconds between two refreshes of the time stamp of a lock this process holds
-LOCK_BEAT = 10.0
-#: a lock whose time stamp is older than this (seconds) belongs to a process that is gone or frozen: taken over
-LOCK_STALE = 120.0
 
 
 def make_folder(folder: Path, what: str = "--out") -> None:
@@ -218,7 +213,7 @@ class ResultStore:
             if names:
                 raise ConfigError(f"{self.root} is not empty and holds no privdl experiment (it holds "
                                   f"{', '.join(sorted(names)[:5])}); choose another --out")
-            if _create_whole(path, text):
+            if create_whole(path, text):
                 return
         raise ConfigError(f"{path} keeps changing under other processes; try again")
 
@@ -269,7 +264,7 @@ class ResultStore:
         for d in runs.iterdir():
             if (d / "manifest.json").exists() or (d / "metrics.csv").exists():
                 return "results"
-            held = _holder(d / ".lock")
+            held = holder(d / ".lock")
             if held is not None and held.gone() is None:
                 return "results"
             if files is None and any(p.is_file() for sub in ("checkpoints", "keys") for p in (d / sub).rglob("*")):
@@ -302,45 +297,46 @@ class ResultStore:
 
     def lock(self, run_id: str) -> bool:
         """Take the run for this process: an exclusive ``.lock`` file in its folder, created whole (host and pid),
-        whose time stamp this process refreshes every :data:`LOCK_BEAT` seconds while it holds it. False while
-        another process holds it; a lock whose process is gone — ended (this host), or not refreshed for
-        :data:`LOCK_STALE` seconds (any host: a crash, a folder copied from another machine with its locks) — is
-        taken over, with a warning that names its host and pid where that process was not seen to end here."""
+        whose time stamp this process refreshes every :data:`~privdl.experiment.lock.LOCK_BEAT` seconds while it
+        holds it. False while another process holds it; a lock whose process is gone — ended (this host), or not
+        refreshed for :data:`~privdl.experiment.lock.LOCK_STALE` seconds (any host: a crash, a folder copied from
+        another machine with its locks) — is taken over, with a warning that names its host and pid where that
+        process was not seen to end here."""
         d = self.run_dir(run_id)
         make_folder(d, "run folder")
         lock = d / ".lock"
-        left: tuple[_Held, str] | None = None  # the stale lock this process removed, and why it was stale
+        left: tuple[Held, str] | None = None  # the stale lock this process removed, and why it was stale
         for _ in range(3):
-            held = _holder(lock)
+            held = holder(lock)
             if held is None:
-                if not _create_whole(lock, _me()):
+                if not create_whole(lock, holder_name()):
                     continue  # another process created it meanwhile: look at it
-                _HEARTBEAT.add(lock)
+                HEARTBEAT.add(lock)
                 if left is not None and left[1] != "ended":
                     warnings.warn(f"run {run_id}: took over its lock {lock}, left by {left[0]} ({left[1]}): that "
                                   "process is gone (crashed or frozen, or the folder was copied from another "
                                   "machine); the run is done here", stacklevel=2)
                 return True
             if held.mine():
-                _HEARTBEAT.add(lock)
+                HEARTBEAT.add(lock)
                 return True
             why = held.gone()
             if why is None:
                 return False
-            if _take_over(lock, held):
+            if take_over(lock, held):
                 left = (held, why)
         return False
 
     def holder(self, run_id: str) -> str | None:
         """Who holds the run's lock now ("host H, pid P, refreshed N s ago"), or None."""
-        held = _holder(self.run_dir(run_id) / ".lock")
+        held = holder(self.run_dir(run_id) / ".lock")
         return None if held is None else f"{held}, refreshed {held.age():.0f} s ago"
 
     def unlock(self, run_id: str) -> None:
         """Release the run (only a lock this process holds: one taken over meanwhile is the new holder's)."""
         lock = self.run_dir(run_id) / ".lock"
-        _HEARTBEAT.discard(lock)
-        held = _holder(lock)
+        HEARTBEAT.discard(lock)
+        held = holder(lock)
         if held is not None and held.mine():
             lock.unlink(missing_ok=True)
 
@@ -391,156 +387,6 @@ class ResultStore:
         path = self.root / "results.csv"
         atomic_write(path, buf.getvalue())
         return path
-
-
-def _me() -> str:
-    """This process as its locks name it (computed each time: a forked process is another process)."""
-    return f"{socket.gethostname()} {os.getpid()}"
-
-
-def _create_whole(path: Path, text: str) -> bool:
-    """Create ``path`` holding ``text`` if no file has that name, atomically: a finished temporary file is
-    hard-linked to the name, so another process sees the file whole or not at all. False if the name exists."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.new")
-    try:
-        tmp.write_text(text)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        except OSError:  # a file system without hard links: exclusive creation, then the content
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-        return True
-    except OSError as exc:
-        raise FileError(f"cannot write {path} ({exc.strerror or exc})") from None
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-class _Held(NamedTuple):
-    """A lock file's holder as the file says (host, pid) and the time stamp its holder last refreshed."""
-
-    host: str
-    pid: int
-    mtime_ns: int
-
-    def __str__(self) -> str:
-        return f"host {self.host}, pid {self.pid}" if self.pid else "a lock naming no process"
-
-    def age(self) -> float:
-        return time.time() - self.mtime_ns / 1e9
-
-    def mine(self) -> bool:
-        return f"{self.host} {self.pid}" == _me()
-
-    def gone(self) -> str | None:
-        """Why the holder is gone ("ended": a process of this host that no longer runs; "not refreshed for …": any
-        host), or None while it may be running."""
-        if not self.pid:
-            return "it names no process"
-        if self.host == socket.gethostname() and not _alive(self.pid):
-            return "ended"
-        if self.age() > LOCK_STALE:
-            return f"not refreshed for {self.age():.0f} s, more than {LOCK_STALE:.0f} s"
-        return None
-
-
-def _holder(lock: Path) -> _Held | None:
-    """The holder of a lock file, or None where there is none."""
-    try:
-        st = lock.stat()
-        parts = lock.read_text(errors="replace").split()
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return _Held("?", 0, 0)
-    if len(parts) == 2 and parts[1].isdigit():
-        return _Held(parts[0], int(parts[1]), st.st_mtime_ns)
-    return _Held("?", 0, st.st_mtime_ns)
-
-
-def _take_over(lock: Path, held: _Held) -> bool:
-    """Remove the stale lock ``held`` so that it can be created anew: it is moved aside first (one process's
-    rename succeeds), and put back if what was moved is not that lock (another process took it over and holds it
-    since). True if the name is free now."""
-    aside = lock.with_name(f".lock.stale.{os.getpid()}")
-    try:
-        os.rename(lock, aside)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    moved = _holder(aside)
-    if moved == held:
-        aside.unlink(missing_ok=True)
-        return True
-    try:
-        os.link(aside, lock)  # a fresh lock of another process: its again
-    except OSError:
-        pass
-    aside.unlink(missing_ok=True)
-    return False
-
-
-class _Heartbeat:
-    """The locks this process holds; one daemon thread refreshes their time stamps every :data:`LOCK_BEAT`
-    seconds, so that other processes (on any host sharing the folder) see their holder alive."""
-
-    def __init__(self) -> None:
-        self.held: set[Path] = set()
-        self.guard = threading.Lock()
-        self.pid: int | None = None
-        os.register_at_fork(after_in_child=self._forked)
-
-    def _forked(self) -> None:
-        """A forked child holds none of its parent's locks, and no thread: its first lock starts its own."""
-        self.held, self.guard, self.pid = set(), threading.Lock(), None
-
-    def add(self, lock: Path) -> None:
-        with self.guard:
-            self.held.add(lock)
-            if self.pid != os.getpid():  # first lock of this process (a fork copies no threads)
-                self.pid = os.getpid()
-                threading.Thread(target=self._beat, name="privdl-lock-heartbeat", daemon=True).start()
-
-    def discard(self, lock: Path) -> None:
-        with self.guard:
-            self.held.discard(lock)
-
-    def _beat(self) -> None:
-        last = time.monotonic()
-        while True:
-            time.sleep(min(LOCK_BEAT, 1.0))  # (a changed LOCK_BEAT applies within a second)
-            if time.monotonic() - last < LOCK_BEAT:
-                continue
-            last = time.monotonic()
-            with self.guard:
-                held = list(self.held)
-            for lock in held:
-                try:
-                    os.utime(lock)
-                except OSError:
-                    pass
-
-
-_HEARTBEAT = _Heartbeat()
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass
