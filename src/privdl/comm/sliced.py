@@ -285,12 +285,14 @@ class SliceComm(Comm):
     def _set_edges(self, edges) -> None:
         super()._set_edges(edges)
         self._plan(edges)
+        if getattr(self, "_index_device", None) is not None:  # a re-plan (a time-varying graph's round) on a GPU
+            self._move_index(self._index_device)
 
     def _plan(self, e) -> None:
         """Who sends what to whom over edges ``e`` (once, or each round of a time-varying graph: every slice
         computes the same W(t) from the public key, so the plans agree without a message)."""
         placement = self.placement
-        src, dst = e.src.long().numpy(), e.dst.long().numpy()
+        src, dst = e.src.long().cpu().numpy(), e.dst.long().cpu().numpy()
         so, do = self.owner[src], self.owner[dst]
         me = self.part
         self.peers = [p for p in range(self.transport.parts) if p != me]
@@ -313,6 +315,27 @@ class SliceComm(Comm):
         self.own_position = self.position[held]  # my rows' places in that table, and each peer's rows'
         self.in_position = {p: self.position[r] for p, r in self.rows_in.items()}
         self.held_order = SlotOrder.of(e.slots[:, held])  # my rows' canonical sums (canonical_rows)
+
+    #: the plan's index tensors (:meth:`to` moves them with the edges)
+    INDEX = ("rows_out", "rows_in", "edges_out", "edges_in", "mine_in", "edge_mask", "read_rows", "position",
+             "own_position", "in_position")
+
+    def to(self, device: torch.device | str) -> "SliceComm":
+        """The edges (:meth:`Comm.to`) and the plan's index tensors on ``device`` (a process of the distributed
+        runtime on a GPU: the kernels index the rows there); a re-plan keeps them there."""
+        super().to(device)
+        self._index_device = torch.device(device)
+        self._move_index(self._index_device)
+        return self
+
+    def _move_index(self, device: torch.device) -> None:
+        for name in self.INDEX:
+            value = getattr(self, name)
+            setattr(self, name, {p: v.to(device) for p, v in value.items()} if isinstance(value, dict)
+                    else value.to(device))
+        o = self.held_order
+        self.held_order = type(o)(o.edge.to(device), o.counts, None if o.perm is None else o.perm.to(device),
+                                  None if o.place is None else o.place.to(device))
 
     # ---- observation: parts merged by the wire --------------------------------------------------------------------
     def attach(self, observer: Observer) -> Observer:
@@ -551,6 +574,8 @@ class HeldComm(SliceComm):
     Per-edge methods (pull, push, send, reduce) and the aggregator's (average, average_in_place) are refused: an
     algorithm that calls them runs in the network frame (``runtime.frame = "network"``). ``algorithm`` names the
     algorithm in that error."""
+
+    INDEX = SliceComm.INDEX + ("_degree",)
 
     def __init__(self, network: Network, placement: Placement, part: int, owner: np.ndarray, transport: Transport,
                  wire: Wire | None = None, *, algorithm: str = "this algorithm") -> None:

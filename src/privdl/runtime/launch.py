@@ -81,6 +81,8 @@ def _worker(rank: int, world: int, port: int, config: str, overrides: list[str],
     from privdl.runtime.worker import init_process_group, run_experiment_distributed
 
     torch.set_num_threads(threads)
+    # this process's place on the host, as torchrun gives it: its device follows from it (privdl.device)
+    os.environ["LOCAL_RANK"], os.environ["LOCAL_WORLD_SIZE"] = str(rank), str(world)
     try:
         cfg = load_config(config, overrides)
         timeout = RuntimeSpec.of(cfg).timeout
@@ -208,40 +210,61 @@ def processes_for(cfg: dict) -> int | None:
     return -(-n // per)
 
 
-def check_transport(runtime: RuntimeSpec | dict, procs: int, gpus: int | None = None) -> None:
-    """Refuse a transport this machine cannot give the processes: NCCL needs one GPU per process (it refuses two
-    ranks on one GPU: "Duplicate GPU detected"), and the runtime moves its messages with gloo (GPU tensors staged
-    through the CPU). ``runtime``: the run's :class:`~privdl.runtime_spec.RuntimeSpec`, or its ``[runtime]``
-    table."""
+def check_transport(runtime: RuntimeSpec | dict, procs: int, gpus: int | None = None,
+                    device: str | None = "cuda") -> None:
+    """Refuse a transport this machine cannot give its ``procs`` processes running on ``device``: NCCL moves GPU
+    tensors only, needs one GPU per process (it refuses two ranks on one GPU: "Duplicate GPU detected";
+    :func:`privdl.device.process_device` places the processes), and is not built — the runtime moves its messages
+    with gloo, GPU tensors staged through the CPU (docs/backends.md, "On GPUs", says why). ``runtime``: the run's
+    :class:`~privdl.runtime_spec.RuntimeSpec`, or its ``[runtime]`` table; ``gpus``: the GPUs this machine shows
+    (default: torch's count)."""
+    from privdl.device import process_device, visible_gpus
+
     if isinstance(runtime, dict):
         runtime = RuntimeSpec.of_table(runtime)
     if runtime.transport != "nccl":
         return
-    if gpus is None:
-        import torch
-
-        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if procs > gpus:
-        raise PrivdlError(f"runtime.transport = \"nccl\" needs one GPU per process: {procs} processes, {gpus} GPU"
-                          f"{'s' if gpus != 1 else ''} here (NCCL refuses two processes on one GPU). Use "
-                          "transport = \"gloo\" (tensors on a GPU are staged through the CPU)")
+    gpus = visible_gpus() if gpus is None else gpus
+    for r in range(procs):
+        process_device(device, local_rank=r, local_world=procs, gpus=gpus, transport="nccl",
+                       who=f"process {r} of {procs}")
     raise PrivdlError("runtime.transport = \"nccl\" is not built yet: the runtime's messages go over gloo, which "
                       "carries tensors of runs on a GPU through the CPU; set transport = \"gloo\"")
 
 
-def _check(config: str | Path, overrides: list[str], procs: int) -> None:
-    """Refuse before starting any process what every process would refuse: a bad config, more processes than a
-    run has agents, an assignment of another number of parts."""
-    from privdl.experiment import load_config
+def check_devices(cfg: dict, procs: int, gpus: int | None = None) -> None:
+    """Refuse, before any process starts, a ``device`` this machine cannot give every one of its ``procs``
+    processes (:func:`privdl.device.process_device`: a GPU asked for where torch sees none, a ``cuda:N`` it does
+    not show, NCCL on a shared GPU or on the CPU) — the error names the run and why."""
+    from privdl.device import process_device, visible_gpus
     from privdl.experiment.config import expand
+    from privdl.experiment.runner import run_label
+
+    gpus = visible_gpus() if gpus is None else gpus
+    seen = set()
+    for spec in expand(cfg)[0]:
+        device, transport = spec.config.get("device", "cpu"), RuntimeSpec.of(spec.config).transport
+        if (device, transport) in seen:
+            continue
+        seen.add((device, transport))
+        try:
+            for r in range(procs):
+                process_device(device, local_rank=r, local_world=procs, gpus=gpus, transport=transport,
+                               who=f"process {r} of {procs}")
+        except PrivdlError as exc:
+            raise type(exc)(f"run {run_label(spec)}: {exc}") from None
+        check_transport(RuntimeSpec.of(spec.config), procs, gpus, device)
+
+
+def _check(config: str | Path, overrides: list[str], procs: int) -> None:
+    """Refuse before starting any process what every process would refuse: a bad config, a device or transport
+    this machine cannot give the processes, more processes than a run has agents, an assignment of another number
+    of parts."""
+    from privdl.experiment import load_config
     from privdl.runtime.worker import check_placements
 
     cfg = load_config(config, overrides)
-    check_transport(RuntimeSpec.of(cfg), procs)
-    for spec in expand(cfg)[0]:
-        if spec.config.get("device", "cpu") not in ("cpu", None):
-            raise PrivdlError("the distributed runtime runs its processes on the CPU (gloo); a run on a GPU is not "
-                              "built yet: remove device or set it to \"cpu\"")
+    check_devices(cfg, procs)
     check_placements(cfg, procs)
 
 
@@ -314,4 +337,4 @@ def launch(config: str | Path, *, procs: int, out: str | Path, overrides: list[s
     return ExperimentSummary(out=Path(out), **fields)
 
 
-__all__ = ["GRACE", "check_transport", "die_with", "free_port", "launch", "supervise"]
+__all__ = ["GRACE", "check_devices", "check_transport", "die_with", "free_port", "launch", "supervise"]

@@ -58,12 +58,59 @@ def _crc(tag: str) -> int:
     return zlib.crc32(tag.encode())
 
 
+class Staging:
+    """How a process's messages cross gloo, which moves CPU tensors only (a GPU tensor given to gloo fails:
+    "writev … Bad address", ../shared/RUNTIME.md fact 8): every message is built in a CPU buffer — page-locked
+    (pinned) when the process computes on a GPU, so the copies off and onto the device are DMA transfers, and taken
+    from torch's caching host allocator, so a round reuses the last round's buffers — and a received *payload*
+    (the agents' rows and per-edge values) is copied onto the process's ``device``; control and setup messages
+    (the coordinator's scalars and counts, key agreement's bytes) stay on the CPU, where their readers use them.
+    On the CPU (``device`` "cpu") the same code runs and moves nothing. ``sent`` / ``received``: bytes copied off /
+    onto the device (payload only; 0 on the CPU)."""
+
+    def __init__(self, device: torch.device | str | None = None) -> None:
+        self.device = torch.device(device or "cpu")
+        self.pin = self.device.type == "cuda"
+        self.sent = self.received = 0
+
+    def buffer(self, size: int) -> torch.Tensor:
+        """A CPU byte buffer for one message (pinned on a GPU process)."""
+        return torch.empty(size, dtype=torch.uint8, pin_memory=self.pin)
+
+    def message(self, header: torch.Tensor, payload: torch.Tensor) -> torch.Tensor:
+        """The header's and the payload's bytes in one CPU buffer (one copy: off the device where the payload is
+        on one, and back to the caller only after the copy is complete — gloo reads the buffer right away)."""
+        value = payload.detach()
+        size = value.numel() * value.element_size()
+        out = self.buffer(HEADER * 8 + size)
+        out[:HEADER * 8].copy_(header.view(torch.uint8))
+        if size:
+            out[HEADER * 8:].view(value.dtype).copy_(value.reshape(-1))
+            if value.device.type != "cpu":
+                self.sent += size
+        return out
+
+    def payload(self, data: torch.Tensor, dtype: torch.dtype, shape: tuple, kind: str) -> torch.Tensor:
+        """A received message's payload bytes ``data`` (CPU) as a tensor of ``dtype`` and ``shape``: on the device
+        for a payload (``kind``), on the CPU for control and setup."""
+        value = data.view(dtype).reshape(shape)
+        if kind == "payload" and self.device.type != "cpu":
+            self.received += data.numel()
+            # from pinned memory the copy is asynchronous; torch's host allocator keeps the buffer until it is done,
+            # and the device's kernels after it run on the same stream
+            return value.to(self.device, non_blocking=True)
+        return value
+
+
 class DistTransport:
     """Slice ``rank`` of ``world`` over the default (gloo) process group; ``agents[r]`` are slice r's agents (for
-    messages naming who failed)."""
+    messages naming who failed); ``device``: where the process computes (its payloads staged through the CPU:
+    :class:`Staging`)."""
 
-    def __init__(self, rank: int, world: int, agents: list[tuple[int, ...]], *, timeout: float) -> None:
+    def __init__(self, rank: int, world: int, agents: list[tuple[int, ...]], *, timeout: float,
+                 device: torch.device | str | None = None) -> None:
         self.rank, self.parts, self.agents, self.timeout = int(rank), int(world), agents, float(timeout)
+        self.staging = Staging(device)
         self._pending: list = []
         self._tags: dict[int, str] = {}
         self.payload_bytes = torch.zeros(world, dtype=torch.int64)  # sent by this process, per receiver
@@ -99,9 +146,9 @@ class DistTransport:
     def send(self, src: int, dst: int, header: tuple, payload: torch.Tensor) -> None:
         """Post one message to ``dst``: the header and the payload in one buffer (one gloo operation)."""
         self._tags[_crc(header[1])] = header[1]
-        value = payload.detach().to("cpu").contiguous()  # gloo sends CPU tensors: GPU values are staged here
         h = encode(header)
-        message = torch.cat([h.view(torch.uint8), value.reshape(-1).view(torch.uint8)])
+        message = self.staging.message(h, payload)  # gloo sends CPU tensors: GPU values are staged here
+        value = payload
         with self._guard(dst, header, "sending"):
             work = dist.isend(message, dst)
         self._pending.append((work, message, dst, header))  # the buffer kept until waited
@@ -143,7 +190,7 @@ class DistTransport:
         size = kind.itemsize
         for s in shape:
             size *= int(s)
-        buffer = torch.empty(HEADER * 8 + size, dtype=torch.uint8)
+        buffer = self.staging.buffer(HEADER * 8 + size)
         buffer[:HEADER * 8].zero_()
         with self._guard(src, header, "waiting for"):
             return src, header, buffer, dist.irecv(buffer, src)
@@ -162,7 +209,7 @@ class DistTransport:
         t, tag, _, dtype, shape = header
         if kind_of(tag) == "control":
             self.control_received[int(t)] = self.control_received.get(int(t), 0) + int(buffer.numel())
-        return buffer[HEADER * 8:].view(DTYPES[_CODE[dtype]]).reshape(tuple(shape))
+        return self.staging.payload(buffer[HEADER * 8:], DTYPES[_CODE[dtype]], tuple(shape), kind_of(tag))
 
     def recv(self, src: int, dst: int, header: tuple) -> torch.Tensor:
         return self._take(dst, self._post(src, header))
@@ -255,4 +302,4 @@ def all_max(value: int, *, who: str, what: str) -> int:
     return int(t)
 
 
-__all__ = ["DistTransport", "HEADER", "all_max", "broadcast_bytes", "broadcast_ints", "encode", "failure"]
+__all__ = ["DistTransport", "HEADER", "Staging", "all_max", "broadcast_bytes", "broadcast_ints", "encode", "failure"]

@@ -152,9 +152,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
 
     c, cfg = components, spec.config
     n = c.network.n
-    if cfg.get("device", "cpu") not in ("cpu", None):
-        raise ValidationError("the distributed runtime runs its processes on the CPU (gloo); a run on a GPU is not "
-                              "built yet: remove device or set it to \"cpu\"")
+    device = run_device(cfg, rank, world)  # refused here, by reason, if this process cannot have it
     watching = observers(cfg, c, n)  # the eavesdropper of a streaming task: fed by process 0's wire
     # before any message, alike in every process: the held frame where the run allows it (an explicit "held" that
     # it does not is refused by reason), else the network frame and why
@@ -162,7 +160,8 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
     placements = placements_for(cfg, n, world)
     owner = owners_of(placements, n)
     p = placements[rank]
-    transport = DistTransport(rank, world, [q.agents for q in placements], timeout=timeout)
+    task = place_on(device, c.task, HeldTask(c.task, p))
+    transport = DistTransport(rank, world, [q.agents for q in placements], timeout=timeout, device=device)
     marks = set(recorded_rounds(cfg["iterations"], cfg["eval_every"] or cfg["iterations"]))
     # metrics where the agents live: process 0 receives scalars on a recorded round, never the models
     coordinator = Coordinator(transport, rank, placements, task=c.task, observers=watching, checkpoints=checkpoints,
@@ -195,7 +194,7 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
             on_step(t)
 
     final, accesses, _, meter = run_slice(
-        part=rank, placement=p, owner=owner, network=c.network, task=HeldTask(c.task, p), keys=keys,
+        part=rank, placement=p, owner=owner, network=c.network, task=task, keys=keys,
         mechanism=c.mechanism, algorithm=c.algorithm, schedule=c.schedule, iterations=cfg["iterations"], x0=None,
         gradient=cfg["gradient"], marks=marks, transport=transport, wire=wire, record=coordinator.record,
         on_step=step, checkpoints=checkpoints, resume=resume, last=last, saved=saved, held_rows=True,
@@ -226,6 +225,50 @@ def run_one_distributed(spec, components, *, rank: int, world: int, timeout: flo
                                 summed=f"process {coordinator.mean_holder}" if coordinator.local else None,
                                 draws={k: sum(int(part[0][j]) for part in draws) for j, k in enumerate(GENERATORS)})}
     return coordinator.records, None, ends[1].reshape(-1), seconds, extra
+
+
+def host_place(rank: int, world: int, env: dict | None = None) -> tuple[int, int]:
+    """This process's (local rank, processes on its host): ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` where set
+    (torchrun sets them; so does ``privdl run --procs K``'s launcher), else (``rank``, ``world``): one host."""
+    import os
+
+    env = os.environ if env is None else env
+    local, local_world = env.get("LOCAL_RANK"), env.get("LOCAL_WORLD_SIZE")
+    if local is None or local_world is None:
+        return int(rank), int(world)
+    return int(local), int(local_world)
+
+
+def run_device(cfg: dict, rank: int, world: int) -> torch.device:
+    """The device of process ``rank`` of ``world`` for run config ``cfg``: :func:`privdl.device.process_device` of
+    the run's ``device`` and ``runtime.transport``, the process's place on its host (:func:`host_place`) and the
+    GPUs it sees — refused, naming the process and why, where it cannot have it. NCCL is refused here too (not
+    built: :func:`privdl.runtime.launch.check_transport`), for a torchrun start that no launcher checked."""
+    from privdl.device import process_device, visible_gpus
+    from privdl.runtime.launch import check_transport
+
+    local, local_world = host_place(rank, world)
+    runtime = RuntimeSpec.of(cfg)
+    gpus = visible_gpus()
+    device = process_device(cfg.get("device", "cpu"), local_rank=local, local_world=local_world, gpus=gpus,
+                            transport=runtime.transport, who=f"process {rank} of {world}")
+    check_transport(runtime, local_world, gpus, cfg.get("device", "cpu"))
+    return device
+
+
+def place_on(device: torch.device, task, held: HeldTask) -> HeldTask:
+    """Put this process's run on ``device``: on a GPU it becomes the process's current device (what torch
+    allocates on by default), the engine's task — its agents' examples only (``held``, restricted on the CPU
+    first) — and the whole task (the coordinator's evaluation: the test and training-evaluation sets, as the
+    simulator keeps them) move there; the engine's Comm moves its indices there
+    (:func:`privdl.simulator.sliced.run_slice`), and the draws stay on the CPU's keyed streams (the same numbers
+    on every device). On the CPU nothing moves. Returns ``held``."""
+    if device.type == "cpu":
+        return held
+    torch.cuda.set_device(device)
+    task.to(device)
+    held.to(device)
+    return held
 
 
 def _resume_round(checkpoints: Checkpoints, transport: DistTransport, p: Placement, rank: int) -> int | None:
@@ -356,7 +399,8 @@ def init_process_group(*, rank: int, world: int, init_method: str | None, timeou
                            "own: pytorch/pytorch#135712)" if restarted and shared else "")) from None
 
 
-__all__ = ["check_placements", "placements_for", "run_one_distributed", "init_process_group"]
+__all__ = ["check_placements", "host_place", "init_process_group", "place_on", "placements_for",
+           "run_device", "run_one_distributed"]
 
 
 #: config keys that may differ between the hosts of one launch (paths on each host, this host's own identities)

@@ -186,7 +186,7 @@ class Coordinator:
             mean = sum(q[1:] for q in parts) / n
             m2 = sum(float(q[0]) for q in parts) + sum(
                 c * float(((q[1:] / c - mean) ** 2).sum()) for q, c in zip(parts, counts) if c)
-            of_mean = self.task.mean_terms(mean.to(x.dtype))
+            of_mean = self.task.mean_terms(mean.to(dtype=x.dtype, device=x.device))
             at_mean = torch.tensor([m2 / n] + [float(of_mean[k]) for k in mean_names], dtype=torch.float64)
             if part != 0:
                 tr.send(part, 0, at_header, at_mean)

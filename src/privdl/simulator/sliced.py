@@ -67,6 +67,8 @@ def run_slice(*, part: int, placement: Placement, owner: np.ndarray, network: Ne
         comm = HeldComm(network, placement, part, owner, transport, wire, algorithm=algorithm.name)
     else:
         comm = SliceComm(network, placement, part, owner, transport, wire)
+    if task.device.type != "cpu":  # a process of the distributed runtime on a GPU: its plan's indices there too
+        comm.to(task.device)
     meter = comm.meter = AgentBytes(n, held=placement.held)
     rows = len(placement.agents) if held else n
     if x0 is not None:

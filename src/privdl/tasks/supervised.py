@@ -103,7 +103,8 @@ class SupervisedTask(Task):
         """Move the data (training, test and evaluation tensors) to ``device``; returns self."""
         device = torch.device(device)
         for name in ("X", "y", "X_test", "y_test", "X_train_eval", "y_train_eval"):
-            setattr(self, name, getattr(self, name).to(device))
+            if getattr(self, name) is not None:  # a restricted copy (restrict) has no training-evaluation set
+                setattr(self, name, getattr(self, name).to(device))
         # the flat views share X's and y's storage (unless X is gathered as bytes): keep one copy on the device
         self._X_flat = (self.X.reshape(self._X_flat.shape) if self._X_flat.dtype == self.X.dtype
                         else self._X_flat.to(device))
