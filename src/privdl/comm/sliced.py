@@ -529,10 +529,11 @@ class SliceComm(Comm):
             for k in range(self.rows):
                 idx = torch.nonzero(e.dst == k).reshape(-1)
                 src = e.src[idx]
-                by_peer = {p: src[torch.from_numpy(self.owner[src.long().numpy()] == p)] for p in self.peers}
-                mine = src[torch.from_numpy(self.owner[src.long().numpy()] == self.part)]
-                plan.append((src, e.dst[idx], torch.zeros(len(idx), dtype=torch.long), torch.tensor([k]), by_peer,
-                             mine))
+                holder = self.owner[src.long().cpu().numpy()]  # (the edges may be on a GPU: the plan's indices too)
+                by_peer = {p: src[torch.from_numpy(holder == p).to(src.device)] for p in self.peers}
+                mine = src[torch.from_numpy(holder == self.part).to(src.device)]
+                plan.append((src, e.dst[idx], torch.zeros(len(idx), dtype=torch.long, device=src.device),
+                             torch.tensor([k], device=src.device), by_peer, mine))
             self._sweep = (e, plan)
         share = 1.0 / (self.degree.to(flat.dtype) + 1.0)
         for k, (src, dst, system, rows, by_peer, mine) in enumerate(self._sweep[1]):
