@@ -28,7 +28,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from privdl.comm.base import SERVER, Comm, Observer, _flat, canonical_mix, canonical_neighbour_sum, canonical_rows
+from privdl.comm.base import (SERVER, Comm, Observer, _flat, _slot_sum, canonical_mix, canonical_neighbour_sum,
+                              canonical_rows)
 from privdl.errors import PrivdlError, ValidationError
 from privdl.network.edges import SlotOrder
 from privdl.network.network import Network
@@ -562,8 +563,9 @@ class SliceComm(Comm):
                 "agents": list(self.placement.agents)}
 
 
-#: the Comm methods a held-frame engine supports (each agent's result from its own and its in-neighbours' rows)
-HELD_METHODS = ("mix", "neighbour_sum")
+#: the Comm methods a held-frame engine supports (each agent's result from its own and its in-neighbours' rows, or
+#: per-edge values of the edges its agents send along or receive)
+HELD_METHODS = ("mix", "neighbour_sum", "pull", "push", "send", "reduce")
 
 
 class HeldComm(SliceComm):
@@ -572,9 +574,16 @@ class HeldComm(SliceComm):
     send each peer the local rows its agents read, gather the rows the held agents read into a table and run the
     simulator's canonical summation on it (:func:`privdl.comm.base.canonical_rows`: each held row's result is the
     same operations on the same numbers as the simulator's, so the same bits) — nothing of size n·d is built.
-    Per-edge methods (pull, push, send, reduce) and the aggregator's (average, average_in_place) are refused: an
-    algorithm that calls them runs in the network frame (``runtime.frame = "network"``). ``algorithm`` names the
-    algorithm in that error."""
+
+    Per-edge tensors have one row per edge its agents *receive* (``edges_received``: the ids, in ``self.edges``, of
+    the held agents' incoming edges, canonical order) — what ``pull``, ``push`` and ``send`` return and what
+    ``push`` and ``reduce`` take — except ``send``'s input, one row per edge its agents *send* along
+    (``edges_sent``: edges whose sender is held, canonical order). ``received_by`` / ``sent_from`` are the local rows
+    of those edges' receivers / senders; ``frame_agents`` the global agent of each local row. Each per-edge value
+    crosses to the receiver's slice alone, and every entry is the simulator's (a copy of a value; ``reduce`` sums in
+    canonical order, the same bits). The aggregator's methods (average, average_in_place) are refused: an algorithm
+    that calls them runs in the network frame (``runtime.frame = "network"``). ``algorithm`` names the algorithm in
+    that error."""
 
     INDEX = SliceComm.INDEX + ("_degree",)
 
@@ -590,6 +599,65 @@ class HeldComm(SliceComm):
         local[held] = torch.arange(held.numel())
         self.local_out = {p: local[r] for p, r in self.rows_out.items()}  # my local rows each peer reads
         self._degree = e.degree.index_select(0, held.to(e.degree.device))[:, None]
+        self._local, self._edge_plan = local, None  # the per-edge plan: made on the first per-edge call
+
+    def _edges_plan(self) -> dict:
+        """The per-edge frame of the current edge set (:meth:`pull`, :meth:`push`, :meth:`send`, :meth:`reduce`):
+        the edges my agents receive and send along, each one's place in those lists and its local row, and for each
+        peer where what it sends me lands and what I send it comes from. Made once per edge set, on first use (an
+        algorithm that only mixes never builds it)."""
+        if self._edge_plan is not None and self._edge_plan["edges"] is self.edges:
+            return self._edge_plan
+        e = self.edges
+        count = len(e)
+        src, dst = e.src.long().cpu(), e.dst.long().cpu()
+        received = self.mine_in
+        sent = torch.from_numpy(np.flatnonzero(self.owner[src.numpy()] == self.part))
+        at_received = torch.full((count,), -1, dtype=torch.long)
+        at_received[received] = torch.arange(received.numel())
+        at_sent = torch.full((count,), -1, dtype=torch.long)
+        at_sent[sent] = torch.arange(sent.numel())
+        reverse = e.reverse.long().cpu() if e.reverse.numel() == count else None
+        here = torch.from_numpy(self.owner[src[received].numpy()] == self.part)  # received from my own agents
+        local = received[here]
+        plan = {
+            "edges": e, "received": received, "sent": sent, "at_received": at_received,
+            "received_by": self._local[dst[received]], "sent_from": self._local[src[sent]],
+            # send: my own agents' edges, from the sent list to the received list; peers' land at at_received
+            "local_at": at_received[local], "local_from_sent": at_sent[local],
+            "out_sent": {p: at_sent[r] for p, r in self.edges_out.items()},
+            "in_at": {p: at_received[r] for p, r in self.edges_in.items()},
+        }
+        if reverse is not None:  # push: edge e (j → i) carries what j computed for its received edge reverse(e)
+            plan["local_from_reverse"] = at_received[reverse[local]]
+            plan["out_reverse"] = {p: at_received[reverse[r]] for p, r in self.edges_out.items()}
+        self._edge_plan = plan
+        return plan
+
+    @property
+    def frame_agents(self) -> torch.Tensor:
+        """The global agent of each row of this engine's tensors (``placement.held_rows``), increasing."""
+        return self.placement.held_rows
+
+    @property
+    def edges_received(self) -> torch.Tensor:
+        """Ids (in ``self.edges``) of the edges my agents receive, canonical order: the rows of per-edge tensors."""
+        return self._edges_plan()["received"]
+
+    @property
+    def edges_sent(self) -> torch.Tensor:
+        """Ids of the edges my agents send along, canonical order: the rows of :meth:`send`'s input."""
+        return self._edges_plan()["sent"]
+
+    @property
+    def received_by(self) -> torch.Tensor:
+        """The local row of each received edge's receiver."""
+        return self._edges_plan()["received_by"]
+
+    @property
+    def sent_from(self) -> torch.Tensor:
+        """The local row of each sent edge's sender."""
+        return self._edges_plan()["sent_from"]
 
     @property
     def frame_rows(self) -> int:
@@ -617,21 +685,103 @@ class HeldComm(SliceComm):
         return self._held_rows_sum(flat, got, tag, weighted=weighted).reshape(x.shape)
 
     def _refuse(self, method: str, why: str):
+        supported = f"{', '.join(HELD_METHODS[:-1])} and {HELD_METHODS[-1]}"
         raise ValidationError(f"algorithm {self.algorithm!r} calls comm.{method} ({why}); the held frame "
-                              f"(runtime.frame = \"held\") supports {' and '.join(HELD_METHODS)} only: run it with "
+                              f"(runtime.frame = \"held\") supports {supported} only: run it with "
                               "runtime.frame = \"network\"")
 
+    # ---- per-edge transmissions in the held frame: one row per edge my agents receive (send: send along) ----------
+    def _check_rows(self, flat: torch.Tensor, want: int, what: str, method: str) -> None:
+        if flat.shape[0] != want:
+            raise ValidationError(f"a held-frame Comm's {method} takes one row per {what} ({want}), got a tensor of "
+                                  f"{flat.shape[0]} rows")
+
+    def _received_part(self, tag: str, values: torch.Tensor) -> None:
+        """Report to the wire the messages my agents receive (one per received edge, the simulator's entries)."""
+        if self.wire is not None:
+            idx, e = self.mine_in, self.edges
+            self._part(tag, idx, e.src[idx], e.dst[idx], values)
+
     def pull(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
-        self._refuse("pull", "one value per edge: a tensor of the network's edges")
+        """x_src(e) for every edge e my agents receive, (received, ...): from my own rows and those the peers send
+        (the rows my agents read, as :meth:`mix`)."""
+        flat = _flat(x)
+        self._check_rows(flat, self.frame_rows, "held agent", "pull")
+        plan = self._edges_plan()
+        self._meter(tag, self.edges.src, self.edges.dst, x)
+        out = {p: flat[r.to(flat.device)] for p, r in self.local_out.items()}
+        expect = {p: (int(r.numel()), *flat.shape[1:]) for p, r in self.rows_in.items()}
+        got = self._exchange(tag, out, expect, flat)
+        dev = flat.device
+        table = flat.new_empty((len(self.read_rows), *flat.shape[1:]))
+        table.index_copy_(0, self.own_position.to(dev), flat)
+        for p, value in got.items():
+            table.index_copy_(0, self.in_position[p].to(dev), value)
+        src = self.edges.src.long().cpu()[plan["received"]]
+        v = table.index_select(0, self.position[src].to(dev))
+        self._received_part(tag, v)
+        return v.reshape(-1, *x.shape[1:])
+
+    def _deliver(self, flat: torch.Tensor, tag: str, local_from: torch.Tensor, out_from: dict) -> torch.Tensor:
+        """The received list's values: entry ``local_at`` from my own ``flat[local_from]``, and from each peer what it
+        sends (my entries ``in_at[p]``); each peer gets ``flat[out_from[p]]`` (its entries, in its order)."""
+        plan = self._edges_plan()
+        dev = flat.device
+        out = {p: flat.index_select(0, idx.to(dev)) for p, idx in out_from.items()}
+        expect = {p: (int(idx.numel()), *flat.shape[1:]) for p, idx in plan["in_at"].items()}
+        got = self._exchange(tag, out, expect, flat)
+        v = flat.new_empty((plan["received"].numel(), *flat.shape[1:]))
+        v.index_copy_(0, plan["local_at"].to(dev), flat.index_select(0, local_from.to(dev)))
+        for p, value in got.items():
+            v.index_copy_(0, plan["in_at"][p].to(dev), value)
+        return v
 
     def push(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
-        self._refuse("push", "one value per edge: a tensor of the network's edges")
+        """Edge e = (j → i) that my agent i receives carries per_edge[reverse(e)]: what j computed for its received
+        edge (i → j). ``per_edge`` and the result have one row per edge my agents receive."""
+        flat = _flat(per_edge)
+        plan = self._edges_plan()
+        self._check_rows(flat, plan["received"].numel(), "edge its agents receive", "push")
+        if "out_reverse" not in plan:
+            raise ValidationError("comm.push needs every edge's reverse (an undirected network)")
+        self._meter(tag, self.edges.src, self.edges.dst, per_edge)
+        v = self._deliver(flat, tag, plan["local_from_reverse"], plan["out_reverse"])
+        self._received_part(tag, v)
+        return v.reshape(-1, *per_edge.shape[1:])
 
     def send(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
-        self._refuse("send", "one value per edge: a tensor of the network's edges")
+        """``per_edge`` has one row per edge my agents send along (``edges_sent``); the result one per edge they
+        receive: the value its sender put on it."""
+        flat = _flat(per_edge)
+        plan = self._edges_plan()
+        self._check_rows(flat, plan["sent"].numel(), "edge its agents send along", "send")
+        self._meter(tag, self.edges.src, self.edges.dst, per_edge)
+        v = self._deliver(flat, tag, plan["local_from_sent"], plan["out_sent"])
+        self._received_part(tag, v)
+        return v.reshape(-1, *per_edge.shape[1:])
 
     def reduce(self, per_edge: torch.Tensor, *, weight=None) -> torch.Tensor:
-        self._refuse("reduce", "sums of per-edge values: a tensor of the network's edges")
+        """Σ_{e: dst(e) = i} weight_e · per_edge[e] for each held agent i, in canonical order (no message; the
+        simulator's bits): ``per_edge`` has one row per edge my agents receive, ``weight`` is ``"mixing"``, None, or
+        one weight per received edge."""
+        flat = _flat(per_edge)
+        plan = self._edges_plan()
+        self._check_rows(flat, plan["received"].numel(), "edge its agents receive", "reduce")
+        e = self.edges
+        if isinstance(weight, str):
+            if weight != "mixing":
+                raise ValueError(f"weight must be a tensor, 'mixing' or None, got {weight!r}")
+            w = e.weight
+        elif weight is None:
+            w = None
+        else:
+            w = torch.as_tensor(weight).reshape(-1)
+            self._check_rows(w[:, None], plan["received"].numel(), "edge its agents receive", "reduce weight")
+            w = w.new_zeros(len(e)).index_copy_(0, plan["received"].to(w.device), w)
+        dev = flat.device
+        out = flat.new_zeros((self.frame_rows, flat.shape[1]))
+        out = _slot_sum(out, e, flat, w, position=plan["at_received"].to(dev), order=self.held_order)
+        return out.reshape(self.frame_rows, *per_edge.shape[1:])
 
     def average(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
         self._refuse("average", "a trusted aggregator of every agent's row")
