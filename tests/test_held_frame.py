@@ -233,9 +233,10 @@ RUNS = [
     ("dsgd", {"form": "cta", "optimizer": {"name": "sgd", "momentum": 0.9}}),
     ("dsgt", {}),
     ("exact_diffusion", {}),
+    ("sgp", {}),
 ]
 #: the registered algorithms the held frame refuses, each by a reason of its own (below)
-REFUSED = {"central_sgd", "cga", "dinno", "dpdl", "dsg_rms", "dsgt_rms", "edsg_rms", "pd_lms", "psgt", "sgp"}
+REFUSED = {"central_sgd", "cga", "dinno", "dpdl", "dsg_rms", "dsgt_rms", "edsg_rms", "pd_lms", "psgt"}
 
 
 def _family_fits(name, params, family):
@@ -276,6 +277,32 @@ def test_a_held_frame_run_equals_the_simulator(setup, name, params, family):
         _close_records(got.records, want.records)
         assert torch.equal(got.accesses, want.accesses)
         assert mech.ledger(got.accesses).to_dict() == mech.ledger(want.accesses).to_dict()
+
+
+def test_sgp_on_a_digraph_in_the_held_frame_equals_the_simulator():
+    """SGP on a directed network (a column-stochastic push-sum A, edges without reverses) in the held frame, K = 2,
+    3, 5: the simulator's models and metrics (tolerances: the module docstring) and its messages — rounds, tags,
+    senders and receivers exactly, payloads to ABS_MODEL."""
+    from privdl.comm import Transcript
+    from privdl.network.directed import DirectedNetwork
+
+    net = DirectedNetwork.from_topology("directed_erdos_renyi", 5, p=0.4, seed=2)
+    task = make_task("softmax", 5, dataset="digits", partition="dirichlet", alpha=1.0, batch_size=8, seed=1)
+    alg = make_algorithm("sgp")
+    mech = make_mechanism("gaussian_ldp", steps=ROUNDS, network=net, clip=1.0, epsilon=20.0)
+    kw = dict(task=task, network=net, algorithm=alg, mechanism=mech, iterations=ROUNDS, seed=SEED, eval_every=1,
+              schedule=make_schedule("constant", eta=0.1, iterations=ROUNDS))
+    want_wire = Transcript()
+    want = simulate(**kw, sparse=True, observers=[want_wire])
+    for k in (2, 3, 5):
+        wire = Transcript()
+        got = simulate_sliced(**kw, slices=k, frame="held", observers=[wire])
+        assert torch.allclose(got.final, want.final, rtol=0, atol=ABS_MODEL), k
+        _close_records(got.records, want.records)
+        assert len(wire.messages) == len(want_wire.messages) == 2 * ROUNDS
+        for a, b in zip(wire.messages, want_wire.messages):
+            assert (a.t, a.tag) == (b.t, b.tag) and torch.equal(a.src, b.src) and torch.equal(a.dst, b.dst)
+            assert torch.allclose(a.payload, b.payload, rtol=0, atol=ABS_MODEL)
 
 
 def test_observers_see_the_simulators_messages_in_the_held_frame(setup):
@@ -326,6 +353,7 @@ def test_a_held_frame_slice_computes_on_its_own_rows_only(setup):
 #: the held-rows spy's runs: one per algorithm (its keys, its per-edge messages), a mechanism that draws noise
 SPY_CASES = [
     ("exact_diffusion", {}, "gaussian_ldp"),
+    ("sgp", {}, "dp_sgd"),
 ]
 
 

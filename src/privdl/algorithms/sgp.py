@@ -55,4 +55,5 @@ def sgp() -> Algorithm:
         return SGPState(x, ctx.comm.mix(s.w, tag=WEIGHT_TAG))
 
     return Algorithm("sgp", init, step, debiased, combines=LINEAR_MIXING,
-                     transmits={"x": "push_sum_numerator", WEIGHT_TAG: "push_sum_weight"}, directed_ok=True)
+                     transmits={"x": "push_sum_numerator", WEIGHT_TAG: "push_sum_weight"}, directed_ok=True,
+                     held_reason=None)  # two mixes and a row-wise division: each agent's own rows
