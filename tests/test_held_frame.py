@@ -234,9 +234,11 @@ RUNS = [
     ("dsgt", {}),
     ("exact_diffusion", {}),
     ("sgp", {}),
+    ("psgt", {}),
+    ("psgt", {"self_perturbed": False}),
 ]
 #: the registered algorithms the held frame refuses, each by a reason of its own (below)
-REFUSED = {"central_sgd", "cga", "dinno", "dpdl", "dsg_rms", "dsgt_rms", "edsg_rms", "pd_lms", "psgt"}
+REFUSED = {"central_sgd", "cga", "dinno", "dpdl", "dsg_rms", "dsgt_rms", "edsg_rms", "pd_lms"}
 
 
 def _family_fits(name, params, family):
@@ -354,6 +356,7 @@ def test_a_held_frame_slice_computes_on_its_own_rows_only(setup):
 SPY_CASES = [
     ("exact_diffusion", {}, "gaussian_ldp"),
     ("sgp", {}, "dp_sgd"),
+    ("psgt", {"self_perturbed": False}, "gaussian_ldp"),
 ]
 
 
@@ -541,7 +544,8 @@ assignment = [[0, 3], [1, 2, 4, 5]]
 '''
 METHODS = [("dsgd+ldp", '{ name = "dsgd" }', '{ name = "gaussian_ldp", epsilon = 10.0 }'),
            ("dsgt+dp_sgd", '{ name = "dsgt" }', '{ name = "dp_sgd", lot_size = 20, noise_multiplier = 1.0 }'),
-           ("cta+none", '{ name = "dsgd", form = "cta" }', '{ name = "none" }')]
+           ("cta+none", '{ name = "dsgd", form = "cta" }', '{ name = "none" }'),
+           ("psgt", '{ name = "psgt" }', '{ name = "none" }')]
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import torch
 
-from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext, per_round
+from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext, frame_of, per_round
 from privdl.errors import ValidationError
 from privdl.mechanisms.perturbation import laplace, psgt_variance
 from privdl.privacy.events import LaplaceEvent
@@ -38,14 +38,15 @@ def psgt(*, variance: float = 0.1, decay: float = 0.8, root: bool = True, self_p
 
     def perturbed(v: torch.Tensor, what: str, ctx: StepContext) -> torch.Tensor:
         var = psgt_variance(ctx.t, variance=variance, decay=decay, root=root)
-        u = ctx.keys.uniform(f"psgt/{what}", ctx.t, v.shape[1])
+        agents = frame_of(ctx.comm).agents  # each row's own key: the engine's rows only (the held frame)
+        u = ctx.keys.uniform(f"psgt/{what}", ctx.t, v.shape[1], rows=None if agents is None else agents.numpy())
         return v + laplace(u, var).to(dtype=v.dtype, device=v.device)
 
     def combine(clean: torch.Tensor, noisy: torch.Tensor, tag: str, ctx: StepContext) -> torch.Tensor:
         out = ctx.comm.mix(noisy, tag=tag)
         if self_perturbed:
             return out
-        a = ctx.comm.edges.self_weight.to(dtype=clean.dtype, device=clean.device)[:, None]
+        a = frame_of(ctx.comm).rows(ctx.comm.edges.self_weight).to(dtype=clean.dtype, device=clean.device)[:, None]
         return out + a * (clean - noisy)
 
     def init(x0: torch.Tensor, ctx: StepContext) -> PSGTState:
@@ -62,5 +63,4 @@ def psgt(*, variance: float = 0.1, decay: float = 0.8, root: bool = True, self_p
     privacy = (LaplaceEvent("psgt(state and direction)", variance, decay, root),) if variance > 0 else ()
     return Algorithm("psgt", init, step, lambda s: s.x, per_round(1, extra=1), privacy=privacy,
                      facts={"variance": variance, "decay": decay, "root": root, "self_perturbed": self_perturbed},
-                     transmits={"x": "other", "y": "other"},
-                     held_reason="it reads the network's self-weights row by row (one per agent of the network)")
+                     transmits={"x": "other", "y": "other"}, held_reason=None)  # its rows' keys and self-weights
