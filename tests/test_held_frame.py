@@ -236,9 +236,10 @@ RUNS = [
     ("sgp", {}),
     ("psgt", {}),
     ("psgt", {"self_perturbed": False}),
+    ("dinno", {"primal_steps": 2, "optimizer": "adam"}),
 ]
 #: the registered algorithms the held frame refuses, each by a reason of its own (below)
-REFUSED = {"central_sgd", "cga", "dinno", "dpdl", "dsg_rms", "dsgt_rms", "edsg_rms", "pd_lms"}
+REFUSED = {"central_sgd", "cga", "dpdl", "dsg_rms", "dsgt_rms", "edsg_rms", "pd_lms"}
 
 
 def _family_fits(name, params, family):
@@ -357,6 +358,7 @@ SPY_CASES = [
     ("exact_diffusion", {}, "gaussian_ldp"),
     ("sgp", {}, "dp_sgd"),
     ("psgt", {"self_perturbed": False}, "gaussian_ldp"),
+    ("dinno", {}, "gaussian_ldp"),
 ]
 
 

@@ -60,7 +60,7 @@ def dinno(*, rho: float = 0.5, rho_scale: float = 1.0, primal_steps: int = 1,
         return DiNNOState(psi, y, opt_state, r)
 
     return Algorithm("dinno", init, step, lambda s: s.x, per_round(primal_steps),
-                     transmits={"theta": "other"},
+                     transmits={"theta": "other"}, held_reason=None,  # neighbour_sum and its own degree only
                      requires=("fixed_mixing: DiNNO's dual variable y_i accumulates ρ Σ_{j ∈ N(i)} (θ_i − θ_j) over "
                                "the consensus constraints θ_i = θ_j of a fixed edge set (consensus ADMM); with edges "
                                "that change each round the duals price constraints that no longer exist",))
