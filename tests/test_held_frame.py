@@ -237,9 +237,12 @@ RUNS = [
     ("psgt", {}),
     ("psgt", {"self_perturbed": False}),
     ("dinno", {"primal_steps": 2, "optimizer": "adam"}),
+    ("pd_lms", {"scheme": "independent", "variance": 0.1}),
+    ("pd_lms", {"scheme": "nullspace", "variance": 0.1}),
+    ("pd_lms", {"scheme": "edge", "variance": 0.1}),
 ]
 #: the registered algorithms the held frame refuses, each by a reason of its own (below)
-REFUSED = {"central_sgd", "cga", "dpdl", "dsg_rms", "dsgt_rms", "edsg_rms", "pd_lms"}
+REFUSED = {"central_sgd", "cga", "dpdl", "dsg_rms", "dsgt_rms", "edsg_rms"}
 
 
 def _family_fits(name, params, family):
@@ -359,6 +362,8 @@ SPY_CASES = [
     ("sgp", {}, "dp_sgd"),
     ("psgt", {"self_perturbed": False}, "gaussian_ldp"),
     ("dinno", {}, "gaussian_ldp"),
+    ("pd_lms", {"scheme": "nullspace", "variance": 0.1}, "none"),
+    ("pd_lms", {"scheme": "edge", "variance": 0.1}, "none"),
 ]
 
 
@@ -480,6 +485,7 @@ def test_the_dist_default_is_the_held_frame_where_the_run_allows_it(setup):
     dsgd, central = make_algorithm("dsgd"), make_algorithm("central_sgd")
     none = make_mechanism("none", steps=ROUNDS)
     assert choose_frame(None, dsgd, none) == ("held", None)
+    assert choose_frame(None, make_algorithm("pd_lms", scheme="edge", variance=0.1), none) == ("held", None)
     assert choose_frame("network", dsgd, none)[0] == "network"
     frame, why = choose_frame(None, central, none)
     assert frame == "network" and why.startswith("runtime.frame = \"held\" cannot run algorithm 'central_sgd': it is "
@@ -547,6 +553,7 @@ assignment = [[0, 3], [1, 2, 4, 5]]
 METHODS = [("dsgd+ldp", '{ name = "dsgd" }', '{ name = "gaussian_ldp", epsilon = 10.0 }'),
            ("dsgt+dp_sgd", '{ name = "dsgt" }', '{ name = "dp_sgd", lot_size = 20, noise_multiplier = 1.0 }'),
            ("cta+none", '{ name = "dsgd", form = "cta" }', '{ name = "none" }'),
+           ("pd_lms", '{ name = "pd_lms", scheme = "edge", variance = 0.01 }', '{ name = "none" }'),
            ("psgt", '{ name = "psgt" }', '{ name = "none" }')]
 
 

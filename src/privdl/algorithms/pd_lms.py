@@ -18,7 +18,7 @@ from typing import Annotated, NamedTuple
 
 import torch
 
-from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext
+from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext, frame_of
 from privdl.errors import ValidationError
 from privdl.mechanisms.perturbation import SCHEMES, pd_lms_noise
 from privdl.privacy.events import LaplaceEvent
@@ -39,13 +39,15 @@ def pd_lms(*, scheme: Annotated[str, one_of(*SCHEMES)] = "nullspace", variance: 
     def step(s: PDLMSState, ctx: StepContext) -> PDLMSState:
         psi = s.w - ctx.eta * ctx.gradient(s.w)
         comm = ctx.comm
-        per_edge, own = pd_lms_noise(scheme, comm, ctx.keys, ctx.t, psi.shape[1], variance, psi.dtype)
+        frame = frame_of(comm)  # the engine's rows and the edges its agents send along (every edge: network frame)
+        per_edge, own = pd_lms_noise(scheme, comm, ctx.keys, ctx.t, psi.shape[1], variance, psi.dtype,
+                                     rows=frame.agents, edges=frame.sent)
         e = comm.edges
-        received = comm.send(psi[e.src] + per_edge.to(psi.device), tag="psi")
-        self_weight = e.self_weight.to(dtype=psi.dtype, device=psi.device)[:, None]
+        received = comm.send(psi[frame.sent_from] + per_edge.to(psi.device), tag="psi")
+        self_weight = frame.rows(e.self_weight).to(dtype=psi.dtype, device=psi.device)[:, None]
         return PDLMSState(self_weight * (psi + own.to(psi.device)) + comm.reduce(received, weight="mixing"))
 
     privacy = (LaplaceEvent(f"pd_lms({scheme})", variance),) if variance > 0 else ()
     return Algorithm("pd_lms", lambda x0, ctx: PDLMSState(x0.clone()), step, lambda s: s.w, privacy=privacy,
                      facts={"scheme": scheme, "variance": variance}, transmits={"psi": "model_per_edge"},
-                     held_reason="it sends one value per edge (comm.send) and sums per-edge values (comm.reduce)")
+                     held_reason=None)  # its sent edges' values and noise, its received edges' sum (Frame)

@@ -41,42 +41,58 @@ def laplace(u: torch.Tensor, variance: float | torch.Tensor) -> torch.Tensor:
 
 
 def pd_lms_noise(scheme: str, comm: Comm, keys: Keys, t: int, dim: int, variance: float,
-                 dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+                 dtype: torch.dtype = torch.float64, *, rows: torch.Tensor | None = None,
+                 edges: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(per-edge noise (E, L) in the comm's edge order, self noise (rows, L)) of PD-LMS scheme ``scheme`` at round
-    ``t``."""
+    ``t``. ``rows`` (global rows) and ``edges`` (edge ids, whose senders are among ``rows``): only those rows' self
+    noise and those edges' noise, each entry the whole network's (an engine that holds some agents: the held frame);
+    None: every row, every edge."""
     e = comm.edges
+    src, dst = e.src.cpu(), e.dst.cpu()
+    if edges is not None:
+        src, dst = src[edges.cpu()], dst[edges.cpu()]
+    count = comm.rows if rows is None else int(rows.numel())
     if scheme == "independent":
-        src, dst = e.src.cpu().numpy(), e.dst.cpu().numpy()
-        per_edge = laplace(keys.uniform("pd_lms", t, dim, rows=src, requesters=dst), variance)
-        return per_edge.to(dtype), torch.zeros(comm.rows, dim, dtype=dtype)
+        per_edge = laplace(keys.uniform("pd_lms", t, dim, rows=src.numpy(), requesters=dst.numpy()), variance)
+        return per_edge.to(dtype), torch.zeros(count, dim, dtype=dtype)
     if scheme == "nullspace":
         a = e.self_weight.cpu().to(torch.float64)
         if bool((a <= 0).any()):
             k = int((a <= 0).nonzero()[0])
             raise ValidationError(f"PD-LMS's nullspace scheme needs a positive self-weight a_kk at every agent "
                                   f"(agent {k % keys.n} has a_kk = {float(a[k]):g}); use a lazy or Metropolis rule")
-        g = laplace(keys.uniform("pd_lms", t, dim), variance)
-        return g[e.src.cpu()].to(dtype), (-(1.0 - a) / a)[:, None].mul(g).to(dtype)
+        if rows is None:
+            g = laplace(keys.uniform("pd_lms", t, dim), variance)
+            return g[src].to(dtype), (-(1.0 - a) / a)[:, None].mul(g).to(dtype)
+        mine = rows.cpu().long()
+        g = laplace(keys.uniform("pd_lms", t, dim, rows=mine.numpy()), variance)
+        local = torch.full((comm.rows,), -1, dtype=torch.long)
+        local[mine] = torch.arange(mine.numel())
+        a = a[mine]
+        return g[local[src.long()]].to(dtype), (-(1.0 - a) / a)[:, None].mul(g).to(dtype)
     if scheme == "edge":
-        edge_keys, sign = _edge_keys(comm, keys)
+        edge_keys, sign = _edge_keys(comm, keys, edges)
         per_edge = sign[:, None] * laplace(uniform(fold(edge_keys, t), dim), variance)
-        return per_edge.to(dtype), torch.zeros(comm.rows, dim, dtype=dtype)
+        return per_edge.to(dtype), torch.zeros(count, dim, dtype=dtype)
     raise ValidationError(f"PD-LMS scheme must be one of {SCHEMES}, got {scheme!r}")
 
 
-def _edge_keys(comm: Comm, keys: Keys) -> tuple[np.ndarray, torch.Tensor]:
+def _edge_keys(comm: Comm, keys: Keys, edges: torch.Tensor | None = None) -> tuple[np.ndarray, torch.Tensor]:
     """Each edge's shared key (held by its two endpoints, in its replica) and its orientation sign (+1 from the
-    smaller agent index to the larger); built once per (comm, keys)."""
+    smaller agent index to the larger), for the edges ``edges`` (ids; None: every edge); built once per (comm,
+    keys, edges)."""
     cached = getattr(comm, "_pd_lms_edges", None)
-    if cached is not None and cached[0] is keys and cached[1] is comm.edges:
-        return cached[2], cached[3]
+    if cached is not None and cached[0] is keys and cached[1] is comm.edges and cached[2] is edges:
+        return cached[3], cached[4]
     e = comm.edges
     src, dst = e.src.cpu().numpy(), e.dst.cpu().numpy()
+    if edges is not None:
+        src, dst = src[edges.cpu().numpy()], dst[edges.cpu().numpy()]
     n = keys.n
     out = as_keys([keys.shared("pd_lms/edge", (int(s) % n, int(d) % n), int(s) // n)
                    for s, d in zip(src, dst)])
     sign = torch.where(torch.as_tensor(src % n < dst % n), 1.0, -1.0).to(torch.float64)
-    comm._pd_lms_edges = (keys, e, out, sign)  # type: ignore[attr-defined]
+    comm._pd_lms_edges = (keys, e, edges, out, sign)  # type: ignore[attr-defined]
     return out, sign
 
 
