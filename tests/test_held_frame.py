@@ -240,9 +240,11 @@ RUNS = [
     ("pd_lms", {"scheme": "independent", "variance": 0.1}),
     ("pd_lms", {"scheme": "nullspace", "variance": 0.1}),
     ("pd_lms", {"scheme": "edge", "variance": 0.1}),
+    ("dpdl", {}),
+    ("dpdl", {"self_noise": True, "calibration": "prose"}),
 ]
 #: the registered algorithms the held frame refuses, each by a reason of its own (below)
-REFUSED = {"central_sgd", "cga", "dpdl", "dsg_rms", "dsgt_rms", "edsg_rms"}
+REFUSED = {"central_sgd", "cga", "dsg_rms", "dsgt_rms", "edsg_rms"}
 
 
 def _family_fits(name, params, family):
@@ -311,6 +313,25 @@ def test_sgp_on_a_digraph_in_the_held_frame_equals_the_simulator():
             assert torch.allclose(a.payload, b.payload, rtol=0, atol=ABS_MODEL)
 
 
+def test_per_edge_messages_reach_observers_as_the_simulators_in_the_held_frame(setup):
+    """DPDL (pull, push, two mixes a round) and PD-LMS (send) in the held frame, 3 slices: an eavesdropper's
+    transcript has the simulator's messages — rounds, tags, senders, receivers exactly, payloads to ABS_MODEL."""
+    from privdl.comm import Transcript
+
+    net, task = setup
+    for alg in (make_algorithm("dpdl"), make_algorithm("pd_lms", scheme="edge", variance=0.1)):
+        mech = _mechanism("dp_sgd", net, task, alg)
+        kw = dict(task=task, network=net, algorithm=alg, mechanism=mech, iterations=ROUNDS, seed=SEED,
+                  schedule=make_schedule("constant", eta=0.1, iterations=ROUNDS))
+        want, got = Transcript(), Transcript()
+        simulate(**kw, sparse=True, observers=[want])
+        simulate_sliced(**kw, slices=3, frame="held", observers=[got])
+        assert len(got.messages) == len(want.messages) > 0
+        for a, b in zip(got.messages, want.messages):
+            assert (a.t, a.tag) == (b.t, b.tag) and torch.equal(a.src, b.src) and torch.equal(a.dst, b.dst)
+            assert torch.allclose(a.payload, b.payload, rtol=0, atol=ABS_MODEL), (alg.name, a.tag)
+
+
 def test_observers_see_the_simulators_messages_in_the_held_frame(setup):
     """An eavesdropper's transcript of a held-frame run (3 slices, DSGT: two mixes a round) has the simulator's
     messages — rounds, tags, senders, receivers exactly, payloads to ABS_MODEL (they are the models' rows)."""
@@ -364,6 +385,7 @@ SPY_CASES = [
     ("dinno", {}, "gaussian_ldp"),
     ("pd_lms", {"scheme": "nullspace", "variance": 0.1}, "none"),
     ("pd_lms", {"scheme": "edge", "variance": 0.1}, "none"),
+    ("dpdl", {"self_noise": True}, "dp_sgd"),
 ]
 
 
@@ -553,6 +575,7 @@ assignment = [[0, 3], [1, 2, 4, 5]]
 METHODS = [("dsgd+ldp", '{ name = "dsgd" }', '{ name = "gaussian_ldp", epsilon = 10.0 }'),
            ("dsgt+dp_sgd", '{ name = "dsgt" }', '{ name = "dp_sgd", lot_size = 20, noise_multiplier = 1.0 }'),
            ("cta+none", '{ name = "dsgd", form = "cta" }', '{ name = "none" }'),
+           ("dpdl+dp_sgd", '{ name = "dpdl" }', '{ name = "dp_sgd", lot_size = 20, noise_multiplier = 1.0 }'),
            ("pd_lms", '{ name = "pd_lms", scheme = "edge", variance = 0.01 }', '{ name = "none" }'),
            ("psgt", '{ name = "psgt" }', '{ name = "none" }')]
 
@@ -561,7 +584,8 @@ METHODS = [("dsgd+ldp", '{ name = "dsgd" }', '{ name = "gaussian_ldp", epsilon =
 def test_privdl_run_procs_2_in_the_held_frame_writes_the_simulators_results(tmp_path):
     """privdl run --procs 2 with runtime.frame = "held" (an uneven assignment) writes the simulator's results.csv
     (tolerances: tests/test_runtime.py's REL, ABS — the same task, rounds and held-row gradients) and records the
-    frame in the manifest."""
+    frame in the manifest: D-SGD, DSGT, D-SGD with momentum, and the per-edge DPDL (models pulled, cross-gradients
+    pushed between the processes) and PD-LMS (a value sent per edge), and PSGT (each agent's own perturbations)."""
     from tests.test_runtime import ABS as RUNTIME_ABS, REL as RUNTIME_REL
 
     import csv

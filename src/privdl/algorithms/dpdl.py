@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 import torch
 
-from privdl.algorithms.base import ALGORITHMS, HELD_CROSS, Algorithm, StepContext, cross_gradients
+from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext, cross_gradients, frame_of
 from privdl.errors import ValidationError
 from privdl.network.edges import Edges
 
@@ -94,15 +94,16 @@ def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False,
 
     def step(s: DPDLState, ctx: StepContext) -> DPDLState:
         comm = ctx.comm
-        e = comm.edges
-        dst = e.dst.to(device=s.x.device, dtype=torch.int64)  # index_add_ is slower with int32 indices
+        e, frame = comm.edges, frame_of(comm)  # per-edge rows: the edges the engine's agents receive
+        # each received edge's receiver, a row of the engine's tensors (index_add_ is slower with int32 indices)
+        dst = frame.received_by.to(device=s.x.device, dtype=torch.int64)
         back = cross_gradients(ctx, s.x)  # at dst(e) = i: src(e)'s data at x_i, noisy
         own = ctx.gradient(s.x, tag="self_gradient", protect=self_noise)  # ĝ^{ii}
         flat = back.reshape(back.shape[0], -1)
         own_e = own.reshape(own.shape[0], -1).index_select(0, dst)
         c = (calibration_weights(flat, own_e) if mode in ("formula", "prose")
              else torch.full((flat.shape[0],), 0.5, dtype=flat.dtype, device=flat.device))
-        w = e.weight.to(dtype=flat.dtype, device=flat.device)
+        w = frame.on_received(e.weight).to(dtype=flat.dtype, device=flat.device)
         agents = comm.n  # N: the network's agents
         if mode in ("prose", "prose_half"):  # c^{ij} weights the received cross-gradient, not the α-term
             terms = (c / (w.sqrt() * agents))[:, None] * flat + (alpha * w)[:, None] * own_e
@@ -124,7 +125,7 @@ def dpdl(*, alpha: float = 1.0, beta: float = 0.9, self_noise: bool = False,
                      unprotected=None if self_noise else (unprotected, UNPROTECTED_REASON), cross=True,
                      transmits={"model": "other", "cross_gradient": "other", "x": "other", "v": "other"},
                      requires=("neighbour_every_round: its cross-gradients weigh what each neighbour returns, so "
-                               "every agent needs a neighbour in every round",), held_reason=HELD_CROSS)
+                               "every agent needs a neighbour in every round",), held_reason=None)
 
 
 __all__ = ["CALIBRATIONS", "DPDLState", "UNPROTECTED_REASON", "calibration_weights", "dpdl"]
