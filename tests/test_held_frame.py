@@ -242,9 +242,10 @@ RUNS = [
     ("pd_lms", {"scheme": "edge", "variance": 0.1}),
     ("dpdl", {}),
     ("dpdl", {"self_noise": True, "calibration": "prose"}),
+    ("cga", {"beta": 0.5}),
 ]
 #: the registered algorithms the held frame refuses, each by a reason of its own (below)
-REFUSED = {"central_sgd", "cga", "dsg_rms", "dsgt_rms", "edsg_rms"}
+REFUSED = {"central_sgd", "dsg_rms", "dsgt_rms", "edsg_rms"}
 
 
 def _family_fits(name, params, family):
@@ -386,6 +387,7 @@ SPY_CASES = [
     ("pd_lms", {"scheme": "nullspace", "variance": 0.1}, "none"),
     ("pd_lms", {"scheme": "edge", "variance": 0.1}, "none"),
     ("dpdl", {"self_noise": True}, "dp_sgd"),
+    ("cga", {"beta": 0.5}, "none"),
 ]
 
 

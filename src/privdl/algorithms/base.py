@@ -116,8 +116,6 @@ HELD_UNCHECKED = ("it is not one of the algorithms checked to read only its own 
 #: the held-frame reason of seed 004's in-place gossip (``gossip = "authors"``)
 HELD_AUTHORS = ("with gossip = \"authors\" its in-place sweep goes agent by agent over the whole network "
                 "(comm.average_in_place)")
-#: the held-frame reason of the cross-gradient algorithms (:func:`cross_gradients`: DPDL, CGA)
-HELD_CROSS = "its cross-gradients pull every model over the edges and push a gradient back per edge (comm.pull/push)"
 
 
 class Algorithm(NamedTuple):

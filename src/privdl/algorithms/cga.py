@@ -24,7 +24,7 @@ from typing import Annotated, NamedTuple
 import numpy as np
 import torch
 
-from privdl.algorithms.base import ALGORITHMS, HELD_CROSS, Algorithm, StepContext, cross_gradients
+from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext, cross_gradients, frame_of
 from privdl.errors import ValidationError
 from privdl.network.edges import Edges
 from privdl.registry import one_of
@@ -90,12 +90,13 @@ def cga(*, beta: float = 0.9, margin: float = 0.5,
 
     def step(s: CGAState, ctx: StepContext) -> CGAState:
         comm = ctx.comm
-        e = comm.edges
-        back = cross_gradients(ctx, s.x).reshape(len(e), -1)  # at dst(e): src(e)'s data at x_dst
+        e, frame = comm.edges, frame_of(comm)  # per-edge rows: the edges the engine's agents receive
+        back = cross_gradients(ctx, s.x)
+        back = back.reshape(back.shape[0], -1)  # at dst(e): src(e)'s data at x_dst
         own = ctx.gradient(s.x, tag="self_gradient").reshape(s.x.shape[0], -1)
-        weighted = (back * e.weight.to(back)[:, None]).cpu().double().numpy()
-        own_w = (own * e.self_weight.to(own)[:, None]).cpu().double().numpy()
-        dst = e.dst.cpu().numpy()
+        weighted = (back * frame.on_received(e.weight).to(back)[:, None]).cpu().double().numpy()
+        own_w = (own * frame.rows(e.self_weight).to(own)[:, None]).cpu().double().numpy()
+        dst = frame.received_by.cpu().numpy()  # each received edge's receiver: a row of the engine's tensors
         out = np.empty_like(own_w)
         duals = s.duals.clone()
         blocks = tensors(ctx, own_w.shape[1])
@@ -119,7 +120,7 @@ def cga(*, beta: float = 0.9, margin: float = 0.5,
                      facts={"beta": float(beta), "margin": float(margin), "per_tensor": per_tensor}, stackable=False,
                      cross=True, transmits={"model": "other", "cross_gradient": "other", "x": "other"},
                      requires=("neighbour_every_round: its cross-gradients weigh what each neighbour returns, so "
-                               "every agent needs a neighbour in every round",), held_reason=HELD_CROSS)
+                               "every agent needs a neighbour in every round",), held_reason=None)
 
 
 __all__ = ["CGAState", "cga", "project"]
