@@ -243,9 +243,12 @@ RUNS = [
     ("dpdl", {}),
     ("dpdl", {"self_noise": True, "calibration": "prose"}),
     ("cga", {"beta": 0.5}),
+    ("dsg_rms", {}),
+    ("edsg_rms", {"structure": "upper_bidiagonal", "protection": "erf"}),
+    ("dsgt_rms", {"structure": "sparse"}),
 ]
 #: the registered algorithms the held frame refuses, each by a reason of its own (below)
-REFUSED = {"central_sgd", "dsg_rms", "dsgt_rms", "edsg_rms"}
+REFUSED = {"central_sgd"}
 
 
 def _family_fits(name, params, family):
@@ -388,6 +391,7 @@ SPY_CASES = [
     ("pd_lms", {"scheme": "edge", "variance": 0.1}, "none"),
     ("dpdl", {"self_noise": True}, "dp_sgd"),
     ("cga", {"beta": 0.5}, "none"),
+    ("edsg_rms", {"structure": "sparse"}, "none"),
 ]
 
 

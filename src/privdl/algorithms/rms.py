@@ -26,7 +26,7 @@ from typing import Annotated, Any, NamedTuple
 
 import torch
 
-from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext
+from privdl.algorithms.base import ALGORITHMS, Algorithm, StepContext, frame_of
 from privdl.algorithms.dsgd import dsgd
 from privdl.algorithms.dsgt import dsgt
 from privdl.algorithms.exact_diffusion import exact_diffusion_parts
@@ -63,6 +63,8 @@ def with_rms(base: Algorithm, *, name: str, rms: RandomMatrixStepSize | None, pr
             if not scale:
                 return g
             who = kw.get("requesters", kw.get("owners"))
+            if who is None:  # every row of the engine, each its own agent's M (the held frame: its agents' only)
+                who = frame_of(ctx.comm).agents
             rows = None if who is None else torch.as_tensor(who).reshape(-1).cpu().numpy()
             flat = g.reshape(g.shape[0], -1)
             return rms.apply(flat, ctx.keys, s_calls + made[0], rows).reshape(g.shape)
@@ -75,7 +77,9 @@ def with_rms(base: Algorithm, *, name: str, rms: RandomMatrixStepSize | None, pr
         inner = base.init(x0, inner_ctx)
         pending = None
         if protect and lag == 2:  # c'(−1): a random reference, the agent's own draw
-            ref = ctx.keys.normal("protection/init", 0, x0.shape[1]).to(dtype=x0.dtype, device=x0.device)
+            agents = frame_of(ctx.comm).agents
+            ref = ctx.keys.normal("protection/init", 0, x0.shape[1], rows=None if agents is None else agents.numpy())
+            ref = ref.to(dtype=x0.dtype, device=x0.device)
             pending = protection.vector(ref)
         return RMSState(inner, made[0], pending)
 
@@ -100,8 +104,10 @@ def with_rms(base: Algorithm, *, name: str, rms: RandomMatrixStepSize | None, pr
     # what is sent is the base's message, obfuscated when either part acts; how it combines is the base's
     sent = {tag: f"obfuscated_{kind}" if (scale or protect) and f"obfuscated_{kind}" in MESSAGE_KINDS else kind
             for tag, kind in base.transmits.items()}
+    # the held frame: the base's reason; both parts act on each row alone (its own keys' M, its own vector)
     return Algorithm(name, init, step, lambda s: base.params(s.inner), base.accesses, tuple(parts), base.requires,
-                     protection if protect else None, facts, rms=rms, combines=base.combines, transmits=sent)
+                     protection if protect else None, facts, rms=rms, combines=base.combines, transmits=sent,
+                     held_reason=base.held_reason)
 
 
 def _parts(mu: float, sigma_mu: float | None, sigma_z: float, structure: str, law: str, protection: str,
