@@ -572,6 +572,30 @@ def test_a_resumed_held_frame_run_equals_the_uninterrupted_one(setup, tmp_path):
     assert torch.equal(got.final, network.final) and got.records == network.records
 
 
+@pytest.mark.exact
+@pytest.mark.parametrize("name,params,family", [("cga", {"beta": 0.5}, "none"), ("dpdl", {}, "dp_sgd"),
+                                                ("pd_lms", {"scheme": "edge", "variance": 0.1}, "none"),
+                                                ("edsg_rms", {}, "none")])
+def test_a_resumed_held_frame_run_of_a_per_edge_or_rms_algorithm_equals_the_uninterrupted_one(setup, tmp_path, name,
+                                                                                               params, family):
+    """The state the per-edge and RMS algorithms keep per agent (CGA's last QP solutions, DPDL's velocities, EDSG-RMS's
+    pending protection vector and its draw counter) is its agents' rows: killed after round 8, resumed from round 6,
+    the uninterrupted held-frame run bit for bit (the same operations on the same numbers)."""
+    net, task = setup
+    rounds = 10
+    alg = make_algorithm(name, **params)
+    mech = _mechanism(family, net, task, alg, rounds)
+    kw = dict(task=task, network=net, algorithm=alg, mechanism=mech, iterations=rounds, seed=7, eval_every=2,
+              schedule=make_schedule("constant", eta=0.1, iterations=rounds),
+              placements=partition(N, assignment=UNEVEN), frame="held")
+    want = simulate_sliced(**kw)
+    with pytest.raises(Stop):
+        simulate_sliced(**kw, checkpoints=_ck(tmp_path), on_step=stop_after(8))
+    got = simulate_sliced(**kw, checkpoints=_ck(tmp_path), resume=True)
+    assert torch.equal(got.final, want.final) and got.records == want.records
+    assert torch.equal(got.accesses, want.accesses)
+
+
 # ---- processes ------------------------------------------------------------------------------------------------------
 CONFIG = RUNTIME_CONFIG.replace(  # the dist tests' run, in the held frame
     'name = "dist"', 'name = "held"') + '''[runtime]
