@@ -53,6 +53,48 @@ def test_bundled_sklearn_sets_need_no_files():
     assert load_dataset("digits").n_classes == 10
 
 
+@pytest.mark.exact
+@pytest.mark.parametrize("name", ["breast_cancer", "digits", "iris", "wine"])
+def test_bundled_sets_read_without_sklearn_equal_its_loaders_to_the_bit(name, monkeypatch):
+    """The files read directly (privdl.data.bundled.read_sklearn) give scikit-learn's own loader's arrays to the bit
+    (values, dtypes, shapes), and the Dataset built from them equals the one built through the loader (the
+    fallback where the file is not found)."""
+    import sklearn.datasets
+
+    from privdl.data import bundled
+
+    assert bundled.sklearn_file(bundled.SKLEARN_FILES[name][0]) is not None  # this install: the direct read
+    X, y = bundled.read_sklearn(name)
+    X_ref, y_ref = getattr(sklearn.datasets, f"load_{name}")(return_X_y=True)
+    assert X.dtype == X_ref.dtype and y.dtype == y_ref.dtype and X.shape == X_ref.shape and y.shape == y_ref.shape
+    assert X.tobytes() == X_ref.tobytes() and y.tobytes() == y_ref.tobytes()
+    direct = load_dataset(name)
+    monkeypatch.setattr(bundled, "sklearn_file", lambda file: None)
+    through = load_dataset(name)
+    for field in ("X_train", "y_train", "X_test", "y_test"):
+        a, b = getattr(direct, field), getattr(through, field)
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), field
+    assert direct.n_classes == through.n_classes
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_loading_a_bundled_set_imports_no_sklearn():
+    """What a worker of a run on iris or digits loads for its data: numpy, not sklearn (nor the scipy.stats and
+    scipy.optimize it imports)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys\nfrom privdl.data import load_dataset\nfor n in ('iris', 'digits', 'wine', 'breast_cancer'):\n"
+            "    load_dataset(n)\nprint(sorted(m for m in ('sklearn', 'scipy.stats', 'scipy.optimize') "
+            "if m in sys.modules))")
+    src = Path(__file__).resolve().parents[1] / "src"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "PYTHONPATH": str(src)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 def test_mnist1d_is_generated_locally():
     pytest.importorskip("mnist1d")
     ds = load_dataset("mnist1d")
