@@ -144,3 +144,22 @@ def test_the_workers_of_privdl_run_procs_import_only_what_they_run(tmp_path):
     first, other = sorted(workers, key=len, reverse=True)
     assert other == [], workers  # process 1: nothing of NOT_RUN
     assert "dp_accounting" in first and set(first) <= ACCOUNTING, workers  # process 0: the accounting only
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch
+def test_a_run_without_a_mechanism_writes_its_ledger_without_dp_accounting(tmp_path):
+    """A run with mechanism "none" (the benchmarks' anchor runs) accounts nothing: its manifest's ledger says
+    ε = ∞ for every agent, and the process that wrote it never loaded dp_accounting (nor the scipy modules it
+    imports) — the non-private event is known as such without its DpEvent."""
+    cfg = tmp_path / "none.toml"
+    cfg.write_text('iterations = 2\n[network]\ntopology = "ring"\nn = 4\n[task]\nname = "quadratic"\n'
+                   '[schedule]\nname = "constant"\neta = 0.01\n[mechanism]\nname = "none"\n')
+    code = (f"import sys\nfrom privdl.experiment import load_config, run_experiment\n"
+            f"run_experiment(load_config({str(cfg)!r}), {str(tmp_path / 'out')!r}, progress=False)\n"
+            f"print(sorted(m for m in {sorted(ACCOUNTING)!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+    man = json.loads(next((tmp_path / "out").rglob("manifest.json")).read_text())
+    ledger = man["privacy_ledger"][0]
+    assert ledger["epsilon"] == "inf" and [a["epsilon"] for a in ledger["per_agent"]] == ["inf"] * 4, ledger

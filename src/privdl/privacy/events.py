@@ -248,7 +248,11 @@ def _leaves(event: dp_accounting.DpEvent) -> list[dp_accounting.DpEvent]:
 
 
 def is_non_private(event: Any) -> bool:
-    """The event is a use of the data without protection (its DpEvent contains a ``NonPrivateDpEvent``): ε = ∞."""
+    """The event is a use of the data without protection (its DpEvent contains a ``NonPrivateDpEvent``): ε = ∞.
+    A :class:`NonPrivateEvent` is one without its DpEvent: a run with no mechanism does not load dp_accounting
+    (scipy.stats, scipy.optimize …) to learn it (its process 0 writes the manifest's ledger)."""
+    if isinstance(event, NonPrivateEvent):
+        return True
     return any(isinstance(e, dp_accounting.NonPrivateDpEvent) for e in _leaves(event.to_dp_event()))
 
 
