@@ -12,15 +12,19 @@ from privdl.cli.common import _progress_log, _warning_line, app
 def main() -> None:
     """The ``privdl`` command (console script and ``python -m privdl.cli``): privdl's process defaults first
     (:mod:`privdl.process_defaults`: huge pages, a short OpenMP spin — before any command imports torch; importing
-    this package does not load it), then the command."""
+    this package does not load it), then the command, then a quick exit (:func:`~privdl.process_defaults.
+    before_exit`)."""
     import warnings
 
-    from privdl.process_defaults import apply
+    from privdl.process_defaults import apply, before_exit
 
     apply()
     warnings.showwarning = _warning_line
     _progress_log()
-    app()
+    try:
+        app()  # typer ends with SystemExit
+    finally:
+        before_exit()  # a quick exit of a process that loaded torch
 
 
 __all__ = ["app", "main"]

@@ -35,7 +35,7 @@ def run(
 ) -> None:
     """Run (or resume) every run of an experiment's sweep; write results.csv, manifests and plots. Finished runs
     are always kept; with --resume, unfinished ones continue from the last round every agent checkpointed."""
-    from privdl.experiment import load_config, plot_experiment, run_experiment
+    from privdl.experiment import load_config, run_experiment  # plot_experiment (matplotlib) where it plots
     from privdl.runtime_spec import RuntimeSpec
 
     try:
@@ -62,6 +62,8 @@ def run(
                       f"(diverged or overflowed; recorded as nonfinite_metrics in their manifests), e.g. run {first}: "
                       f"{', '.join(metrics)} — lower the step size or check the scale of the inputs", markup=True)
         if _print_final(summary.out) and not no_plot:  # no finished run yet (all held elsewhere): nothing to draw
+            from privdl.experiment import plot_experiment
+
             try:
                 files = plot_experiment(summary.out)
             except OSError as exc:

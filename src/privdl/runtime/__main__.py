@@ -128,6 +128,9 @@ def main(argv: list[str] | None = None) -> None:
     dist.destroy_process_group()
     if summary is not None:
         print(summary.line(), flush=True)
+    from privdl.process_defaults import before_exit
+
+    before_exit()  # torchrun waits for this process's exit: no collections over torch's objects first
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from privdl.errors import PrivdlError
-from privdl.process_defaults import for_children
+from privdl.process_defaults import before_exit, for_children
 from privdl.runtime_spec import RuntimeSpec
 
 #: seconds the other workers get, after the first failure, to stop on their own and say why before they are stopped
@@ -97,6 +97,7 @@ def _worker(rank: int, world: int, port: int, config: str, overrides: list[str],
     if summary is not None:
         messages.put(("summary", rank, {k: (str(v) if k == "results" else v)
                                         for k, v in vars(summary).items() if k in SUMMARY_FIELDS}))
+    before_exit()  # the launcher waits for this process's exit: no collections over torch's objects first
 
 
 def leave(code: int) -> None:
