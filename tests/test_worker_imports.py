@@ -141,6 +141,8 @@ def test_the_workers_of_privdl_run_procs_import_only_what_they_run(tmp_path):
     assert len(workers) == 2, reports
     # the probe sees the launcher's CLI (so it would see the workers'); the others: spawn's resource tracker
     assert any("privdl.cli" in loaded for loaded in launcher), reports
+    # the launcher of a run with --no-plot draws nothing: no matplotlib (its table of final metrics needs none)
+    assert not any("matplotlib" in loaded for loaded in launcher), reports
     first, other = sorted(workers, key=len, reverse=True)
     assert other == [], workers  # process 1: nothing of NOT_RUN
     assert "dp_accounting" in first and set(first) <= ACCOUNTING, workers  # process 0: the accounting only

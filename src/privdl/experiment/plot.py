@@ -14,14 +14,29 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-import matplotlib
+from privdl.errors import ConfigError
+from privdl.experiment.store import read_results
+from privdl.experiment.summary import mean_std, number, sort_key
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+#: whether this process selected matplotlib's Agg backend (:func:`_pyplot`)
+_AGG = False
 
-from privdl.errors import ConfigError  # noqa: E402
-from privdl.experiment.store import read_results  # noqa: E402
-from privdl.experiment.summary import mean_std, number, sort_key  # noqa: E402
+
+def _pyplot():
+    """matplotlib's pyplot on the Agg backend (files, no display), imported when something is first drawn — not
+    when this module is: the run command's table of final metrics reads this module's names, and ``privdl run
+    --no-plot`` never draws (matplotlib is 0.4–1 s of its launcher's start). The backend is selected once, before
+    the first figure, as the module's import did."""
+    global _AGG
+    import matplotlib
+
+    if not _AGG:
+        matplotlib.use("Agg")
+        _AGG = True
+    import matplotlib.pyplot as plt
+
+    return plt
+
 
 #: communication cost (payload bytes since the start): in results.csv and the manifest, not drawn or tabled
 COST_METRICS = ("bytes_sent", "bytes_received")
@@ -82,7 +97,7 @@ def _caption(fig, caption: str, height: float) -> None:
 def _save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _pyplot().close(fig)
     return path
 
 
@@ -101,7 +116,7 @@ def draw(path: Path, series: Sequence[tuple[str, Sequence[float], Sequence[float
 def scatter(path: Path, groups: Sequence[tuple[str, Sequence[float], Sequence[float], str]], *, xlabel: str,
             ylabel: str, title: str, caption: str = "", size: tuple[float, float] = (6.4, 5.0)) -> Path:
     """Points: each group (label, xs, ys, marker) in its own colour, equal axis scales (a map)."""
-    fig, ax = plt.subplots(figsize=size)
+    fig, ax = _pyplot().subplots(figsize=size)
     for name, xs, ys, marker in groups:
         ax.scatter(xs, ys, marker=marker, s=40 if marker in "s*" else 22, label=name)
     ax.set_aspect("equal", adjustable="datalim")
@@ -122,7 +137,7 @@ def histograms(path: Path, panels: Sequence[tuple[str, Sequence[tuple[str, Seque
 
     cols = min(len(panels), 4)
     rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 2.9 * rows + 0.6), squeeze=False)
+    fig, axes = _pyplot().subplots(rows, cols, figsize=(3.4 * cols, 2.9 * rows + 0.6), squeeze=False)
     for ax, (name, groups) in zip(axes.flat, panels):
         values = np.concatenate([np.asarray(v, dtype=float) for _, v in groups])
         values = values[np.isfinite(values)]
@@ -144,9 +159,9 @@ def histograms(path: Path, panels: Sequence[tuple[str, Sequence[tuple[str, Seque
 def figure(series: Sequence[tuple[str, Sequence[float], Sequence[float], Sequence[float] | None]], *,
            xlabel: str, ylabel: str, title: str, logx: bool = False, logy: bool = False,
            references: Sequence[tuple[str, float, float]] = (), band: bool = True, markers: bool = True,
-           size: tuple[float, float] = (7, 4.5), caption: str = "") -> "plt.Figure":
+           size: tuple[float, float] = (7, 4.5), caption: str = "") -> "matplotlib.figure.Figure":
     """The figure :func:`draw` saves (the caller closes it)."""
-    fig, ax = plt.subplots(figsize=size)
+    fig, ax = _pyplot().subplots(figsize=size)
     same = _coinciding(series)
     every = None
     for k, (name, xs, ms, ss) in enumerate(series):
