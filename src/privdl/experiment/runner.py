@@ -19,7 +19,7 @@ import platform
 import shutil
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -32,6 +32,7 @@ from privdl.experiment.backends import BACKENDS, backend_of, observers
 from privdl.experiment.build import Components, build, build_algorithm, build_network, build_task, input_files
 from privdl.experiment.capacity import batch_inputs, capacity, runs_on_cpu
 from privdl.experiment.config import RunSpec, expand
+from privdl.experiment.outcome import ExperimentSummary  # noqa: F401 (re-exported: its home before)
 from privdl.experiment.progress import Lines, Tally, format_duration, run_cost  # noqa: F401 (re-exported)
 from privdl.experiment.store import ResultStore
 from privdl.mechanisms.stack import may_stack, need_signature
@@ -51,29 +52,6 @@ GRAIN = 32768
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 #: sections that may differ between runs of one stacked batch
 PER_REPLICA = ("seed", "network", "mechanism", "schedule", "name", "description", "threads")
-
-
-@dataclass
-class ExperimentSummary:
-    out: Path
-    runs: int
-    executed: int
-    skipped: int
-    results: Path
-    seconds: float
-    busy: int = 0  # runs another process was still running at the end (not executed here, not in results.csv yet)
-    #: run id → metrics whose last value is nan or ±inf (the run diverged or overflowed), for runs executed here
-    nonfinite: dict[str, list[str]] = field(default_factory=dict)
-    #: runs other processes sharing the directory finished while this one ran (it waited for those they held)
-    others: int = 0
-
-    def line(self) -> str:
-        """The line ``privdl run`` ends with (the simulator's runner and the distributed runtime alike)."""
-        return (f"{self.runs} runs ({self.executed} executed, {self.skipped} already done"
-                + (f", {self.others} by another process sharing the folder" if self.others else "")
-                + (f", {self.busy} being run by another process: run the command again when it has finished to "
-                   "collect them" if self.busy else "")
-                + f") in {self.seconds:.1f} s → {self.results}")
 
 
 def nonfinite_metrics(rows: Iterable[tuple[int, str, float]]) -> list[str]:
