@@ -75,6 +75,28 @@ def test_the_launcher_refuses_before_starting_a_process(tmp_path):
     assert not (tmp_path / "o").exists()  # nothing started, nothing claimed
 
 
+@pytest.mark.slow  # the privdl command and its workers: fresh interpreters importing torch
+def test_the_privdl_command_refuses_in_its_workers_before_touching_a_file(tmp_path):
+    """``privdl run --procs 3`` (a launcher without torch: its workers check the launch, launch()'s docstring) on an
+    assignment of 2 parts: the launcher's error, word for word, the command's exit code for errors (2), and no
+    --out folder — the workers refused before any claim."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "c.toml").write_text(CONFIG + "assignment = [[0, 1], [2, 3]]\n")
+    src = Path(__file__).resolve().parents[1] / "src"
+    got = subprocess.run([sys.executable, "-m", "privdl.cli", "run", str(tmp_path / "c.toml"), "--procs", "3",
+                          "--out", str(tmp_path / "o"), "--no-plot", "--quiet"], capture_output=True, text=True,
+                         timeout=240, env={**os.environ, "PYTHONPATH": str(src), "COLUMNS": "400"})
+    text = " ".join((got.stdout + got.stderr).split())
+    assert got.returncode == 2, text
+    assert "error: run seed=0: runtime.assignment has 2 parts for 3 processes: process 2 would hold no agent" in text
+    assert "process 0 of 3 failed" not in text and "Traceback" not in text, text
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_covering_assignment_receives_exactly_its_agents_in_neighbours():
     """The receive plan of each process of an uneven assignment on a ring of 6, against the ring's neighbours
     written out by hand: process 0 holds agent 3 (neighbours 2, 4), process 1 agents 0, 1, 2 (neighbours 5 and

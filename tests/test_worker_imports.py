@@ -106,7 +106,8 @@ def _dump():
     import multiprocessing
     worker = multiprocessing.parent_process() is not None
     with open(os.path.join(os.environ["IMPORTS_PROBE"], str(os.getpid()) + ".json"), "w") as f:
-        json.dump({{"worker": worker, "loaded": [m for m in {NOT_RUN!r} if m in sys.modules]}}, f)
+        json.dump({{"worker": worker, "loaded": [m for m in {NOT_RUN!r} if m in sys.modules],
+                   "torch": "torch" in sys.modules}}, f)
 
 
 atexit.register(_dump)
@@ -137,12 +138,14 @@ def test_the_workers_of_privdl_run_procs_import_only_what_they_run(tmp_path):
     assert (out / "results.csv").exists()
     reports = [json.loads(p.read_text()) for p in probe.glob("*.json")]
     workers = [r["loaded"] for r in reports if r["worker"]]
-    launcher = [r["loaded"] for r in reports if not r["worker"]]
+    launcher = [r["loaded"] for r in reports if not r["worker"]]  # and spawn's resource tracker
     assert len(workers) == 2, reports
     # the probe sees the launcher's CLI (so it would see the workers'); the others: spawn's resource tracker
     assert any("privdl.cli" in loaded for loaded in launcher), reports
-    # the launcher of a run with --no-plot draws nothing: no matplotlib (its table of final metrics needs none)
+    # the launcher of a run with --no-plot draws nothing: no matplotlib (its table of final metrics needs none); and
+    # it loads no torch at all: its workers check the config (privdl.runtime.launch.launch)
     assert not any("matplotlib" in loaded for loaded in launcher), reports
+    assert not any(r["torch"] for r in reports if not r["worker"]), reports
     first, other = sorted(workers, key=len, reverse=True)
     assert other == [], workers  # process 1: nothing of NOT_RUN
     assert "dp_accounting" in first and set(first) <= ACCOUNTING, workers  # process 0: the accounting only

@@ -35,26 +35,33 @@ def run(
 ) -> None:
     """Run (or resume) every run of an experiment's sweep; write results.csv, manifests and plots. Finished runs
     are always kept; with --resume, unfinished ones continue from the last round every agent checkpointed."""
-    from privdl.experiment import load_config, run_experiment  # plot_experiment (matplotlib) where it plots
     from privdl.runtime_spec import RuntimeSpec
 
     try:
         # --procs K selects the distributed runtime (before the config is checked: its [runtime] keys need it)
         set_ = [*set_, "runtime.backend=\"dist\""] if procs is not None else list(set_)
-        cfg = load_config(config, set_, plugins=plugin)  # --plugin joins the config's plugins (and the manifests')
         out = out or Path("results") / config.stem
-        runtime = RuntimeSpec.of(cfg)
-        if procs is not None or runtime.backend == "dist":
-            from privdl.runtime import launch
-            from privdl.runtime.launch import processes_for
+        if procs is not None and not plugin:  # the workers start at once, before this process loads torch and
+            from privdl.runtime import launch  # the config's registries: launch checks the config meanwhile
 
-            k = procs or runtime.procs or processes_for(cfg) or 2
-            given = [f"plugins={json.dumps(cfg['plugins'])}"] if plugin else []  # the workers import them too
-            summary = launch(config, procs=k, out=out, overrides=[*set_, *given, f"runtime.procs={k}"],
+            summary = launch(config, procs=procs, out=out, overrides=[*set_, f"runtime.procs={procs}"],
                              resume=resume, progress=not quiet)
         else:
-            summary = run_experiment(cfg, out, progress=False if quiet else _progress_mode(), jobs=jobs,
-                                     resume=resume)
+            from privdl.experiment import load_config, run_experiment  # plot_experiment (matplotlib) where it plots
+
+            cfg = load_config(config, set_, plugins=plugin)  # --plugin joins the config's plugins (and manifests')
+            runtime = RuntimeSpec.of(cfg)
+            if procs is not None or runtime.backend == "dist":
+                from privdl.runtime import launch
+                from privdl.runtime.launch import processes_for
+
+                k = procs or runtime.procs or processes_for(cfg) or 2
+                given = [f"plugins={json.dumps(cfg['plugins'])}"] if plugin else []  # the workers import them too
+                summary = launch(config, procs=k, out=out, overrides=[*set_, *given, f"runtime.procs={k}"],
+                                 resume=resume, progress=not quiet)
+            else:
+                summary = run_experiment(cfg, out, progress=False if quiet else _progress_mode(), jobs=jobs,
+                                         resume=resume)
         console.print(summary.line())
         if summary.nonfinite:
             first, metrics = next(iter(summary.nonfinite.items()))

@@ -72,7 +72,13 @@ SUMMARY_FIELDS = ("runs", "executed", "skipped", "results", "seconds", "busy", "
 
 
 def _worker(rank: int, world: int, port: int, config: str, overrides: list[str], out: str, resume: bool,
-            threads: int, messages, progress: bool = False, parent: int | None = None) -> None:
+            threads: int | None, messages, progress: bool = False, parent: int | None = None,
+            check: bool = False) -> None:
+    """One worker of :func:`launch`. ``check``: it first checks the launch (:func:`_check`; the launcher did not,
+    so as not to load torch and the config's registries before the first worker starts); a refusal — alike in
+    every worker, before any file is touched — goes to the launcher as ("refused", rank, error class, message),
+    which raises it. ``threads``: its intra-op threads (None: torch's default here, shared by the ``world``
+    processes — what a launcher that has not loaded torch would have computed)."""
     die_with(parent)
     import torch
     import torch.distributed as dist
@@ -80,10 +86,16 @@ def _worker(rank: int, world: int, port: int, config: str, overrides: list[str],
     from privdl.experiment import load_config
     from privdl.runtime.worker import init_process_group, run_experiment_distributed
 
-    torch.set_num_threads(threads)
+    torch.set_num_threads(threads if threads is not None else max(1, torch.get_num_threads() // world))
     # this process's place on the host, as torchrun gives it: its device follows from it (privdl.device)
     os.environ["LOCAL_RANK"], os.environ["LOCAL_WORLD_SIZE"] = str(rank), str(world)
     try:
+        try:
+            if check:
+                _check(config, overrides, world)
+        except PrivdlError as exc:
+            messages.put(("refused", rank, type(exc).__name__, str(exc)))
+            leave(1)
         cfg = load_config(config, overrides)
         timeout = RuntimeSpec.of(cfg).timeout
         init_process_group(rank=rank, world=world, init_method=f"tcp://127.0.0.1:{port}", timeout=timeout)
@@ -138,14 +150,17 @@ def _stop(workers: list) -> list[int]:
     return alive
 
 
-def supervise(workers: list, messages, *, grace: float = GRACE) -> tuple[dict | None, list, list[int], float | None]:
+def supervise(workers: list, messages, *, grace: float = GRACE,
+              refused: list | None = None) -> tuple[dict | None, list, list[int], float | None]:
     """Wait for the started ``workers`` without joining them in order: poll their exits and ``messages``; at the
     first failure give the others ``grace`` seconds, then stop those still running. Returns (process 0's summary
     fields or None, the errors reported (rank, message, traceback) in arrival order, the ranks stopped, seconds
-    from the first failure to the end or None)."""
+    from the first failure to the end or None). A refusal of the launch (a worker's ("refused", rank, error class,
+    message): its config, every worker's alike) is appended to ``refused`` and stops the others at once."""
     from multiprocessing.connection import wait
 
     summary, errors, first = None, [], None
+    refused = [] if refused is None else refused
 
     def drain() -> None:
         nonlocal summary
@@ -153,15 +168,17 @@ def supervise(workers: list, messages, *, grace: float = GRACE) -> tuple[dict | 
             m = messages.get()
             if m[0] == "summary":
                 summary = m[2]
+            elif m[0] == "refused":
+                refused.append(tuple(m[1:]))
             else:
                 errors.append(tuple(m[1:]))
 
     while True:
         drain()
         alive = [w for w in workers if w.exitcode is None]
-        if first is None and (errors or any(w.exitcode for w in workers)):
+        if first is None and (errors or refused or any(w.exitcode for w in workers)):
             first = time.monotonic()
-        if not alive or (first is not None and time.monotonic() - first > grace):
+        if not alive or refused or (first is not None and time.monotonic() - first > grace):
             break
         wait([w.sentinel for w in alive], timeout=0.2)
     stopped = _stop(workers)
@@ -258,15 +275,25 @@ def check_devices(cfg: dict, procs: int, gpus: int | None = None) -> None:
 
 
 def _check(config: str | Path, overrides: list[str], procs: int) -> None:
-    """Refuse before starting any process what every process would refuse: a bad config, a device or transport
-    this machine cannot give the processes, more processes than a run has agents, an assignment of another number
-    of parts."""
+    """Refuse what every process would refuse, before any process touches a file: a bad config, a device or
+    transport this machine cannot give the processes, more processes than a run has agents, an assignment of
+    another number of parts. The launcher runs it, or each worker first (:func:`launch`)."""
     from privdl.experiment import load_config
     from privdl.runtime.worker import check_placements
 
     cfg = load_config(config, overrides)
     check_devices(cfg, procs)
     check_placements(cfg, procs)
+
+
+def _refusal(refused: list) -> PrivdlError:
+    """The error a worker refused the launch with (:func:`_check`'s), as the launcher raises it: its class (one of
+    privdl.errors', else :class:`PrivdlError`) and its message, unchanged."""
+    from privdl import errors
+
+    _, name, message = refused[0]
+    cls = getattr(errors, name, None)
+    return (cls if isinstance(cls, type) and issubclass(cls, PrivdlError) else PrivdlError)(message)
 
 
 def _privdl_command(main) -> bool:
@@ -305,32 +332,45 @@ def main_not_rerun():
 def launch(config: str | Path, *, procs: int, out: str | Path, overrides: list[str] | None = None,
            resume: bool = False, progress: bool = False):
     """Run the experiment of ``config`` with its agents split over ``procs`` processes on this machine. Returns the
-    :class:`~privdl.experiment.runner.ExperimentSummary` (the runner's: runs, executed, already done, by another
-    process sharing ``out``); a failure raises :class:`PrivdlError` once every worker has stopped."""
-    import torch
-    import torch.multiprocessing as mp
+    :class:`~privdl.experiment.outcome.ExperimentSummary` (the runner's: runs, executed, already done, by another
+    process sharing ``out``); a failure raises :class:`PrivdlError` once every worker has stopped.
 
-    from privdl.experiment.runner import ExperimentSummary
+    The launch is checked (:func:`_check`) before anything is touched: here, before any process starts, when this
+    process has torch loaded already (a program of the user's, a test); else — the ``privdl`` command — by each
+    worker, first, so that the launcher does not load torch and the config's registries (1.5–3 s of CPU, the
+    largest serial part of the start: BENCHMARKS.md, "Start-up (issue 44)") before its first worker starts; a
+    refusal is raised here as the workers raised it (its class and message), the other workers stopped."""
+    import multiprocessing as mp  # the standard library's: the messages carry no tensors (torch's adds their pickling)
 
     if isinstance(procs, bool) or not isinstance(procs, int) or procs < 1:
         raise PrivdlError(f"--procs must be an integer >= 1, got {procs!r}")
     started = time.perf_counter()
-    _check(config, overrides or [], procs)
+    checked = "torch" in sys.modules  # the check's largest import is here already: refuse before any process starts
+    if checked:
+        _check(config, overrides or [], procs)
     ctx = mp.get_context("spawn")
     messages = ctx.SimpleQueue()
-    threads = max(1, torch.get_num_threads() // procs)
+    # a launcher with torch loaded shares its own thread count (perhaps set by its program); one without it has
+    # torch's default, which each worker reads for itself
+    threads = max(1, sys.modules["torch"].get_num_threads() // procs) if checked else None
     port = free_port()
     workers = [ctx.Process(target=_worker, args=(r, procs, port, str(config), list(overrides or []), str(out),
-                                                 resume, threads, messages, progress, os.getpid()), daemon=False)
+                                                 resume, threads, messages, progress, os.getpid(), not checked),
+                           daemon=False)
                for r in range(procs)]
+    refused: list = []
     try:
         with for_children(), main_not_rerun():  # privdl's process defaults for the workers (not for this, perhaps a
             # user's, process); the workers import what they run, not the program that launched them
             for w in workers:
                 w.start()
-        summary, errors, stopped, _ = supervise(workers, messages)
+        summary, errors, stopped, _ = supervise(workers, messages, refused=refused)
     finally:  # an interrupted launcher (Ctrl-C, an error here) leaves no worker behind
         _stop([w for w in workers if w.pid is not None])
+    if refused:
+        raise _refusal(refused)
+    from privdl.experiment.outcome import ExperimentSummary  # (no torch: privdl.experiment.outcome)
+
     codes = [w.exitcode for w in workers]
     if errors or any(codes) or summary is None:
         raise failure(procs, errors, codes, stopped)
