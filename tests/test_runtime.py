@@ -245,7 +245,8 @@ def test_agents_per_process_and_the_transport_are_checked(tmp_path):
     refused with the reason — two processes on one GPU, or not built — before any process starts."""
     from privdl.errors import ConfigError, PrivdlError, ValidationError
     from privdl.experiment import load_config
-    from privdl.runtime.launch import check_transport, processes_for
+    from privdl.device import check_transport
+    from privdl.runtime.launch import processes_for
     from privdl.runtime.worker import placements_for
 
     cfg = tmp_path / "c.toml"

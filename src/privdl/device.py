@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from privdl.errors import ValidationError
+from privdl.errors import PrivdlError, ValidationError
+from privdl.runtime_spec import RuntimeSpec
 
 #: NCCL's own words when two processes of one communicator sit on one GPU (../shared/RUNTIME.md, fact 8)
 NCCL_SHARED = "Duplicate GPU detected"
@@ -84,4 +85,24 @@ def process_device(device: str | torch.device | None, *, local_rank: int, local_
     return torch.device("cuda", index)
 
 
-__all__ = ["NCCL_SHARED", "process_device", "resolve_device", "visible_gpus"]
+def check_transport(runtime: RuntimeSpec | dict, procs: int, gpus: int | None = None,
+                    device: str | None = "cuda") -> None:
+    """Refuse a transport this machine cannot give its ``procs`` processes running on ``device``: NCCL moves GPU
+    tensors only, needs one GPU per process (it refuses two ranks on one GPU: "Duplicate GPU detected";
+    :func:`privdl.device.process_device` places the processes), and is not built — the runtime moves its messages
+    with gloo, GPU tensors staged through the CPU (docs/backends.md, "On GPUs", says why). ``runtime``: the run's
+    :class:`~privdl.runtime_spec.RuntimeSpec`, or its ``[runtime]`` table; ``gpus``: the GPUs this machine shows
+    (default: torch's count)."""
+    if isinstance(runtime, dict):
+        runtime = RuntimeSpec.of_table(runtime)
+    if runtime.transport != "nccl":
+        return
+    gpus = visible_gpus() if gpus is None else gpus
+    for r in range(procs):
+        process_device(device, local_rank=r, local_world=procs, gpus=gpus, transport="nccl",
+                       who=f"process {r} of {procs}")
+    raise PrivdlError("runtime.transport = \"nccl\" is not built yet: the runtime's messages go over gloo, which "
+                      "carries tensors of runs on a GPU through the CPU; set transport = \"gloo\"")
+
+
+__all__ = ["NCCL_SHARED", "check_transport", "process_device", "resolve_device", "visible_gpus"]

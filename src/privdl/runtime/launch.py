@@ -228,33 +228,11 @@ def processes_for(cfg: dict) -> int | None:
     return -(-n // per)
 
 
-def check_transport(runtime: RuntimeSpec | dict, procs: int, gpus: int | None = None,
-                    device: str | None = "cuda") -> None:
-    """Refuse a transport this machine cannot give its ``procs`` processes running on ``device``: NCCL moves GPU
-    tensors only, needs one GPU per process (it refuses two ranks on one GPU: "Duplicate GPU detected";
-    :func:`privdl.device.process_device` places the processes), and is not built — the runtime moves its messages
-    with gloo, GPU tensors staged through the CPU (docs/backends.md, "On GPUs", says why). ``runtime``: the run's
-    :class:`~privdl.runtime_spec.RuntimeSpec`, or its ``[runtime]`` table; ``gpus``: the GPUs this machine shows
-    (default: torch's count)."""
-    from privdl.device import process_device, visible_gpus
-
-    if isinstance(runtime, dict):
-        runtime = RuntimeSpec.of_table(runtime)
-    if runtime.transport != "nccl":
-        return
-    gpus = visible_gpus() if gpus is None else gpus
-    for r in range(procs):
-        process_device(device, local_rank=r, local_world=procs, gpus=gpus, transport="nccl",
-                       who=f"process {r} of {procs}")
-    raise PrivdlError("runtime.transport = \"nccl\" is not built yet: the runtime's messages go over gloo, which "
-                      "carries tensors of runs on a GPU through the CPU; set transport = \"gloo\"")
-
-
 def check_devices(cfg: dict, procs: int, gpus: int | None = None) -> None:
     """Refuse, before any process starts, a ``device`` this machine cannot give every one of its ``procs``
     processes (:func:`privdl.device.process_device`: a GPU asked for where torch sees none, a ``cuda:N`` it does
     not show, NCCL on a shared GPU or on the CPU) — the error names the run and why."""
-    from privdl.device import process_device, visible_gpus
+    from privdl.device import check_transport, process_device, visible_gpus
     from privdl.experiment.config import expand
     from privdl.experiment.runner import run_label
 
@@ -378,4 +356,4 @@ def launch(config: str | Path, *, procs: int, out: str | Path, overrides: list[s
     return ExperimentSummary(out=Path(out), **fields)
 
 
-__all__ = ["GRACE", "check_devices", "check_transport", "die_with", "free_port", "launch", "supervise"]
+__all__ = ["GRACE", "check_devices", "die_with", "free_port", "launch", "supervise"]

@@ -243,9 +243,8 @@ def run_device(cfg: dict, rank: int, world: int) -> torch.device:
     """The device of process ``rank`` of ``world`` for run config ``cfg``: :func:`privdl.device.process_device` of
     the run's ``device`` and ``runtime.transport``, the process's place on its host (:func:`host_place`) and the
     GPUs it sees — refused, naming the process and why, where it cannot have it. NCCL is refused here too (not
-    built: :func:`privdl.runtime.launch.check_transport`), for a torchrun start that no launcher checked."""
-    from privdl.device import process_device, visible_gpus
-    from privdl.runtime.launch import check_transport
+    built: :func:`privdl.device.check_transport`), for a torchrun start that no launcher checked."""
+    from privdl.device import check_transport, process_device, visible_gpus
 
     local, local_world = host_place(rank, world)
     runtime = RuntimeSpec.of(cfg)
