@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import torch
@@ -284,7 +285,8 @@ SLOT_CHUNK = 1 << 16
 
 def _slot_sum(out: torch.Tensor, edges: Edges, values: torch.Tensor, weight: torch.Tensor | None, *,
               by_sender: bool = False, rows: torch.Tensor | None = None,
-              position: torch.Tensor | None = None, order: SlotOrder | None = None) -> torch.Tensor:
+              position: torch.Tensor | None = None, order: SlotOrder | None = None,
+              gathered: tuple[torch.Tensor, torch.Tensor | None] | None = None) -> torch.Tensor:
     """out_i + Σ over row i's incoming edges e of weight_e · v_e, slot by slot (canonical order): v_e = values[e]
     for per-edge values (E, d), or values[src(e)] with ``by_sender`` for per-row values (rows, d). ``rows``: only
     these rows (``out`` has one row per entry), the senders' rows read from ``values[position[src(e)]]`` — each
@@ -297,15 +299,16 @@ def _slot_sum(out: torch.Tensor, edges: Edges, values: torch.Tensor, weight: tor
     sums are returned, ``out`` is only added to in place when every row fills every slot). A row past its degree
     adds nothing, so a graph with ragged degrees costs its edges, not (largest degree) passes over every row, and
     each row's sum is exactly out_i + t_1 + t_2 + … in canonical order (a plain per-row loop's bits). ``order``:
-    ``rows``' slot order, when the caller planned it once (:class:`privdl.comm.sliced.SliceComm`, per edge set)."""
+    ``rows``' slot order, when the caller planned it once (:class:`privdl.comm.sliced.SliceComm`, per edge set);
+    ``gathered``: the terms' rows of ``values`` and weights in that order, as :class:`RowsPlan` keeps them."""
     if order is None:
         order = edges.slot_order if rows is None else SlotOrder.of(edges.slots[:, rows])
     if not order.counts:
         return out
-    at = edges.src.index_select(0, order.edge) if by_sender else order.edge
-    if position is not None:
-        at = position.index_select(0, at)
-    w = None if weight is None else weight.to(dtype=values.dtype, device=values.device).index_select(0, order.edge)
+    if gathered is not None:
+        at, w = gathered
+    else:
+        at, w = _terms(edges, order, weight, values.dtype, values.device, by_sender=by_sender, position=position)
     acc = out if order.perm is None else out.index_select(0, order.perm)
     width = max(1, values[0].numel()) if values.shape[0] else 1
     budget = max(out.shape[0], SLOT_CHUNK // width)
@@ -325,6 +328,37 @@ def _slot_sum(out: torch.Tensor, edges: Edges, values: torch.Tensor, weight: tor
     return acc if order.perm is None else acc.index_select(0, order.place)
 
 
+def _terms(edges: Edges, order: SlotOrder, weight: torch.Tensor | None, dtype: torch.dtype, device, *,
+           by_sender: bool, position: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`_slot_sum`'s terms in slot order: the rows of its values they read, and their weights (or None)."""
+    at = edges.src.index_select(0, order.edge) if by_sender else order.edge
+    if position is not None:
+        at = position.index_select(0, at)
+    return at, None if weight is None else weight.to(dtype=dtype, device=device).index_select(0, order.edge)
+
+
+@dataclass(frozen=True)
+class RowsPlan:
+    """What :func:`canonical_rows` gathers for one set of rows, edges, table layout, dtype and device — the same
+    every round of a static graph: made once (:meth:`of`) and passed back, it saves a round of a small model the
+    index arithmetic (the sums are the same operations on the same numbers: the same bits)."""
+
+    order: SlotOrder
+    own: torch.Tensor  # the rows' own places in the table
+    self_weight: torch.Tensor | None  # (len(rows), 1): w_ii in the values' dtype (a mix), None (a neighbour sum)
+    at: torch.Tensor  # the table rows of the terms, in slot order
+    weight: torch.Tensor | None  # the terms' weights in the values' dtype, in slot order (None: a neighbour sum)
+
+    @classmethod
+    def of(cls, edges: Edges, rows: torch.Tensor, position: torch.Tensor, *, weighted: bool, dtype: torch.dtype,
+           device, order: SlotOrder | None = None) -> "RowsPlan":
+        order = SlotOrder.of(edges.slots[:, rows]) if order is None else order
+        at, w = _terms(edges, order, edges.weight if weighted else None, dtype, device, by_sender=True,
+                       position=position)
+        sw = edges.self_weight.to(dtype=dtype, device=device)[rows][:, None] if weighted else None
+        return cls(order, position[rows], sw, at, w)
+
+
 def canonical_mix(x: torch.Tensor, edges: Edges) -> torch.Tensor:
     """w_ii x_i, then + w_ij x_j for each incoming edge in canonical order (every term rounded, then added)."""
     flat = _flat(x)
@@ -333,10 +367,19 @@ def canonical_mix(x: torch.Tensor, edges: Edges) -> torch.Tensor:
 
 
 def canonical_rows(table: torch.Tensor, edges: Edges, rows: torch.Tensor, position: torch.Tensor, *,
-                   weighted: bool, order: SlotOrder | None = None) -> torch.Tensor:
+                   weighted: bool, order: SlotOrder | None = None, plan: RowsPlan | None = None) -> torch.Tensor:
     """Rows ``rows`` of :func:`canonical_mix` (``weighted``) or :func:`canonical_neighbour_sum`, bit for bit, from a
     table holding only the rows they read (row j of the network at ``table[position[j]]``): (len(rows), d).
-    ``order``: ``SlotOrder.of(edges.slots[:, rows])``, if the caller keeps it (else made here)."""
+    ``order``: ``SlotOrder.of(edges.slots[:, rows])``, if the caller keeps it (else made here); ``plan``: all of
+    its gathers, made once by the caller (:meth:`RowsPlan.of`, of these arguments and ``table``'s dtype and
+    device)."""
+    if plan is not None:
+        if weighted:
+            out = table.index_select(0, plan.own)
+            out.mul_(plan.self_weight)
+        else:
+            out = table.new_zeros((len(rows), *table.shape[1:]))
+        return _slot_sum(out, edges, table, None, rows=rows, order=plan.order, gathered=(plan.at, plan.weight))
     if weighted:
         out = table.index_select(0, position[rows])
         out.mul_(edges.self_weight.to(dtype=table.dtype, device=table.device)[rows][:, None])
@@ -352,4 +395,5 @@ def canonical_neighbour_sum(x: torch.Tensor, edges: Edges) -> torch.Tensor:
     return _slot_sum(torch.zeros_like(flat), edges, flat, None, by_sender=True).reshape(x.shape)
 
 
-__all__ = ["COMBINATIONS", "Comm", "LINEAR_MIXING", "MESSAGE_KINDS", "Observer", "SERVER", "canonical_mix", "canonical_neighbour_sum", "canonical_rows"]
+__all__ = ["COMBINATIONS", "Comm", "LINEAR_MIXING", "MESSAGE_KINDS", "Observer", "SERVER", "canonical_mix", "canonical_neighbour_sum", "canonical_rows",
+           "RowsPlan"]

@@ -28,8 +28,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from privdl.comm.base import (SERVER, Comm, Observer, _flat, _slot_sum, canonical_mix, canonical_neighbour_sum,
-                              canonical_rows)
+from privdl.comm.base import (SERVER, Comm, Observer, RowsPlan, _flat, _slot_sum, canonical_mix,
+                              canonical_neighbour_sum, canonical_rows)
 from privdl.errors import PrivdlError, ValidationError
 from privdl.network.edges import SlotOrder
 from privdl.network.network import Network
@@ -316,6 +316,17 @@ class SliceComm(Comm):
         self.own_position = self.position[held]  # my rows' places in that table, and each peer's rows'
         self.in_position = {p: self.position[r] for p, r in self.rows_in.items()}
         self.held_order = SlotOrder.of(e.slots[:, held])  # my rows' canonical sums (canonical_rows)
+        self._on_device: dict = {}  # per plan: those index tensors on a device (_indices), the sums' RowsPlans
+
+    def _indices(self, device: torch.device) -> tuple:
+        """(own_position, in_position, held_rows, position) on ``device``, moved once per plan and device (each
+        round's ``.to`` calls are a measurable part of a round of a small model)."""
+        got = self._on_device.get(device)
+        if got is None:
+            got = self._on_device[device] = (self.own_position.to(device),
+                                         {p: v.to(device) for p, v in self.in_position.items()},
+                                         self.placement.held_rows.to(device), self.position.to(device))
+        return got
 
     #: the plan's index tensors (:meth:`to` moves them with the edges)
     INDEX = ("rows_out", "rows_in", "edges_out", "edges_in", "mine_in", "edge_mask", "read_rows", "position",
@@ -423,16 +434,21 @@ class SliceComm(Comm):
         received from each peer (``got``) gathered into the table of the rows they read — reported to the wire as
         the messages my agents receive — by the canonical kernels on those rows (the simulator's bits)."""
         dev = own.device
+        own_position, in_position, held, position = self._indices(dev)
         table = own.new_empty((len(self.read_rows), *own.shape[1:]))
-        table.index_copy_(0, self.own_position.to(dev), own)
+        table.index_copy_(0, own_position, own)
         for p, value in got.items():
-            table.index_copy_(0, self.in_position[p].to(dev), value)
+            table.index_copy_(0, in_position[p], value)
         if self.wire is not None:
             e, idx = self.edges, self.mine_in
             src = e.src[idx]
             self._part(tag, idx, src, e.dst[idx], table.index_select(0, self.position[src.long()].to(dev)))
-        return canonical_rows(table, self.edges, self.placement.held_rows.to(dev), self.position.to(dev),
-                              weighted=weighted, order=self.held_order)
+        key = (dev, table.dtype, weighted)
+        plan = self._on_device.get(key)
+        if plan is None:  # once per plan, device, dtype and kind of sum
+            plan = self._on_device[key] = RowsPlan.of(self.edges, held, position, weighted=weighted,
+                                                      dtype=table.dtype, device=dev, order=self.held_order)
+        return canonical_rows(table, self.edges, held, position, weighted=weighted, plan=plan)
 
     def _mine(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Rows not in ``mask`` set to zero (they belong to other slices)."""
@@ -598,6 +614,7 @@ class HeldComm(SliceComm):
         local = torch.full((self.rows,), -1, dtype=torch.long)
         local[held] = torch.arange(held.numel())
         self.local_out = {p: local[r] for p, r in self.rows_out.items()}  # my local rows each peer reads
+        self._sends: tuple | None = None  # (device, row shape, local_out there, expected shapes): _held_sum
         self._degree = e.degree.index_select(0, held.to(e.degree.device))[:, None]
         self._local, self._edge_plan = local, None  # the per-edge plan: made on the first per-edge call
 
@@ -679,9 +696,12 @@ class HeldComm(SliceComm):
         if flat.shape[0] != self.frame_rows:
             raise ValidationError(f"a held-frame Comm combines one row per held agent ({self.frame_rows}), got a "
                                   f"tensor of {flat.shape[0]} rows")
-        out = {p: flat[r.to(flat.device)] for p, r in self.local_out.items()}
-        expect = {p: (int(r.numel()), *flat.shape[1:]) for p, r in self.rows_in.items()}
-        got = self._exchange(tag, out, expect, flat)
+        sends = self._sends
+        if sends is None or sends[0] != flat.device or sends[1] != flat.shape[1:]:  # once per plan, device, width
+            sends = self._sends = (flat.device, flat.shape[1:],
+                                   {p: r.to(flat.device) for p, r in self.local_out.items()},
+                                   {p: (int(r.numel()), *flat.shape[1:]) for p, r in self.rows_in.items()})
+        got = self._exchange(tag, {p: flat[r] for p, r in sends[2].items()}, sends[3], flat)
         return self._held_rows_sum(flat, got, tag, weighted=weighted).reshape(x.shape)
 
     def _refuse(self, method: str, why: str):
