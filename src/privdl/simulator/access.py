@@ -53,6 +53,11 @@ class GradientOracle:
             raise ValidationError(f"frame must be 'network' or 'held', got {frame!r}")
         self.local = (torch.as_tensor(placement.agents, dtype=torch.int64)
                       if frame == "held" and self.placement is not None else None)
+        #: the held frame's every access (each held agent on its own data): its rows, held by construction, their
+        #: ids as numpy (for the keys) and as the task's agents — the same every round: not checked or made again
+        self._local_rows = (None if self.local is None else
+                            (torch.arange(self.local.numel()), self.local, self.local.numpy(),
+                             self.local % task.n))
         self._blocks: dict[tuple, tuple[ClippedSum, int]] = {}  # (id(need), rows, d) -> (need, block): _block
         self.calls = 0
         #: ``on_access(t, access, batch)`` sees every access's examples (round t, set by the engine): the engine's
@@ -113,7 +118,8 @@ class GradientOracle:
         by :meth:`GradientMechanism.unprotected` — the algorithm must declare it (``Algorithm.unprotected``), and
         the ledger then states that no ε covers the agent."""
         rows = models.shape[0]
-        if self.local is not None and owners is None and requesters is None:
+        local = self.local is not None and owners is None and requesters is None
+        if local:
             if rows != self.local.numel():
                 raise ValidationError(f"models have {rows} rows, this engine holds {self.local.numel()} agents (the "
                                       "held frame: one row per held agent)")
@@ -123,6 +129,8 @@ class GradientOracle:
             if self._all is None:
                 self._all = torch.arange(rows)
             owners = requesters = self._all
+        elif local:  # the held frame's common case: every held agent on its own data (rows checked at the start)
+            everyone = rows == self.keys.rows and bool((self.local == torch.arange(rows)).all())
         else:
             owners, requesters = self._check(rows, owners, requesters)
             everyone = rows == self.keys.rows and Access(owners=owners, requesters=requesters, call=0).all_rows
@@ -161,20 +169,25 @@ class GradientOracle:
         to the longest of the slice's own, rounded up to a multiple of ``block`` (the simulator pads to the
         network's longest; the padded entries have a zero mask and the sums run block by block: :meth:`_clipped`):
         no slice waits for another's lot sizes. (None, None) when it holds no owner of the access."""
-        held = torch.from_numpy(self.placement.rows_held)[owners % self.placement.rows]
-        idx = held.nonzero().reshape(-1)
-        if not idx.numel():
-            return idx, None, None
-        o, r = owners[idx], requesters[idx]
-        draws = Draws(self.keys, "lot" if kind == "lot" else "batch", self.calls, o.numpy(), r.numpy())
+        if owners is self.local and requesters is self.local:  # the held frame's own access: every row held
+            idx, o, ids, agents = self._local_rows
+            r, draws = o, Draws(self.keys, "lot" if kind == "lot" else "batch", self.calls, ids, ids)
+        else:
+            held = torch.from_numpy(self.placement.rows_held)[owners % self.placement.rows]
+            idx = held.nonzero().reshape(-1)
+            if not idx.numel():
+                return idx, None, None
+            o, r = owners[idx], requesters[idx]
+            draws = Draws(self.keys, "lot" if kind == "lot" else "batch", self.calls, o.numpy(), r.numpy())
+            agents = self._agents(o)
         if kind == "lot":
             rates = need.rates.reshape(-1)
-            part, mask = self.task.sample_lot(draws, self._agents(o), rates.index_select(0, o % rates.numel()),
+            part, mask = self.task.sample_lot(draws, agents, rates.index_select(0, o % rates.numel()),
                                               block=block)
         elif kind == "subset":
-            part, mask = self.task.sample_subset(draws, self._agents(o), need.batch)
+            part, mask = self.task.sample_subset(draws, agents, need.batch)
         else:
-            part, mask = self.task.sample(draws, self._agents(o)), None
+            part, mask = self.task.sample(draws, agents), None
         return idx, part, None if mask is None else mask.to(self.task.dtype)
 
     def _rows(self, models: torch.Tensor, idx: torch.Tensor, fn, batch, mask):
