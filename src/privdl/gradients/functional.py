@@ -73,7 +73,8 @@ def batch_gradient_fn(task: Task, method: str = "auto") -> Callable[[torch.Tenso
         raise ValidationError(f"unknown gradient method {method!r}; valid: auto, closed_form, torch_func")
     has_closed = task.has_closed_form_gradient()
     if method == "torch_func" or (method == "auto" and not has_closed):
-        return lambda x, batch: per_agent_gradients(task, x, batch)
+        per_row = vmap(grad(task.loss))  # made once per run, not per access (the transforms' set-up is Python)
+        return lambda x, batch: per_row(x, *batch)
     if not has_closed:
         raise ValidationError(f"task {task.name!r} has no closed-form gradient; use gradient = 'torch_func'")
     return task.batched_grad  # type: ignore[return-value]
