@@ -698,10 +698,12 @@ class HeldComm(SliceComm):
                                   f"tensor of {flat.shape[0]} rows")
         sends = self._sends
         if sends is None or sends[0] != flat.device or sends[1] != flat.shape[1:]:  # once per plan, device, width
+            every = torch.arange(flat.shape[0])  # a peer that reads all my rows in order gets them uncopied
             sends = self._sends = (flat.device, flat.shape[1:],
-                                   {p: r.to(flat.device) for p, r in self.local_out.items()},
+                                   {p: None if torch.equal(r, every) else r.to(flat.device)
+                                    for p, r in self.local_out.items()},
                                    {p: (int(r.numel()), *flat.shape[1:]) for p, r in self.rows_in.items()})
-        got = self._exchange(tag, {p: flat[r] for p, r in sends[2].items()}, sends[3], flat)
+        got = self._exchange(tag, {p: flat if r is None else flat[r] for p, r in sends[2].items()}, sends[3], flat)
         return self._held_rows_sum(flat, got, tag, weighted=weighted).reshape(x.shape)
 
     def _refuse(self, method: str, why: str):
