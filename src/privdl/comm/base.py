@@ -322,7 +322,7 @@ def _slot_sum(out: torch.Tensor, edges: Edges, values: torch.Tensor, weight: tor
             term.mul_(w[start:start + size, None])
         off = 0
         for c in counts[k:end]:
-            acc[:c] += term[off:off + c]
+            acc[:c].add_(term[off:off + c])  # (not ``acc[:c] +=``: its __setitem__ copies the sum onto itself)
             off += c
         start, k = start + size, end
     return acc if order.perm is None else acc.index_select(0, order.place)
