@@ -160,6 +160,7 @@ class GradientMechanism(ABC):
         self.calls = torch.zeros(env.rows, dtype=torch.int64)
         self._budget: torch.Tensor | None = None
         self._headroom = int(self.budget().min()) if env.rows else 0
+        self._repeat = None  # (owners, their counts, the largest): count's repeated access, of this run only
 
     def count(self, access: Access) -> None:
         """Count one access per row of ``access`` against its owner's budget; refuse (and count nothing) beyond it."""
