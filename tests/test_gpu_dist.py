@@ -219,7 +219,8 @@ def _cpu_tensors(comm):
 def test_a_slice_comm_moves_every_index_it_plans_with_its_edges(held):
     """comm.to(device) (what run_slice does for a process on a GPU) moves the edges and every index tensor of the
     plan — the kernels index the rows with them on the device —, leaving on the CPU only what is moved where it is
-    used (the row mask, the held frame's local rows); a re-plan (a time-varying graph's round) moves the new plan."""
+    used (the row mask, the held frame's local rows and the CPU table its per-edge plan is built from); a re-plan (a
+    time-varying graph's round) moves the new plan."""
     from privdl.comm.sliced import HeldComm, SliceComm, Transport
     from privdl.experiment.build import build_network
     from privdl.placement import partition
@@ -233,7 +234,7 @@ def test_a_slice_comm_moves_every_index_it_plans_with_its_edges(held):
     before = _cpu_tensors(comm)
     assert {"rows_out", "position", "read_rows", "mine_in"} <= before
     comm.to("meta")
-    left = {"row_mask"} | ({"local_out"} if held else set())
+    left = {"row_mask"} | ({"local_out", "_local"} if held else set())
     assert _cpu_tensors(comm) == left
     assert comm.edges.src.device.type == "meta" and comm.held_order.edge.device.type == "meta"
     comm._set_edges(net.edges)  # a re-plan (on a GPU the round's edges are there; "meta" holds no numbers to plan)

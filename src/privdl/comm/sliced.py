@@ -627,8 +627,10 @@ class HeldComm(SliceComm):
             return self._edge_plan
         e = self.edges
         count = len(e)
+        # built on the CPU (the owner table is numpy), whatever device the Comm's plan was moved to (:meth:`to`);
+        # the per-edge methods move what they index with to the values' device
         src, dst = e.src.long().cpu(), e.dst.long().cpu()
-        received = self.mine_in
+        received = self.mine_in.cpu()
         sent = torch.from_numpy(np.flatnonzero(self.owner[src.numpy()] == self.part))
         at_received = torch.full((count,), -1, dtype=torch.long)
         at_received[received] = torch.arange(received.numel())
@@ -642,12 +644,12 @@ class HeldComm(SliceComm):
             "received_by": self._local[dst[received]], "sent_from": self._local[src[sent]],
             # send: my own agents' edges, from the sent list to the received list; peers' land at at_received
             "local_at": at_received[local], "local_from_sent": at_sent[local],
-            "out_sent": {p: at_sent[r] for p, r in self.edges_out.items()},
-            "in_at": {p: at_received[r] for p, r in self.edges_in.items()},
+            "out_sent": {p: at_sent[r.cpu()] for p, r in self.edges_out.items()},
+            "in_at": {p: at_received[r.cpu()] for p, r in self.edges_in.items()},
         }
         if reverse is not None:  # push: edge e (j → i) carries what j computed for its received edge reverse(e)
             plan["local_from_reverse"] = at_received[reverse[local]]
-            plan["out_reverse"] = {p: at_received[reverse[r]] for p, r in self.edges_out.items()}
+            plan["out_reverse"] = {p: at_received[reverse[r.cpu()]] for p, r in self.edges_out.items()}
         self._edge_plan = plan
         return plan
 
