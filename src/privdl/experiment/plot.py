@@ -12,11 +12,14 @@ import math
 import textwrap
 from collections import defaultdict
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from privdl.errors import ConfigError
 from privdl.experiment.store import read_results
 from privdl.experiment.summary import mean_std, number, sort_key
+
+if TYPE_CHECKING:
+    import matplotlib.figure
 
 #: whether this process selected matplotlib's Agg backend (:func:`_pyplot`)
 _AGG = False
