@@ -20,8 +20,10 @@ rows may block its sums otherwise than one of n rows. Each such value differs by
 ABS_MODEL = 1e-9 leaves a margin of 500. A metric moves by its Lipschitz constant times that: the loss (constant ≤
 ‖x̃‖) by ≈ 1e-11 on values ≈ 1, the consensus distance c (quadratic: δc ≈ 2√c · δx) relatively by 4e-12/√c, below
 1e-7 for c ≥ 1e-8 — REL = 1e-7, ABS = 1e-10 near zero. That bound is D-SGD's (an update linear in the gradient);
-momentum, gradient tracking, exact diffusion, PD-LMS and PSGT's additive noise, SGP's division by its weight and the
-RMS variants' random matrices scale an error by factors of order one per round, while Adam (DiNNO), DPDL's cosine
+momentum, gradient tracking, exact diffusion, PD-LMS and PSGT's additive noise, Zip-DL's (its zero-sum noise is drawn
+alike bit for bit and does not depend on the models), Muffliato's K mixes a step (K = 3 accelerated rounds: the
+Chebyshev recursion, whose matrices are bounded on W's spectrum), SGP's division by its weight and the RMS variants'
+random matrices scale an error by factors of order one per round, while Adam (DiNNO), DPDL's cosine
 calibration and CGA's QP are not bounded this way and are measured: on this machine the largest difference over these
 runs is 1.7e-16 (dense DSG-RMS: its batched products of m rather than n matrices) and most runs agree bit for bit;
 the tolerances are for other CPUs. Everything else — which rows, keys, lots, messages, access counts, metric names —
@@ -49,7 +51,7 @@ from privdl.placement import partition
 from privdl.schedules import make_schedule
 from privdl.simulator import simulate
 from privdl.simulator.checkpoint import Checkpoints
-from privdl.simulator.sliced import check_held_frame, owners_of, simulate_sliced
+from privdl.simulator.sliced import WRAPS_COMM, check_held_frame, owners_of, simulate_sliced
 from privdl.tasks import make_task
 from tests.conftest import Stop, stop_after
 from tests.test_runtime import CONFIG as RUNTIME_CONFIG
@@ -74,6 +76,9 @@ def _mechanism(family, net, task, alg, rounds=ROUNDS):
         return make_mechanism("none", steps=steps)
     if family == "dp_sgd":
         return make_mechanism("dp_sgd", steps=steps, task=task, clip=1.0, lot_size=20, noise_multiplier=1.0)
+    if family.startswith("muffliato "):
+        return make_mechanism("muffliato", steps=steps, network=net, clip=1.0, epsilon=20.0, accelerated=True,
+                              gossip_rounds=int(family.split()[1]))
     return make_mechanism(family, steps=steps, network=net, clip=1.0, epsilon=20.0)
 
 
@@ -208,6 +213,56 @@ def test_the_held_comms_per_edge_values_are_the_simulators_bit_for_bit():
                 assert int(transport.payload_bytes[a, b]) == (len(rows) + 2 * len(edges)) * x.shape[1] * 8
 
 
+@pytest.mark.exact
+@pytest.mark.parametrize("name,kw", [("zip_dl", {}), ("zip_dl", {"sigma": 0.7}), ("muffliato", {"gossip_rounds": 3}),
+                                     ("muffliato", {"gossip_rounds": 3, "accelerated": True})])
+def test_the_comm_wrapping_mechanisms_average_each_held_row_as_the_simulator_bit_for_bit(name, kw):
+    """Zip-DL's averaging (each agent's zero-sum noise on the edges it sends along and on its own copy, the noised
+    copies sent, received and combined) and Muffliato's gossip rounds, around a held-frame Comm: each slice gets its
+    agents' rows of the simulator's averaging (around SparseComm, every key known) bit for bit, from its own rows
+    alone — its keys a HeldKeys that derives no other agent's key. What crosses between slices is, for Zip-DL, one
+    value per edge between their agents (each edge's own noised copy), for Muffliato one row per (sender,
+    receiving slice) pair and gossip round."""
+    from privdl.comm import SparseComm
+
+    net = Network.from_topology("erdos_renyi", 9, p=0.4, seed=5)
+    e = net.edges
+    src, dst = e.src.long(), e.dst.long()
+    make = dict(steps=3, network=net, clip=1.0, **({"epsilon": 5.0} if "sigma" not in kw else {}), **kw)
+    x = torch.randn(9, 300, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    eta = lambda t: 0.1  # noqa: E731
+    sim = make_mechanism(name, **make).wrap_comm(SparseComm(net), keys=Keys(RootKeys(4), 9), eta=eta,
+                                                 algorithm="dsgd")
+    sim.t = 2
+    want = sim.mix(x, tag="x")
+    placements = partition(9, assignment=[[0, 4, 8], [1, 2], [3, 5, 6, 7]])
+    owner = owners_of(placements, 9)
+    got, asked = {}, {}
+
+    def work(k, transport):
+        p = placements[k]
+        source = HeldKeys(RootKeys(4), p.held, record=True)
+        comm = make_mechanism(name, **make).wrap_comm(HeldComm(net, p, k, owner, transport, algorithm="dsgd"),
+                                                      keys=Keys(source, 9), eta=eta, algorithm="dsgd")
+        comm.t = 2
+        got[k] = comm.mix(x[list(p.agents)], tag="x")
+        asked[k] = source.asked
+
+    transport = _threads(placements, work)
+    for k, p in enumerate(placements):
+        assert torch.equal(got[k], want[list(p.agents)])
+        assert {a for a in asked[k] if isinstance(a, int)} <= set(p.agents) and not any(
+            isinstance(a, tuple) for a in asked[k])
+    assert not torch.equal(want, canonical_mix(x, e))  # the noise is there (Zip-DL) / the rounds are (Muffliato)
+    rounds = kw.get("gossip_rounds", 1)
+    for a in range(3):
+        for b in range(3):
+            if a != b:
+                edges = [(int(s_), int(d_)) for s_, d_ in zip(src, dst) if owner[s_] == a and owner[d_] == b]
+                per_call = len(edges) if name == "zip_dl" else len({s_ for s_, _ in edges})
+                assert int(transport.payload_bytes[a, b]) == rounds * per_call * x.shape[1] * 8
+
+
 @pytest.mark.parametrize("family", ["gaussian_ldp", "decor", "whisper"])
 @pytest.mark.exact
 def test_a_held_agents_noise_is_its_row_of_the_networks(family):
@@ -262,6 +317,10 @@ def _family_fits(name, params, family):
 
 HELD_CASES = [(name, params, family) for name, params in RUNS for family in ("none", "gaussian_ldp", "dp_sgd", "decor")
               if _family_fits(name, params, family)]
+#: the mechanisms that wrap the Comm, with the algorithm they average for (D-SGD: one model mixed per step); "muffliato
+#: K" is Muffliato with K accelerated gossip rounds
+WRAPPING = [("dsgd", {}, "zip_dl"), ("dsgd", {}, "muffliato"), ("dsgd", {}, "muffliato 3")]
+HELD_CASES += WRAPPING
 
 
 def test_every_registered_algorithm_runs_in_the_held_frame_or_is_refused_by_name():
@@ -336,6 +395,34 @@ def test_per_edge_messages_reach_observers_as_the_simulators_in_the_held_frame(s
             assert torch.allclose(a.payload, b.payload, rtol=0, atol=ABS_MODEL), (alg.name, a.tag)
 
 
+def test_the_comm_wrapping_mechanisms_messages_reach_observers_as_the_simulators_in_the_held_frame(setup):
+    """Zip-DL (a noised copy sent per edge) and Muffliato (3 accelerated gossip rounds a step) with D-SGD, and Zip-DL
+    with SGP on a directed network (its out-edges' zero-sum noise, the push-sum weight unperturbed), in the held
+    frame, 3 slices: an eavesdropper's transcript has the network frame's messages (the simulator's) — rounds,
+    tags, senders, receivers exactly, payloads to ABS_MODEL (models to rounding, the module docstring; the noise on
+    them is the same draw bit for bit)."""
+    from privdl.comm import Transcript
+    from privdl.network.directed import DirectedNetwork
+
+    net, task = setup
+    digraph = DirectedNetwork.from_topology("directed_erdos_renyi", N, p=0.4, seed=2)
+    for name, network, family in (("dsgd", net, "zip_dl"), ("dsgd", net, "muffliato 3"), ("sgp", digraph, "zip_dl")):
+        alg = make_algorithm(name)
+        mech = _mechanism(family, network, task, alg)
+        kw = dict(task=task, network=network, algorithm=alg, mechanism=mech, iterations=ROUNDS, seed=SEED,
+                  schedule=make_schedule("constant", eta=0.1, iterations=ROUNDS), eval_every=1)
+        want, got = Transcript(), Transcript()
+        a_run = simulate(**kw, sparse=True, observers=[want])
+        b_run = simulate_sliced(**kw, slices=3, frame="held", observers=[got])
+        assert torch.allclose(b_run.final, a_run.final, rtol=0, atol=ABS_MODEL), (name, family)
+        _close_records(b_run.records, a_run.records)
+        rounds = {"zip_dl": 1, "muffliato 3": 3}[family] * (2 if name == "sgp" else 1)
+        assert len(got.messages) == len(want.messages) == rounds * ROUNDS
+        for a, b in zip(got.messages, want.messages):
+            assert (a.t, a.tag) == (b.t, b.tag) and torch.equal(a.src, b.src) and torch.equal(a.dst, b.dst)
+            assert torch.allclose(a.payload, b.payload, rtol=0, atol=ABS_MODEL), (name, family, a.tag)
+
+
 def test_observers_see_the_simulators_messages_in_the_held_frame(setup):
     """An eavesdropper's transcript of a held-frame run (3 slices, DSGT: two mixes a round) has the simulator's
     messages — rounds, tags, senders, receivers exactly, payloads to ABS_MODEL (they are the models' rows)."""
@@ -392,6 +479,8 @@ SPY_CASES = [
     ("dpdl", {"self_noise": True}, "dp_sgd"),
     ("cga", {"beta": 0.5}, "none"),
     ("edsg_rms", {"structure": "sparse"}, "none"),
+    ("dsgd", {}, "zip_dl"),
+    ("dsgd", {}, "muffliato 3"),
 ]
 
 
@@ -399,9 +488,11 @@ SPY_CASES = [
 def test_a_held_frame_slice_computes_its_own_agents_rows_and_edges_only(setup, name, params, family, monkeypatch):
     """In every slice (an uneven assignment of 3): every gradient access evaluates the slice's agents' own models
     (one row each) or the models its agents receive (one row per edge they receive, its agents the data owners);
-    send takes one row per edge its agents send along; the models it records are its agents' rows; and no key of
-    another agent — own or an edge's shared key without a held member — is ever derived (HeldKeys records them)."""
+    send takes one row per edge its agents send along; the models it records are its agents' rows; Zip-DL draws
+    the noise of its agents' own copies and of the edges they send along, no other; and no key of another agent —
+    own or an edge's shared key without a held member — is ever derived (HeldKeys records them)."""
     from privdl.comm import sliced as comm_sliced
+    from privdl.mechanisms.zip_dl import ZipDLEncoding
     from privdl.simulator import coordinator as coordination
     from privdl.simulator.access import GradientOracle
 
@@ -427,8 +518,17 @@ def test_a_held_frame_slice_computes_its_own_agents_rows_and_edges_only(setup, n
         seen.append((self.part, "record", x.shape[0], None))
         return record(self, t, x, totals)
 
+    noise = ZipDLEncoding.noise
+    drawn = []  # Zip-DL's draws: (agents, edges, rows of its own copies' noise, rows of the edges' noise)
+
+    def spy_noise(self, src_, dst_, t, dim, **kw):
+        z_edge, z_self = noise(self, src_, dst_, t, dim, **kw)
+        drawn.append((kw["agents"].tolist(), kw["edges"].tolist(), z_self.shape[0], z_edge.shape[0]))
+        return z_edge, z_self
+
     want = simulate(task=task, network=net, algorithm=alg, mechanism=mech, iterations=ROUNDS, seed=SEED, sparse=True,
                     schedule=make_schedule("constant", eta=0.1, iterations=ROUNDS))
+    monkeypatch.setattr(ZipDLEncoding, "noise", spy_noise)
     monkeypatch.setattr(GradientOracle, "__call__", spy_call)
     monkeypatch.setattr(comm_sliced.HeldComm, "send", spy_send)
     monkeypatch.setattr(coordination.Coordinator, "record", spy_record)
@@ -438,7 +538,15 @@ def test_a_held_frame_slice_computes_its_own_agents_rows_and_edges_only(setup, n
                           placements=placements, sources=sources, frame="held", eval_every=2)
     assert torch.allclose(got.final, want.final, rtol=0, atol=ABS_MODEL)
     kinds = {what for _, what, _, _ in seen}
-    assert "gradient" in kinds and "record" in kinds and ("send" in kinds) == (name == "pd_lms")
+    if family == "zip_dl":  # every slice, every round: its agents and every edge out of them
+        assert len(drawn) == len(placements) * ROUNDS
+        assert sorted({(tuple(a), tuple(e)) for a, e, _, _ in drawn}) == sorted(
+            (tuple(p.agents), tuple(torch.isin(src, torch.tensor(p.agents)).nonzero().reshape(-1).tolist()))
+            for p in placements)
+        assert all(rows == len(a) and per_edge == len(e) for a, e, rows, per_edge in drawn)
+    else:
+        assert not drawn
+    assert "gradient" in kinds and "record" in kinds and ("send" in kinds) == (name == "pd_lms" or family == "zip_dl")
     for k, p in enumerate(placements):
         agents = set(p.agents)
         receive = int(torch.isin(dst, torch.tensor(p.agents)).sum())
@@ -493,15 +601,32 @@ def test_the_authors_gossip_and_comm_wrapping_mechanisms_are_refused_by_reason(s
         simulate_sliced(task=task, network=net, algorithm=alg._replace(held_reason=None), mechanism=none,
                         schedule=make_schedule("constant", eta=0.1, iterations=ROUNDS), iterations=ROUNDS,
                         seed=SEED, slices=2, frame="held", timeout=10)
+    # Zip-DL and Muffliato run in the held frame; in a split run's network frame they are refused, by reason
     dsgd = make_algorithm("dsgd")
-    for name, kw in (("zip_dl", {}), ("muffliato", {})):
-        try:
-            mech = make_mechanism(name, steps=dsgd.accesses(ROUNDS, net.edges), network=net, clip=1.0, epsilon=20.0,
-                                  **kw)
-        except TypeError:  # pragma: no cover - a builder with other required keys
-            continue
-        with pytest.raises(ValidationError, match=rf"cannot run mechanism '{name}': it wraps the Comm"):
-            check_held_frame(dsgd, mech)
+    for name in ("zip_dl", "muffliato"):
+        mech = make_mechanism(name, steps=dsgd.accesses(ROUNDS, net.edges), network=net, clip=1.0, epsilon=20.0)
+        check_held_frame(dsgd, mech)
+        with pytest.raises(ValidationError, match=rf"mechanism '{name}' wraps the Comm: in a split run it runs in "
+                                                  r"the held frame only"):
+            simulate_sliced(task=task, network=net, algorithm=dsgd, mechanism=mech, slices=2, frame="network",
+                            schedule=make_schedule("constant", eta=0.1, iterations=ROUNDS), iterations=ROUNDS,
+                            seed=SEED, timeout=10)
+    # a Comm-wrapping mechanism that does not declare the held frame is refused there, by the default reason
+    from privdl.mechanisms.zip_dl import ZipDL
+
+    class Undeclared(ZipDL):
+        held_reason = WRAPS_COMM
+
+    mech = Undeclared(steps=dsgd.accesses(ROUNDS, net.edges), network=net, clip=1.0, epsilon=20.0)
+    with pytest.raises(ValidationError, match=r"cannot run mechanism 'zip_dl': it wraps the Comm .*not one of the "
+                                              r"mechanisms checked"):
+        check_held_frame(dsgd, mech)
+    # the wrapper's own check, the same refusal at run time: a network-frame slice's Comm
+    from privdl.comm.sliced import SliceComm
+
+    comm = SliceComm(net, partition(N, slices=2)[0], 0, owners_of(partition(N, slices=2), N), Transport(2))
+    with pytest.raises(ValidationError, match=r"'zip_dl' runs in a split run's held frame only"):
+        mech.wrap_comm(comm, keys=Keys(RootKeys(1), N), eta=lambda t: 0.1, algorithm="dsgd")
 
 
 def test_the_dist_default_is_the_held_frame_where_the_run_allows_it(setup):
@@ -522,6 +647,16 @@ def test_the_dist_default_is_the_held_frame_where_the_run_allows_it(setup):
     assert frame == "network" and "gossip = \"authors\"" in why
     with pytest.raises(ValidationError, match="cannot run algorithm 'central_sgd'"):
         choose_frame("held", central, none)
+    zip_dl = make_mechanism("zip_dl", steps=ROUNDS, network=net, clip=1.0, epsilon=20.0)
+    assert choose_frame(None, dsgd, zip_dl) == ("held", None)
+    assert choose_frame("held", dsgd, zip_dl) == ("held", None)
+    with pytest.raises(ValidationError, match=r"mechanism 'zip_dl' wraps the Comm: in a split run it runs in the "
+                                              r"held frame only"):
+        choose_frame("network", dsgd, zip_dl)
+    # neither frame: the held frame's reason and the network frame's
+    with pytest.raises(ValidationError, match=r"held frame only .*; and runtime.frame = \"held\" cannot run "
+                                              r"algorithm 'dsgd': with gossip = \"authors\""):
+        choose_frame(None, make_algorithm("dsgd", form="cta", gossip="authors"), zip_dl)
 
 
 def test_the_config_checks_the_frame():
@@ -607,7 +742,10 @@ METHODS = [("dsgd+ldp", '{ name = "dsgd" }', '{ name = "gaussian_ldp", epsilon =
            ("cta+none", '{ name = "dsgd", form = "cta" }', '{ name = "none" }'),
            ("dpdl+dp_sgd", '{ name = "dpdl" }', '{ name = "dp_sgd", lot_size = 20, noise_multiplier = 1.0 }'),
            ("pd_lms", '{ name = "pd_lms", scheme = "edge", variance = 0.01 }', '{ name = "none" }'),
-           ("psgt", '{ name = "psgt" }', '{ name = "none" }')]
+           ("psgt", '{ name = "psgt" }', '{ name = "none" }'),
+           ("dsgd+zip_dl", '{ name = "dsgd" }', '{ name = "zip_dl", epsilon = 10.0 }'),
+           ("dsgd+muffliato", '{ name = "dsgd" }', '{ name = "muffliato", epsilon = 10.0, gossip_rounds = 3, '
+                                                    'accelerated = true }')]
 
 
 @pytest.mark.slow
@@ -615,7 +753,9 @@ def test_privdl_run_procs_2_in_the_held_frame_writes_the_simulators_results(tmp_
     """privdl run --procs 2 with runtime.frame = "held" (an uneven assignment) writes the simulator's results.csv
     (tolerances: tests/test_runtime.py's REL, ABS — the same task, rounds and held-row gradients) and records the
     frame in the manifest: D-SGD, DSGT, D-SGD with momentum, and the per-edge DPDL (models pulled, cross-gradients
-    pushed between the processes) and PD-LMS (a value sent per edge), and PSGT (each agent's own perturbations)."""
+    pushed between the processes) and PD-LMS (a value sent per edge), PSGT (each agent's own perturbations), and the
+    Comm-wrapping Zip-DL (each agent's zero-sum noise on the edges it sends along) and Muffliato (3 accelerated
+    gossip rounds a step)."""
     from tests.test_runtime import ABS as RUNTIME_ABS, REL as RUNTIME_REL
 
     import csv

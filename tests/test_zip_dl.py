@@ -49,6 +49,36 @@ def test_zero_sum_per_sender_is_exact_in_float64():
         assert float(total.abs().max()) <= 1e-15 * float(scale) * (out.sum() + 1)
 
 
+@pytest.mark.exact
+def test_a_held_engines_noise_is_its_agents_rows_and_edges_of_the_networks():
+    """The held frame's draw (an engine's agents, the edges they send along, each edge's sender's local row) equals
+    those rows and edges of the whole network's draw bit for bit (keyed draws are row-independent; each sender's
+    zero-sum correction sums its own edges' terms in the same order), from keys that know only those agents; and a
+    draw with the agents but not their edges (an incomplete correction) is refused."""
+    from privdl.keys import HeldKeys, RootKeys
+
+    net = _net()
+    e = net.edges
+    plan = zip_dl_plan(net.W, e.src.numpy(), e.dst.numpy())
+    sigma = np.linspace(0.5, 2.0, net.n)
+    full = ZipDLEncoding(plan, sigma, Keys(RootKeys(3), net.n), lambda t: 0.3)
+    z_edge, z_self = full.noise(e.src, e.dst, 5, 40)
+    agents = torch.tensor([1, 4, 5])
+    held = np.zeros(net.n, dtype=bool)
+    held[agents.numpy()] = True
+    source = HeldKeys(RootKeys(3), held, record=True)
+    enc = ZipDLEncoding(plan, sigma, Keys(source, net.n), lambda t: 0.3)
+    edges = torch.isin(e.src, agents).nonzero().reshape(-1)
+    local = torch.full((net.n,), -1, dtype=torch.long)
+    local[agents] = torch.arange(3)
+    got_edge, got_self = enc.noise(e.src[edges], e.dst[edges], 5, 40, edges=edges, agents=agents,
+                                   sender=local[e.src[edges].long()])
+    assert torch.equal(got_edge, z_edge[edges]) and torch.equal(got_self, z_self[agents])
+    assert {a for a in source.asked if isinstance(a, int)} == {1, 4, 5}
+    with pytest.raises(ValidationError, match="needs both its agents and the edges they send along"):
+        enc.noise(e.src[edges], e.dst[edges], 5, 40, agents=agents)
+
+
 def test_lemma_3_3_per_message_variance_against_draws():
     net = _net(n=6, p=0.6, seed=5)
     w = net.W

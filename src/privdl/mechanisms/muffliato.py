@@ -147,6 +147,9 @@ class Muffliato(AveragesTheModel, GaussianLDP):
                        "Cyffers et al.), which a directed graph's push-sum A is not")
     design_name = "ldp"
     wraps_comm = True
+    #: it runs in the held frame (:func:`privdl.simulator.sliced.held_frame_refusal`): its noise is
+    #: ``gaussian_ldp``'s, each agent's own row; its gossip rounds are the Comm's ``mix`` (:class:`GossipComm`)
+    held_reason = None
 
     def __init__(self, *, steps: int | torch.Tensor, network: Network, gossip_rounds: int = 1,
                  accelerated: bool = False, clip: float = 1.0, epsilon: float | None = None, delta: float = 1e-5,

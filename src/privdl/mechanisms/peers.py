@@ -96,10 +96,16 @@ class OncePerRound(ProtectedComm):
 
 
 def refuse_sliced(comm: Comm, mechanism: str) -> None:
-    from privdl.comm.sliced import SliceComm
+    """Refuse a split run's network frame (a slice with a row per agent of the network): the mechanism's averaging
+    runs in one engine holding every row (the simulator) or in the held frame (one row per agent held:
+    :class:`privdl.comm.sliced.HeldComm`), where each engine draws and sends its own agents' noise only."""
+    from privdl.comm.sliced import HeldComm, SliceComm
 
-    if isinstance(comm, SliceComm):
-        raise ValidationError(f"mechanism {mechanism!r} runs in the single-process simulator only (not in slices)")
+    if isinstance(comm, SliceComm) and not isinstance(comm, HeldComm):
+        raise ValidationError(f"mechanism {mechanism!r} runs in a split run's held frame only (runtime.frame = "
+                              f"\"held\", the dist default), not in its network frame (a slice with a row per agent "
+                              f"of the network, where its averaging would draw and combine rows the slice does not "
+                              f"hold)")
 
 
 __all__ = ["AveragesTheModel", "OncePerRound", "check_unit", "refuse_sliced", "symmetric_w"]

@@ -10,7 +10,10 @@ Algorithm 1, for sender a with closed neighbourhood Γ_a (itself included, d_a =
     a combines Σ_{v∈Γ_a} W_{a,v} (x_v + Z_{v→a}).
 
 With symmetric W the network average is untouched by the noise (Corollary 3.2). Every Y is keyed by its sender's own
-key, the receiver and the round (``keys.normal("zip_dl", t, ...)``), like every other draw of a run.
+key, the receiver and the round (``keys.normal("zip_dl", t, ...)``), like every other draw of a run. So in a split
+run's held frame (:class:`privdl.comm.sliced.HeldComm`) each engine draws its own agents' Y — their own copies and
+the edges they send along, from their own keys — and a sender's correction needs nothing but its own draws: each
+engine's noise, messages and combination are its agents' entries of the simulator's, bit for bit.
 
 **Per-message variance** (Lemma 3.3): σ²_{a→v} = c_{a→v}·s_a² with
 c_{a→v} = (d_a − 1)²/d_a² + Σ_{j∈Γ_a, j≠v} W_{a,j}² / (d_a W_{a,v})². This is the **weighted** construction of the
@@ -49,6 +52,7 @@ from typing import Annotated, Callable
 import numpy as np
 import torch
 
+from privdl.algorithms.base import frame_of
 from privdl.comm.base import PUSH_SUM_WEIGHT_TAG
 from privdl.errors import ValidationError
 from privdl.keys import Keys
@@ -117,36 +121,69 @@ class ZipDLEncoding(MessageMechanism):
                  eta: Callable[[int], object]) -> None:
         self.plan, self.keys, self.eta = plan, keys, eta
         self.sigma = torch.as_tensor(sigma, dtype=torch.float64)
+        self._held: tuple | None = None  # (edges, agents, the plan's entries of those edges and agents)
 
     def encode(self, x: torch.Tensor, *, tag: str, t: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         raise ValidationError("zip_dl sends a different value on every edge; it has no broadcast encoding")
 
-    def noise(self, src: torch.Tensor, dst: torch.Tensor, t: int, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(Z per edge (E, dim), Z of every sender's own copy (rows, dim)) at round t, float64."""
+    def _subplan(self, edges: torch.Tensor, agents: torch.Tensor) -> dict[str, np.ndarray]:
+        """The plan's entries of edges ``edges`` (per-edge arrays) and of agents ``agents`` (per-sender arrays),
+        made once per (edges, agents) pair."""
+        held = self._held
+        if held is not None and held[0] is edges and held[1] is agents:
+            return held[2]
+        e, a = edges.cpu().numpy(), agents.cpu().numpy()
+        plan = {k: v[e] if k in ("w_edge", "inv_edge", "c_edge") else v[a] for k, v in self.plan.items()}
+        self._held = (edges, agents, plan)
+        return plan
+
+    def noise(self, src: torch.Tensor, dst: torch.Tensor, t: int, dim: int, *, edges: torch.Tensor | None = None,
+              agents: torch.Tensor | None = None, sender: torch.Tensor | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Z per edge (E, dim), Z of every sender's own copy (rows, dim)) at round t, float64; ``src``, ``dst``:
+        the edges' global senders and receivers.
+
+        An engine that holds some agents (the held frame, :class:`privdl.algorithms.base.Frame`) gives ``agents``
+        (its agents, global rows), ``edges`` (the ids of the edges they send along, whose ``src``/``dst`` these
+        are: every edge out of each of its agents, so each sender's zero-sum correction is complete) and ``sender``
+        (each edge's sender's local row): only its agents' draws, from their own keys, each the whole network's
+        entry bit for bit (keyed draws are row-independent, and each sender's correction adds its own edges' terms
+        in the same order, elementwise). None: every row and edge."""
+        if (edges is None) != (agents is None):
+            raise ValidationError("zip_dl: a held engine's noise needs both its agents and the edges they send along")
+        plan = self.plan if agents is None else self._subplan(edges, agents)
         s_np, d_np = src.cpu().numpy(), dst.cpu().numpy()
         y_edge = self.keys.normal("zip_dl", t, dim, rows=s_np, requesters=d_np)
-        y_self = self.keys.normal("zip_dl", t, dim)
+        if agents is None:
+            y_self, sigma = self.keys.normal("zip_dl", t, dim), self.sigma
+        else:
+            mine = agents.cpu()
+            y_self, sigma = self.keys.normal("zip_dl", t, dim, rows=mine.numpy()), self.sigma[mine]
         eta = torch.as_tensor(self.eta(t), dtype=torch.float64).reshape(-1).cpu()
-        scale = (eta * self.sigma) if eta.numel() in (1, self.sigma.numel()) else None
+        scale = (eta * sigma) if eta.numel() in (1, sigma.numel()) else None
         if scale is None:
-            raise ValidationError(f"zip_dl: a step size with {eta.numel()} entries for {self.sigma.numel()} rows")
-        rows = src.cpu()
-        z_edge, z_self = zip_dl_noise(self.plan, rows, y_edge, y_self)
+            raise ValidationError(f"zip_dl: a step size with {eta.numel()} entries for {sigma.numel()} rows")
+        rows = (src if sender is None else sender).cpu().long()
+        z_edge, z_self = zip_dl_noise(plan, rows, y_edge, y_self)
         return z_edge * scale[rows][:, None], z_self * scale[:, None]
 
 
 class ZipDLComm(OncePerRound):
     """``mix`` as Algorithm 1: every edge carries x_src + Z_{src→dst} (``send``, seen by the wire's observers),
-    every row combines its own noised copy and what it received with its own weights."""
+    every row combines its own noised copy and what it received with its own weights. In the held frame
+    (:func:`privdl.algorithms.base.frame_of`: an engine's rows are its agents) each engine draws its agents' noise on
+    the edges they send along and sends those edges' values; each of its agents combines what it receives."""
 
     def average_step(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
-        e = self.inner.edges
+        e, frame = self.inner.edges, frame_of(self.inner)
         flat = x.reshape(x.shape[0], -1)
-        z_edge, z_self = self.mechanism.noise(e.src, e.dst, self.inner.t, flat.shape[1])  # type: ignore[attr-defined]
+        z_edge, z_self = self.mechanism.noise(  # type: ignore[attr-defined]
+            frame.on_sent(e.src), frame.on_sent(e.dst), self.inner.t, flat.shape[1], edges=frame.sent,
+            agents=frame.agents, sender=None if frame.agents is None else frame.sent_from)
         z_edge = z_edge.to(dtype=flat.dtype, device=flat.device)
         z_self = z_self.to(dtype=flat.dtype, device=flat.device)
-        received = self.inner.send(flat[e.src] + z_edge, tag=tag)
-        own = e.self_weight.to(dtype=flat.dtype, device=flat.device)[:, None] * (flat + z_self)
+        received = self.inner.send(flat[frame.sent_from.to(flat.device)] + z_edge, tag=tag)
+        own = frame.rows(e.self_weight).to(dtype=flat.dtype, device=flat.device)[:, None] * (flat + z_self)
         return (own + self.inner.reduce(received, weight="mixing")).reshape(x.shape)
 
 
@@ -173,6 +210,9 @@ class ZipDL(AveragesTheModel, GradientMechanism):
     #: the receivers' weights A[v, a] (module doc, "Directed networks")
     directed_ok = True
     wraps_comm = True
+    #: it runs in the held frame (:func:`privdl.simulator.sliced.held_frame_refusal`): each engine draws its agents'
+    #: noise on the edges they send along and sends those edges' values (:class:`ZipDLComm`)
+    held_reason = None
     accountant_name = "rdp"
 
     def __init__(self, *, steps: int | torch.Tensor, network: Network, clip: float = 1.0,

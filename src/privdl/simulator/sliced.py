@@ -90,6 +90,10 @@ def run_slice(*, part: int, placement: Placement, owner: np.ndarray, network: Ne
 
 #: the frames an engine of a split run computes in (:mod:`privdl.placement`)
 FRAMES = ("network", "held")
+#: the held-frame reason of a mechanism that wraps the Comm and does not declare the held frame (``held_reason``;
+#: ``zip_dl`` and ``muffliato`` declare it: each engine draws and sends its own agents' noise)
+WRAPS_COMM = ("it wraps the Comm (encodes what is sent per edge, or averages over gossip rounds of its own) and is "
+              "not one of the mechanisms checked to draw and send only its engine's agents' values")
 
 
 def held_frame_refusal(algorithm: Algorithm, mechanism: GradientMechanism) -> tuple[str, str] | None:
@@ -101,9 +105,9 @@ def held_frame_refusal(algorithm: Algorithm, mechanism: GradientMechanism) -> tu
         return (f"runtime.frame = \"held\" cannot run algorithm {algorithm.name!r}: {algorithm.held_reason}",
                 network)
     for m in [mechanism, *getattr(mechanism, "members", [])]:
-        if m.wraps_comm:
-            return (f"runtime.frame = \"held\" cannot run mechanism {m.name!r}: it wraps the Comm (encodes what is "
-                    "sent per edge, or averages over gossip rounds of its own)", network)
+        if m.wraps_comm and getattr(m, "held_reason", WRAPS_COMM) is not None:
+            return (f"runtime.frame = \"held\" cannot run mechanism {m.name!r}: "
+                    f"{getattr(m, 'held_reason', WRAPS_COMM)}", network)
         generation = getattr(m, "generation", "per_agent")
         if generation != "per_agent" and getattr(getattr(m, "noise", None), "draw_keys", None):  # shared draws
             return (f"runtime.frame = \"held\" cannot run mechanism {m.name!r} with generation = {generation!r}: "
@@ -120,15 +124,34 @@ def check_held_frame(algorithm: Algorithm, mechanism: GradientMechanism) -> None
         raise ValidationError("; ".join(refusal))
 
 
+def network_frame_refusal(mechanism: GradientMechanism) -> str | None:
+    """Why a split run's network frame (a slice with a row per agent of the network) cannot run ``mechanism``, or
+    None: a mechanism that wraps the Comm (``zip_dl``, ``muffliato``) averages in one engine holding every row (the
+    simulator) or in the held frame only (:func:`privdl.mechanisms.peers.refuse_sliced`, the same refusal at run
+    time)."""
+    for m in [mechanism, *getattr(mechanism, "members", [])]:
+        if m.wraps_comm:
+            return (f"mechanism {m.name!r} wraps the Comm: in a split run it runs in the held frame only "
+                    "(runtime.frame = \"held\"), not in the network frame (a slice with a row per agent of the "
+                    "network, where its averaging would draw and combine rows the slice does not hold)")
+    return None
+
+
 def choose_frame(asked: str | None, algorithm: Algorithm, mechanism: GradientMechanism) -> tuple[str, str | None]:
     """The frame of a distributed run and why it is not the held frame: ``asked`` ("network", "held" — refused by
-    reason if the run cannot — or None: "held" where the run allows it, else "network" with the reason)."""
-    if asked == "network":
-        return "network", "runtime.frame = \"network\""
+    reason if the run cannot — or None: "held" where the run allows it, else "network" with the reason). A run
+    that can run in neither (a Comm-wrapping mechanism with what the held frame refuses) is refused with both
+    reasons."""
     if asked == "held":
         check_held_frame(algorithm, mechanism)
         return "held", None
-    refusal = held_frame_refusal(algorithm, mechanism)
+    refusal = None if asked == "network" else held_frame_refusal(algorithm, mechanism)
+    if asked == "network" or refusal is not None:
+        network = network_frame_refusal(mechanism)
+        if network is not None:
+            raise ValidationError(network if refusal is None else f"{network}; and {refusal[0]}")
+    if asked == "network":
+        return "network", "runtime.frame = \"network\""
     return ("held", None) if refusal is None else ("network", refusal[0])
 
 
@@ -194,6 +217,8 @@ def simulate_sliced(
         raise ValidationError(f"frame must be one of {', '.join(FRAMES)}, got {frame!r}")
     if frame == "held":
         check_held_frame(algorithm, mechanism)
+    elif network_frame_refusal(mechanism) is not None:
+        raise ValidationError(network_frame_refusal(mechanism))
     if task.n != n:
         raise ValidationError(f"the task has {task.n} agents, the network {n}")
     check_directed(algorithm, mechanism, network)
@@ -280,5 +305,6 @@ def simulate_sliced(
                             extra)
 
 
-__all__ = ["FRAMES", "NetworkBytes", "check_held_frame", "choose_frame", "held_frame_refusal",  # NetworkBytes:
-           "owners_of", "run_slice", "simulate_sliced"]  # the coordinator's
+# NetworkBytes: the coordinator's
+__all__ = ["FRAMES", "NetworkBytes", "WRAPS_COMM", "check_held_frame", "choose_frame", "held_frame_refusal",
+           "network_frame_refusal", "owners_of", "run_slice", "simulate_sliced"]
