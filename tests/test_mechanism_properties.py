@@ -18,6 +18,8 @@ attributes:
    owner i has Binomial(m_i, q_i) size, every example joins at rate q_i (not a fixed prefix), the whole data only
    when q_i = 1 — with the q_i the ledger states, itself the config's (L/m_i or ``sample_rate``). Through the
    simulator (DP-DSGD and DPDL's cross-gradients), stacked replicas and the sliced backend.
+4. **The access budget holds on every path of the count**: the simulator's, a slice's rows, and a held frame's
+   repeated owners (counted from a cached headroom): the first access beyond the accounting is refused.
 
 The statistical tests are exact binomial tests and a chi-square fit at a stated total false-alarm probability (for a
 correct engine and the fixed seeds here, the outcome is deterministic: it passes, or it fails every time); the
@@ -365,3 +367,32 @@ def test_the_lot_tests_reject_whole_data_fixed_fractions_and_clamped_rates():
     assert stats.binomtest(joined, k * len(back), q).pvalue < level
     fair = rng.binomial(m, q, k)
     assert stats.binomtest(int(fair.sum()), k * m, q).pvalue > 1e-3 and binomial_fit_p_value(fair, m, q) > 1e-3
+
+
+# ---- 4. the access budget holds on every path of the count ------------------------------------------------------------
+@pytest.mark.parametrize("how", ["simulator", "network", "held"])
+def test_a_run_longer_than_its_accounting_is_refused_at_the_first_access_beyond_it(how):
+    """A mechanism calibrated for 3 accesses per agent, in a run of 5 rounds of D-SGD (one access per agent a
+    round), refuses the 4th round's access and counts nothing beyond the budget — on the simulator (every row, the
+    count's "everyone" path), a sliced run's network frame (owner rows rebuilt per access) and its held frame (the
+    same owners tensor every round: the count's repeated-access path, whose budget check is a cached headroom)."""
+    from privdl.mechanisms.base import AccessBudgetExceeded
+    from privdl.placement import partition
+    from privdl.tasks import make_task
+
+    n, budget, rounds = 6, 3, 5
+    net = Network.from_topology("ring", n)
+    task = make_task("softmax", n, dataset="digits", batch_size=8, seed=1)
+    alg = make_algorithm("dsgd")
+    assert alg.accesses(budget, net.edges).tolist() == [budget] * n  # one access per agent a round
+    mech = make_mechanism("gaussian_ldp", steps=alg.accesses(budget, net.edges), network=net, clip=1.0,
+                          epsilon=20.0)
+    schedule = make_schedule("constant", eta=0.1, iterations=rounds)
+    run = dict(task=task, network=net, algorithm=alg, mechanism=mech, iterations=rounds, schedule=schedule, seed=1)
+    with pytest.raises(AccessBudgetExceeded, match=f"noisy access {budget + 1} to the data of agent"):
+        if how == "simulator":
+            simulate(**run)
+        else:
+            simulate_sliced(**run, placements=partition(n, slices=2), frame=how)
+    if how == "simulator":  # (a sliced run's slices count on copies of the mechanism)
+        assert mech.calls.tolist() == [budget] * n
