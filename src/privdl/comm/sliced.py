@@ -221,7 +221,9 @@ class Wire:
             self._send(seq, t, entry)
             return
         parts = [entry] + [self._receive(seq, t, k) for k in range(1, self.parts)]
-        entries = [e for e in parts if e is not None and e[0].numel()]
+        # on the CPU: the other slices' parts arrive as control messages (kept there: privdl.runtime.transport's
+        # Staging), slice 0's own may be on its GPU; observers read the wire on the CPU
+        entries = [tuple(x.cpu() for x in e) for e in parts if e is not None and e[0].numel()]
         if not entries:
             return
         order = torch.cat([e[0] for e in entries])
@@ -687,11 +689,6 @@ class HeldComm(SliceComm):
     def degree(self) -> torch.Tensor:
         """Number of neighbours of each held agent, (m, 1)."""
         return self._degree
-
-    def to(self, device: torch.device | str) -> "HeldComm":
-        super().to(device)
-        self._degree = self._degree.to(device)
-        return self
 
     def _held_sum(self, x: torch.Tensor, tag: str, *, weighted: bool) -> torch.Tensor:
         flat = _flat(x)
