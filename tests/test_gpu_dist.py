@@ -129,6 +129,26 @@ def test_the_launcher_refuses_what_the_processes_cannot_have_before_starting_the
     assert not (tmp_path / "o").exists()
 
 
+
+def test_a_task_that_runs_on_the_cpu_only_is_refused_before_any_process_starts(tmp_path, monkeypatch):
+    """With GPUs (torch.cuda answering 2), a run whose task cannot move to one (the quadratic task keeps the CPU-only
+    Task.to) is refused by the launch check, naming the run and the task — not at the task's first move inside the
+    workers, after they claimed the output folder; a task that moves (logistic regression) passes the check."""
+    from privdl.experiment import load_config
+    from privdl.runtime.launch import check_devices
+
+    _fake_gpus(monkeypatch, 2)
+    ok = tmp_path / "ok.toml"
+    ok.write_text(CONFIG)
+    check_devices(load_config(ok, ["device=\"cuda\""]), 2)
+    cpu_only = tmp_path / "q.toml"
+    cpu_only.write_text(CONFIG.replace('name = "logistic"\ndataset = "breast_cancer"\nbatch_size = 4',
+                                       'name = "quadratic"'))
+    with pytest.raises(ValidationError, match=r"run .*task 'quadratic' runs on the CPU only \(asked for device "
+                                              r"'cuda'\)"):
+        check_devices(load_config(cpu_only, ["device=\"cuda\""]), 2)
+    check_devices(load_config(cpu_only, []), 2)  # on the CPU it runs
+
 def test_a_worker_takes_its_device_from_its_place_on_the_host(monkeypatch):
     """A worker reads its place on the host from LOCAL_RANK / LOCAL_WORLD_SIZE (torchrun's; privdl's launcher
     sets them too), else from its rank: the 4th of 4 processes on a host showing 2 GPUs runs on cuda:1; with no

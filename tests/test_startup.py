@@ -37,3 +37,21 @@ def test_the_privdl_command_freezes_its_objects_before_it_exits():
     assert out.returncode == 3, out.stderr
     frozen = int(out.stdout.split()[-1])
     assert frozen > 1000, out.stdout  # the interpreter's and the command's modules: thousands of objects
+
+
+def test_a_workers_refusal_reaches_the_launcher_with_its_class_named_not_pickled():
+    """A worker's refusal travels as ("refused", rank, "module:qualname", message); the launcher raises the privdl
+    error class that names (any privdl module's: PluginError of privdl.plugins, CheckpointError of the simulator),
+    with the message unchanged — and plain PrivdlError for a class outside privdl, one that is not a PrivdlError,
+    or a name that resolves to nothing (a name is imported, never unpickled)."""
+    from privdl.errors import PrivdlError, ValidationError
+    from privdl.plugins import PluginError
+    from privdl.runtime.launch import _refusal
+    from privdl.simulator.checkpoint import CheckpointError
+
+    for cls in (PluginError, CheckpointError, ValidationError):
+        err = _refusal([(0, f"{cls.__module__}:{cls.__qualname__}", "why, word for word")])
+        assert type(err) is cls and str(err) == "why, word for word"
+    for name in ("os:PathLike", "privdl.runtime.launch:GRACE", "privdl.nothing:X", "privdl.errors:Nothing", "junk"):
+        err = _refusal([(0, name, "m")])
+        assert type(err) is PrivdlError and str(err) == "m"

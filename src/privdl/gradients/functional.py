@@ -68,7 +68,9 @@ def clipped_example_sum(task: Task, x: torch.Tensor, batch: Batch, mask: torch.T
 
 def batch_gradient_fn(task: Task, method: str = "auto") -> Callable[[torch.Tensor, Batch], torch.Tensor]:
     """The per-row mini-batch gradient function: the task's closed form (``closed_form``), torch.func
-    (``torch_func``), or the closed form when the task has one (``auto``)."""
+    (``torch_func``), or the closed form when the task has one (``auto``). The task's ``loss`` (or
+    ``batched_grad``) is bound when this is called — once per run, by the oracle —: replacing it on the task
+    afterwards does not reach the function returned."""
     if method not in ("auto", "closed_form", "torch_func"):
         raise ValidationError(f"unknown gradient method {method!r}; valid: auto, closed_form, torch_func")
     has_closed = task.has_closed_form_gradient()

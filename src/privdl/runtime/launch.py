@@ -94,7 +94,7 @@ def _worker(rank: int, world: int, port: int, config: str, overrides: list[str],
             if check:
                 _check(config, overrides, world)
         except PrivdlError as exc:
-            messages.put(("refused", rank, type(exc).__name__, str(exc)))
+            messages.put(("refused", rank, f"{type(exc).__module__}:{type(exc).__qualname__}", str(exc)))
             leave(1)
         cfg = load_config(config, overrides)
         timeout = RuntimeSpec.of(cfg).timeout
@@ -244,12 +244,27 @@ def check_devices(cfg: dict, procs: int, gpus: int | None = None) -> None:
             continue
         seen.add((device, transport))
         try:
-            for r in range(procs):
-                process_device(device, local_rank=r, local_world=procs, gpus=gpus, transport=transport,
-                               who=f"process {r} of {procs}")
+            kinds = {process_device(device, local_rank=r, local_world=procs, gpus=gpus, transport=transport,
+                                    who=f"process {r} of {procs}").type for r in range(procs)}
+            if kinds != {"cpu"}:
+                _check_task_moves(spec.config, device)
         except PrivdlError as exc:
             raise type(exc)(f"run {run_label(spec)}: {exc}") from None
         check_transport(RuntimeSpec.of(spec.config), procs, gpus, device)
+
+
+def _check_task_moves(cfg: dict, device: str) -> None:
+    """Refuse a run on a GPU whose task cannot move there (a task that keeps :meth:`privdl.tasks.base.Task.to`,
+    which runs on the CPU only) — before any process claims a file, not at its first move. Builds the task (a GPU
+    run only)."""
+    from privdl.errors import ValidationError
+    from privdl.experiment.build import build_network, build_task
+    from privdl.tasks.base import Task
+
+    task = build_task(cfg, build_network(cfg["network"], cfg.get("seed", 0), cfg.get("base_dir")).n)
+    if type(task).to is Task.to:
+        raise ValidationError(f"task {task.name!r} runs on the CPU only (asked for device {device!r}); use "
+                              "device = \"cpu\"")
 
 
 def _check(config: str | Path, overrides: list[str], procs: int) -> None:
@@ -265,12 +280,21 @@ def _check(config: str | Path, overrides: list[str], procs: int) -> None:
 
 
 def _refusal(refused: list) -> PrivdlError:
-    """The error a worker refused the launch with (:func:`_check`'s), as the launcher raises it: its class (one of
-    privdl.errors', else :class:`PrivdlError`) and its message, unchanged."""
-    from privdl import errors
+    """The error a worker refused the launch with (:func:`_check`'s), as the launcher raises it: its class — a
+    :class:`PrivdlError` subclass of a privdl module, named ``module:qualname`` (a name only, resolved by import:
+    nothing unpickled), else :class:`PrivdlError` — and its message, unchanged."""
+    import importlib
 
     _, name, message = refused[0]
-    cls = getattr(errors, name, None)
+    module, _, qualname = str(name).partition(":")
+    cls = None
+    if module == "privdl" or module.startswith("privdl."):
+        try:
+            cls = importlib.import_module(module)
+            for part in qualname.split("."):
+                cls = getattr(cls, part)
+        except (ImportError, AttributeError):
+            cls = None
     return (cls if isinstance(cls, type) and issubclass(cls, PrivdlError) else PrivdlError)(message)
 
 
