@@ -14,6 +14,8 @@ carries the messages through the CPU — pinned buffers, docs/backends.md "On GP
    doubly stochastic mixing do not expand a difference, so it grows at most linearly: ≤ T · 3e-15 ≈ 3e-13 after
    T = 100 rounds, and 1e-9 leaves three orders of magnitude (the metrics are Lipschitz in the models). The script
    prints the largest relative difference it saw; a value near 1e-9 or above is a finding, not noise.
+   The same for DPDL with DP-SGD (cross-gradients over the edges: the held frame's per-edge ``pull``/``push`` and
+   the owners' lots on the device), which only ``--procs K`` with K ≥ 2 reaches; same tolerance, same argument.
 2. **Refusals.** ``runtime.transport = "nccl"`` with 2 processes on one GPU is refused naming the shared GPU
    ("needs one GPU per process"); with 1 process it is refused as not built (NCCL is not built: gloo always).
 3. **Speed.** benchmarks/bench_scaling.py's run (seed 004's CNN, DP-SGD, 16 agents on a ring) on the CPU simulator,
@@ -66,6 +68,12 @@ delta = 1e-5
 [schedule]
 eta = 0.05
 """
+
+#: the per-edge check: DPDL's cross-gradients (the held frame's pull / push on the device), DP-SGD lots
+PER_EDGE = (CORRECTNESS.replace('name = "dsgd"', 'name = "dpdl"')
+            .replace('name = "gaussian_ldp"\nclip = 1.0\nepsilon = 10.0\ndelta = 1e-5',
+                     'name = "dp_sgd"\nlot_size = 20\nnoise_multiplier = 1.0')
+            .replace('name = "gpu-check"', 'name = "gpu-check-edges"'))
 
 
 def privdl(config: Path, out: Path, *overrides: str, procs: int | None = None) -> tuple[int, str, float]:
@@ -158,6 +166,31 @@ def main() -> int:
                            within=worst <= RTOL)
                 if worst > RTOL:
                     failed.append(f"{name}: {worst:.3g} > {RTOL:g} ({where})")
+            say(row, args.out)
+        # 1b. per-edge messages (DPDL) in the held frame, against the CPU simulator
+        edges = tmp / "edges.toml"
+        edges.write_text(PER_EDGE)
+        code, text, secs = privdl(edges, tmp / "cpu-edges")
+        if code:
+            say({"step": "cpu simulator (dpdl)", "error": text}, args.out)
+            return 1
+        want = metrics(tmp / "cpu-edges")
+        for k in [k for k in procs if k >= 2]:
+            name = f"dpdl procs {k}"
+            folder = tmp / name.replace(" ", "")
+            code, text, secs = privdl(edges, folder, dev, procs=k)
+            row = {"step": "results", "run": name, "device": args.device, "seconds": round(secs, 1)}
+            if code:
+                row["error"] = text
+                failed.append(f"{name}: exit {code}")
+            else:
+                worst, where = largest_difference(metrics(folder), want)
+                frame = manifest(folder).get("placement", {}).get("frame")
+                row.update(max_rel_difference=worst, where=where, rtol=RTOL, frame=frame, within=worst <= RTOL)
+                if worst > RTOL:
+                    failed.append(f"{name}: {worst:.3g} > {RTOL:g} ({where})")
+                if frame != "held":
+                    failed.append(f"{name}: ran in the {frame!r} frame, not the held one")
             say(row, args.out)
         # 2. NCCL: refused with the reason
         if args.device != "cpu":
