@@ -24,6 +24,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 
 from privdl.comm.base import Comm
+from privdl.comm.frame import frame_of
 from privdl.errors import ValidationError
 from privdl.keys import Keys
 from privdl.network.edges import Edges
@@ -49,52 +50,12 @@ def check_gossip(algorithm: str, gossip: str) -> None:
         raise ValidationError(f"{algorithm} gossip must be one of {GOSSIPS}, got {gossip!r}")
 
 
-class Frame(NamedTuple):
-    """The rows of an engine's tensors as an algorithm indexes them (:mod:`privdl.placement`). In the network frame
-    (every backend but the held frame) row i is agent i and per-edge tensors have one row per edge of
-    ``comm.edges``: ``agents``, ``received`` and ``sent`` are None (the identity) and ``received_by`` / ``sent_from``
-    are the edges' ``dst`` / ``src``. In the held frame (:class:`privdl.comm.sliced.HeldComm`) row r is agent
-    ``agents[r]``, per-edge tensors have one row per edge the engine's agents receive (``received``: their ids in
-    ``comm.edges``; what ``pull``, ``push``, ``send`` return and ``push``, ``reduce`` take) — ``send`` takes one per
-    edge they send along (``sent``) — and ``received_by`` / ``sent_from`` are those edges' receivers' / senders'
-    local rows. An algorithm written against it reads only its own rows and edges in either frame."""
-
-    agents: torch.Tensor | None
-    received: torch.Tensor | None
-    sent: torch.Tensor | None
-    received_by: torch.Tensor
-    sent_from: torch.Tensor
-
-    def rows(self, per_agent: torch.Tensor) -> torch.Tensor:
-        """The engine's rows of a per-agent tensor of the network (self-weights, degrees): itself in the network
-        frame."""
-        return per_agent if self.agents is None else per_agent.index_select(0, self.agents.to(per_agent.device))
-
-    def on_received(self, per_edge: torch.Tensor) -> torch.Tensor:
-        """The received edges' entries of a per-edge tensor of the network (``comm.edges.weight``, ``.src``)."""
-        return per_edge if self.received is None else per_edge.index_select(0, self.received.to(per_edge.device))
-
-    def on_sent(self, per_edge: torch.Tensor) -> torch.Tensor:
-        """The sent edges' entries of a per-edge tensor of the network."""
-        return per_edge if self.sent is None else per_edge.index_select(0, self.sent.to(per_edge.device))
-
-
-def frame_of(comm: Comm) -> Frame:
-    """The frame of ``comm``'s tensors (:class:`Frame`), through message wrappers (``inner``)."""
-    inner = comm
-    while getattr(inner, "inner", None) is not None:
-        inner = inner.inner
-    agents = getattr(inner, "frame_agents", None)
-    if agents is None:
-        return Frame(None, None, None, comm.edges.dst, comm.edges.src)
-    return Frame(agents, inner.edges_received, inner.edges_sent, inner.received_by, inner.sent_from)
-
-
 def cross_gradients(ctx: StepContext, models: torch.Tensor) -> torch.Tensor:
     """The cross-gradient exchange of DPDL and CGA: every model goes to every neighbour (``pull``, tag ``model``),
     the neighbour evaluates its own data there (one access over the edge axis, keyed by owner and requester) and sends
     the result back (``push``, tag ``cross_gradient``). Row e of the result is what dst(e) received: src(e)'s data at
-    dst(e)'s model, as the mechanism protects it — one row per edge the engine's agents receive (:class:`Frame`)."""
+    dst(e)'s model, as the mechanism protects it — one row per edge the engine's agents receive
+    (:class:`privdl.comm.frame.Frame`)."""
     e, frame = ctx.comm.edges, frame_of(ctx.comm)
     pulled = ctx.comm.pull(models, tag="model")  # x_src(e) at dst(e)
     cross = ctx.gradient(pulled, owners=frame.on_received(e.dst), requesters=frame.on_received(e.src),
@@ -112,7 +73,7 @@ def per_round(rounds_factor: int = 1, extra: int = 0) -> Callable[[int, Edges], 
 #: the held-frame reason of an algorithm that does not declare one (:attr:`Algorithm.held_reason`)
 HELD_UNCHECKED = ("it is not one of the algorithms checked to read only its own agents' rows and the edges they "
                   "send along or receive (comm.mix, neighbour_sum, pull, push, send, reduce; keys, self-weights and "
-                  "per-edge values through privdl.algorithms.base.Frame)")
+                  "per-edge values through privdl.comm.frame.Frame)")
 #: the held-frame reason of seed 004's in-place gossip (``gossip = "authors"``)
 HELD_AUTHORS = ("with gossip = \"authors\" its in-place sweep goes agent by agent over the whole network "
                 "(comm.average_in_place)")
@@ -160,8 +121,9 @@ class Algorithm(NamedTuple):
     directed_ok: bool = False
     #: why it cannot run in the held frame (an engine holding one row per agent it holds, whose Comm offers only
     #: ``mix``, ``neighbour_sum`` and the per-edge methods on its agents' edges: :class:`privdl.comm.sliced.HeldComm`;
-    #: an algorithm indexes its rows and edges through :func:`frame_of`), None when it can; refused there by this
-    #: reason (:func:`privdl.simulator.sliced.check_held_frame`). Undeclared algorithms are not checked, so refused
+    #: an algorithm indexes its rows and edges through :func:`privdl.comm.frame.frame_of`), None when it can; refused
+    #: there by this reason (:func:`privdl.simulator.sliced.check_held_frame`); an algorithm that declares nothing
+    #: (a plug-in's) is refused there (:data:`HELD_UNCHECKED`)
     held_reason: str | None = HELD_UNCHECKED
 
     def gradient_calls(self, iterations: int) -> int:

@@ -52,8 +52,8 @@ from typing import Annotated, Callable
 import numpy as np
 import torch
 
-from privdl.algorithms.base import frame_of
 from privdl.comm.base import PUSH_SUM_WEIGHT_TAG
+from privdl.comm.frame import frame_of
 from privdl.errors import ValidationError
 from privdl.keys import Keys
 from privdl.mechanisms.base import MECHANISMS, Access, GradientMechanism, Sensitivity, clip_rows
@@ -143,7 +143,7 @@ class ZipDLEncoding(MessageMechanism):
         """(Z per edge (E, dim), Z of every sender's own copy (rows, dim)) at round t, float64; ``src``, ``dst``:
         the edges' global senders and receivers.
 
-        An engine that holds some agents (the held frame, :class:`privdl.algorithms.base.Frame`) gives ``agents``
+        An engine that holds some agents (the held frame, :class:`privdl.comm.frame.Frame`) gives ``agents``
         (its agents, global rows), ``edges`` (the ids of the edges they send along, whose ``src``/``dst`` these
         are: every edge out of each of its agents, so each sender's zero-sum correction is complete) and ``sender``
         (each edge's sender's local row): only its agents' draws, from their own keys, each the whole network's
@@ -171,7 +171,7 @@ class ZipDLEncoding(MessageMechanism):
 class ZipDLComm(OncePerRound):
     """``mix`` as Algorithm 1: every edge carries x_src + Z_{src→dst} (``send``, seen by the wire's observers),
     every row combines its own noised copy and what it received with its own weights. In the held frame
-    (:func:`privdl.algorithms.base.frame_of`: an engine's rows are its agents) each engine draws its agents' noise on
+    (:func:`privdl.comm.frame.frame_of`: an engine's rows are its agents) each engine draws its agents' noise on
     the edges they send along and sends those edges' values; each of its agents combines what it receives."""
 
     def average_step(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
