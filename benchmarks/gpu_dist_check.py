@@ -146,52 +146,36 @@ def main() -> int:
         tmp = Path(tmp)
         cfg = tmp / "check.toml"
         cfg.write_text(CORRECTNESS)
-        # 1. results against the CPU simulator
-        code, text, secs = privdl(cfg, tmp / "cpu")
-        if code:
-            say({"step": "cpu simulator", "error": text}, args.out)
-            return 1
-        want = metrics(tmp / "cpu")
-        for k in [None, *procs]:
-            name = "simulator" if k is None else f"procs {k}"
-            code, text, secs = privdl(cfg, tmp / name.replace(" ", ""), dev, procs=k)
-            row = {"step": "results", "run": name, "device": args.device, "seconds": round(secs, 1)}
+        # 1. results against the CPU simulator: D-SGD (simulator and --procs K), then DPDL's per-edge messages in
+        # the held frame (--procs K >= 2)
+        for label, text_cfg, ks in (("", CORRECTNESS, [None, *procs]),
+                                    ("dpdl ", PER_EDGE, [k for k in procs if k >= 2])):
+            path = tmp / f"{label.strip() or 'check'}.toml"
+            path.write_text(text_cfg)
+            code, text, secs = privdl(path, tmp / f"cpu{label.strip()}")
             if code:
-                row["error"] = text
-                failed.append(f"{name}: exit {code}")
-            else:
-                worst, where = largest_difference(metrics(tmp / name.replace(" ", "")), want)
-                info = manifest(tmp / name.replace(" ", "")).get("device_info", {})
-                row.update(max_rel_difference=worst, where=where, rtol=RTOL, ran_on=info.get("device"),
-                           within=worst <= RTOL)
-                if worst > RTOL:
-                    failed.append(f"{name}: {worst:.3g} > {RTOL:g} ({where})")
-            say(row, args.out)
-        # 1b. per-edge messages (DPDL) in the held frame, against the CPU simulator
-        edges = tmp / "edges.toml"
-        edges.write_text(PER_EDGE)
-        code, text, secs = privdl(edges, tmp / "cpu-edges")
-        if code:
-            say({"step": "cpu simulator (dpdl)", "error": text}, args.out)
-            return 1
-        want = metrics(tmp / "cpu-edges")
-        for k in [k for k in procs if k >= 2]:
-            name = f"dpdl procs {k}"
-            folder = tmp / name.replace(" ", "")
-            code, text, secs = privdl(edges, folder, dev, procs=k)
-            row = {"step": "results", "run": name, "device": args.device, "seconds": round(secs, 1)}
-            if code:
-                row["error"] = text
-                failed.append(f"{name}: exit {code}")
-            else:
-                worst, where = largest_difference(metrics(folder), want)
-                frame = manifest(folder).get("placement", {}).get("frame")
-                row.update(max_rel_difference=worst, where=where, rtol=RTOL, frame=frame, within=worst <= RTOL)
-                if worst > RTOL:
-                    failed.append(f"{name}: {worst:.3g} > {RTOL:g} ({where})")
-                if frame != "held":
-                    failed.append(f"{name}: ran in the {frame!r} frame, not the held one")
-            say(row, args.out)
+                say({"step": f"cpu simulator {label}".strip(), "error": text}, args.out)
+                return 1
+            want = metrics(tmp / f"cpu{label.strip()}")
+            for k in ks:
+                name = label + ("simulator" if k is None else f"procs {k}")
+                folder = tmp / name.replace(" ", "")
+                code, text, secs = privdl(path, folder, dev, procs=k)
+                row = {"step": "results", "run": name, "device": args.device, "seconds": round(secs, 1)}
+                if code:
+                    row["error"] = text
+                    failed.append(f"{name}: exit {code}")
+                else:
+                    worst, where = largest_difference(metrics(folder), want)
+                    man = manifest(folder)
+                    frame = man.get("placement", {}).get("frame")
+                    row.update(max_rel_difference=worst, where=where, rtol=RTOL, frame=frame,
+                               ran_on=man.get("device_info", {}).get("device"), within=worst <= RTOL)
+                    if worst > RTOL:
+                        failed.append(f"{name}: {worst:.3g} > {RTOL:g} ({where})")
+                    if label and frame != "held":
+                        failed.append(f"{name}: ran in the {frame!r} frame, not the held one")
+                say(row, args.out)
         # 2. NCCL: refused with the reason
         if args.device != "cpu":
             for k, expect in ((2, "needs one GPU per process"), (1, "not built yet")):
