@@ -373,20 +373,15 @@ def canonical_rows(table: torch.Tensor, edges: Edges, rows: torch.Tensor, positi
     ``order``: ``SlotOrder.of(edges.slots[:, rows])``, if the caller keeps it (else made here); ``plan``: all of
     its gathers, made once by the caller (:meth:`RowsPlan.of`, of these arguments and ``table``'s dtype and
     device)."""
-    if plan is not None:
-        if weighted:
-            out = table.index_select(0, plan.own)
-            out.mul_(plan.self_weight)
-        else:
-            out = table.new_zeros((len(rows), *table.shape[1:]))
-        return _slot_sum(out, edges, table, None, rows=rows, order=plan.order, gathered=(plan.at, plan.weight))
+    if plan is None:
+        plan = RowsPlan.of(edges, rows, position, weighted=weighted, dtype=table.dtype, device=table.device,
+                           order=order)
     if weighted:
-        out = table.index_select(0, position[rows])
-        out.mul_(edges.self_weight.to(dtype=table.dtype, device=table.device)[rows][:, None])
+        out = table.index_select(0, plan.own)
+        out.mul_(plan.self_weight)
     else:
         out = table.new_zeros((len(rows), *table.shape[1:]))
-    return _slot_sum(out, edges, table, edges.weight if weighted else None, by_sender=True, rows=rows,
-                     position=position, order=order)
+    return _slot_sum(out, edges, table, None, rows=rows, order=plan.order, gathered=(plan.at, plan.weight))
 
 
 def canonical_neighbour_sum(x: torch.Tensor, edges: Edges) -> torch.Tensor:
@@ -395,5 +390,5 @@ def canonical_neighbour_sum(x: torch.Tensor, edges: Edges) -> torch.Tensor:
     return _slot_sum(torch.zeros_like(flat), edges, flat, None, by_sender=True).reshape(x.shape)
 
 
-__all__ = ["COMBINATIONS", "Comm", "LINEAR_MIXING", "MESSAGE_KINDS", "Observer", "SERVER", "canonical_mix", "canonical_neighbour_sum", "canonical_rows",
-           "RowsPlan"]
+__all__ = ["COMBINATIONS", "Comm", "LINEAR_MIXING", "MESSAGE_KINDS", "Observer", "RowsPlan", "SERVER", "canonical_mix",
+           "canonical_neighbour_sum", "canonical_rows"]

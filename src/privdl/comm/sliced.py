@@ -436,11 +436,8 @@ class SliceComm(Comm):
         received from each peer (``got``) gathered into the table of the rows they read — reported to the wire as
         the messages my agents receive — by the canonical kernels on those rows (the simulator's bits)."""
         dev = own.device
-        own_position, in_position, held, position = self._indices(dev)
-        table = own.new_empty((len(self.read_rows), *own.shape[1:]))
-        table.index_copy_(0, own_position, own)
-        for p, value in got.items():
-            table.index_copy_(0, in_position[p], value)
+        _, _, held, position = self._indices(dev)
+        table = self._table(own, got)
         if self.wire is not None:
             e, idx = self.edges, self.mine_in
             src = e.src[idx]
@@ -451,6 +448,16 @@ class SliceComm(Comm):
             plan = self._on_device[key] = RowsPlan.of(self.edges, held, position, weighted=weighted,
                                                       dtype=table.dtype, device=dev, order=self.held_order)
         return canonical_rows(table, self.edges, held, position, weighted=weighted, plan=plan)
+
+    def _table(self, own: torch.Tensor, got: dict[int, torch.Tensor]) -> torch.Tensor:
+        """The rows my agents read, one table row each (row j of the network at ``position[j]``): my agents' own
+        rows ``own`` and those each peer sent (``got``)."""
+        own_position, in_position, _, _ = self._indices(own.device)
+        table = own.new_empty((len(self.read_rows), *own.shape[1:]))
+        table.index_copy_(0, own_position, own)
+        for p, value in got.items():
+            table.index_copy_(0, in_position[p], value)
+        return table
 
     def _mine(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Rows not in ``mask`` set to zero (they belong to other slices)."""
@@ -644,6 +651,7 @@ class HeldComm(SliceComm):
         plan = {
             "edges": e, "received": received, "sent": sent, "at_received": at_received,
             "received_by": self._local[dst[received]], "sent_from": self._local[src[sent]],
+            "read_at": self.position.cpu()[src[received]],  # pull: each received edge's sender in the rows table
             # send: my own agents' edges, from the sent list to the received list; peers' land at at_received
             "local_at": at_received[local], "local_from_sent": at_sent[local],
             "out_sent": {p: at_sent[r.cpu()] for p, r in self.edges_out.items()},
@@ -695,6 +703,12 @@ class HeldComm(SliceComm):
         if flat.shape[0] != self.frame_rows:
             raise ValidationError(f"a held-frame Comm combines one row per held agent ({self.frame_rows}), got a "
                                   f"tensor of {flat.shape[0]} rows")
+        return self._held_rows_sum(flat, self._rows_exchange(flat, tag), tag, weighted=weighted).reshape(x.shape)
+
+    def _rows_exchange(self, flat: torch.Tensor, tag: str) -> dict[int, torch.Tensor]:
+        """Send each peer the rows of mine its agents read, and receive the rows mine read from each peer (what
+        :meth:`mix` and :meth:`pull` exchange). What to send and what to expect is made once per plan, device and
+        row shape."""
         sends = self._sends
         if sends is None or sends[0] != flat.device or sends[1] != flat.shape[1:]:  # once per plan, device, width
             every = torch.arange(flat.shape[0])  # a peer that reads all my rows in order gets them uncopied
@@ -702,8 +716,7 @@ class HeldComm(SliceComm):
                                    {p: None if torch.equal(r, every) else r.to(flat.device)
                                     for p, r in self.local_out.items()},
                                    {p: (int(r.numel()), *flat.shape[1:]) for p, r in self.rows_in.items()})
-        got = self._exchange(tag, {p: flat if r is None else flat[r] for p, r in sends[2].items()}, sends[3], flat)
-        return self._held_rows_sum(flat, got, tag, weighted=weighted).reshape(x.shape)
+        return self._exchange(tag, {p: flat if r is None else flat[r] for p, r in sends[2].items()}, sends[3], flat)
 
     def _refuse(self, method: str, why: str):
         supported = f"{', '.join(HELD_METHODS[:-1])} and {HELD_METHODS[-1]}"
@@ -730,16 +743,8 @@ class HeldComm(SliceComm):
         self._check_rows(flat, self.frame_rows, "held agent", "pull")
         plan = self._edges_plan()
         self._meter(tag, self.edges.src, self.edges.dst, x)
-        out = {p: flat[r.to(flat.device)] for p, r in self.local_out.items()}
-        expect = {p: (int(r.numel()), *flat.shape[1:]) for p, r in self.rows_in.items()}
-        got = self._exchange(tag, out, expect, flat)
-        dev = flat.device
-        table = flat.new_empty((len(self.read_rows), *flat.shape[1:]))
-        table.index_copy_(0, self.own_position.to(dev), flat)
-        for p, value in got.items():
-            table.index_copy_(0, self.in_position[p].to(dev), value)
-        src = self.edges.src.long().cpu()[plan["received"]]
-        v = table.index_select(0, self.position[src].to(dev))
+        table = self._table(flat, self._rows_exchange(flat, tag))
+        v = table.index_select(0, plan["read_at"].to(flat.device))
         self._received_part(tag, v)
         return v.reshape(-1, *x.shape[1:])
 
