@@ -58,6 +58,9 @@ class GradientOracle:
         self._local_rows = (None if self.local is None else
                             (torch.arange(self.local.numel()), self.local, self.local.numpy(),
                              self.local % task.n))
+        #: whether those rows are every row of the run, in order (one engine holding every agent)
+        self._local_everyone = (self.local is not None and self.local.numel() == keys.rows
+                                and bool((self.local == torch.arange(self.local.numel())).all()))
         self._blocks: dict[tuple, tuple[ClippedSum, int]] = {}  # (id(need), rows, d) -> (need, block): _block
         self.calls = 0
         #: ``on_access(t, access, batch)`` sees every access's examples (round t, set by the engine): the engine's
@@ -130,7 +133,7 @@ class GradientOracle:
                 self._all = torch.arange(rows)
             owners = requesters = self._all
         elif local:  # the held frame's common case: every held agent on its own data (rows checked at the start)
-            everyone = rows == self.keys.rows and bool((self.local == torch.arange(rows)).all())
+            everyone = self._local_everyone
         else:
             owners, requesters = self._check(rows, owners, requesters)
             everyone = rows == self.keys.rows and Access(owners=owners, requesters=requesters, call=0).all_rows
