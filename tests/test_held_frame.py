@@ -94,33 +94,21 @@ def test_the_held_comm_combines_each_held_row_as_the_simulator_bit_for_bit():
     """Each slice gives its local rows (m, d) and gets back, for each of its agents, the row of the simulator's
     canonical mix / neighbour sum of the whole network — bit for bit — from its own rows and the rows its peers
     sent; what it sends a peer is only the rows that peer's agents read."""
-    import threading
-
     net = Network.from_topology("erdos_renyi", 9, p=0.4, seed=5)
     x = torch.randn(9, 70_000, dtype=torch.float64, generator=torch.Generator().manual_seed(0))  # > SliceComm.SMALL
     placements = partition(9, assignment=[[0, 4, 8], [1, 2], [3, 5, 6, 7]])
     owner = owners_of(placements, 9)
-    transport = Transport(len(placements), timeout=20)
     want = {"mix": canonical_mix(x, net.edges), "neighbour_sum": canonical_neighbour_sum(x, net.edges)}
-    got, errors = {}, []
+    got = {}
 
-    def work(k):
-        try:
-            p = placements[k]
-            comm = HeldComm(net, p, k, owner, transport, algorithm="test")
-            mine = x[list(p.agents)]
-            got[k] = {"mix": comm.mix(mine, tag="x"), "neighbour_sum": comm.neighbour_sum(mine, tag="y"),
-                      "degree": comm.degree}
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-            transport.fail(k, exc)
+    def work(k, transport):
+        p = placements[k]
+        comm = HeldComm(net, p, k, owner, transport, algorithm="test")
+        mine = x[list(p.agents)]
+        got[k] = {"mix": comm.mix(mine, tag="x"), "neighbour_sum": comm.neighbour_sum(mine, tag="y"),
+                  "degree": comm.degree}
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(placements))]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors, errors
+    transport = _threads(placements, work)
     for k, p in enumerate(placements):
         rows = list(p.agents)
         assert got[k]["mix"].shape == (len(rows), x.shape[1])
