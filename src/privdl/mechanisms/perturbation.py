@@ -56,25 +56,41 @@ def pd_lms_noise(scheme: str, comm: Comm, keys: Keys, t: int, dim: int, variance
         per_edge = laplace(keys.uniform("pd_lms", t, dim, rows=src.numpy(), requesters=dst.numpy()), variance)
         return per_edge.to(dtype), torch.zeros(count, dim, dtype=dtype)
     if scheme == "nullspace":
-        a = e.self_weight.cpu().to(torch.float64)
-        if bool((a <= 0).any()):
-            k = int((a <= 0).nonzero()[0])
-            raise ValidationError(f"PD-LMS's nullspace scheme needs a positive self-weight a_kk at every agent "
-                                  f"(agent {k % keys.n} has a_kk = {float(a[k]):g}); use a lazy or Metropolis rule")
-        if rows is None:
-            g = laplace(keys.uniform("pd_lms", t, dim), variance)
-            return g[src].to(dtype), (-(1.0 - a) / a)[:, None].mul(g).to(dtype)
-        mine = rows.cpu().long()
-        g = laplace(keys.uniform("pd_lms", t, dim, rows=mine.numpy()), variance)
-        local = torch.full((comm.rows,), -1, dtype=torch.long)
-        local[mine] = torch.arange(mine.numel())
-        a = a[mine]
-        return g[local[src.long()]].to(dtype), (-(1.0 - a) / a)[:, None].mul(g).to(dtype)
+        a, at = _nullspace_plan(comm, keys, rows, edges, src)
+        g = laplace(keys.uniform("pd_lms", t, dim, rows=None if rows is None else rows.cpu().long().numpy()),
+                    variance)
+        return g[at].to(dtype), (-(1.0 - a) / a)[:, None].mul(g).to(dtype)
     if scheme == "edge":
         edge_keys, sign = _edge_keys(comm, keys, edges)
         per_edge = sign[:, None] * laplace(uniform(fold(edge_keys, t), dim), variance)
         return per_edge.to(dtype), torch.zeros(count, dim, dtype=dtype)
     raise ValidationError(f"PD-LMS scheme must be one of {SCHEMES}, got {scheme!r}")
+
+
+def _nullspace_plan(comm: Comm, keys: Keys, rows: torch.Tensor | None, edges: torch.Tensor | None,
+                    src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The nullspace scheme's self-weights a_kk of ``rows`` (None: every row), checked positive, and each sent
+    edge (``src``: the senders of the edge ids ``edges``) as a row of the drawn g (its place among ``rows``); built
+    once per (comm edges, rows, edges, keys): the check and the index read the network's n self-weights, which a
+    held engine should not redo every round."""
+    e = comm.edges
+    cached = getattr(comm, "_pd_lms_nullspace", None)
+    if cached is not None and all(c is v for c, v in zip(cached[:4], (e, rows, edges, keys))):
+        return cached[4], cached[5]
+    a = e.self_weight.cpu().to(torch.float64)
+    if bool((a <= 0).any()):
+        k = int((a <= 0).nonzero()[0])
+        raise ValidationError(f"PD-LMS's nullspace scheme needs a positive self-weight a_kk at every agent "
+                              f"(agent {k % keys.n} has a_kk = {float(a[k]):g}); use a lazy or Metropolis rule")
+    if rows is None:
+        at = src.long()
+    else:
+        mine = rows.cpu().long()
+        local = torch.full((comm.rows,), -1, dtype=torch.long)
+        local[mine] = torch.arange(mine.numel())
+        a, at = a[mine], local[src.long()]
+    comm._pd_lms_nullspace = (e, rows, edges, keys, a, at)  # type: ignore[attr-defined]
+    return a, at
 
 
 def _edge_keys(comm: Comm, keys: Keys, edges: torch.Tensor | None = None) -> tuple[np.ndarray, torch.Tensor]:
