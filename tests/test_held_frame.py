@@ -289,9 +289,11 @@ RUNS = [
     ("dsg_rms", {}),
     ("edsg_rms", {"structure": "upper_bidiagonal", "protection": "erf"}),
     ("dsgt_rms", {"structure": "sparse"}),
+    ("central_sgd", {}),
 ]
-#: the registered algorithms the held frame refuses, each by a reason of its own (below)
-REFUSED = {"central_sgd"}
+#: the registered algorithms the held frame refuses, each by a reason of its own (none since central_sgd's aggregator
+#: runs there; dsgd's gossip = "authors" is refused by its own reason, below)
+REFUSED: set[str] = set()
 
 
 def _family_fits(name, params, family):
@@ -365,12 +367,14 @@ def test_sgp_on_a_digraph_in_the_held_frame_equals_the_simulator():
 
 
 def test_per_edge_messages_reach_observers_as_the_simulators_in_the_held_frame(setup):
-    """DPDL (pull, push, two mixes a round) and PD-LMS (send) in the held frame, 3 slices: an eavesdropper's
-    transcript has the simulator's messages — rounds, tags, senders, receivers exactly, payloads to ABS_MODEL."""
+    """DPDL (pull, push, two mixes a round), PD-LMS (send) and central SGD (every gradient to slice 0's aggregator and
+    the mean back) in the held frame, 3 slices: an eavesdropper's transcript has the simulator's messages — rounds,
+    tags, senders, receivers exactly, payloads to ABS_MODEL."""
     from privdl.comm import Transcript
 
     net, task = setup
-    for alg in (make_algorithm("dpdl"), make_algorithm("pd_lms", scheme="edge", variance=0.1)):
+    for alg in (make_algorithm("dpdl"), make_algorithm("pd_lms", scheme="edge", variance=0.1),
+                make_algorithm("central_sgd")):
         mech = _mechanism("dp_sgd", net, task, alg)
         kw = dict(task=task, network=net, algorithm=alg, mechanism=mech, iterations=ROUNDS, seed=SEED,
                   schedule=make_schedule("constant", eta=0.1, iterations=ROUNDS))
@@ -467,6 +471,7 @@ SPY_CASES = [
     ("dpdl", {"self_noise": True}, "dp_sgd"),
     ("cga", {"beta": 0.5}, "none"),
     ("edsg_rms", {"structure": "sparse"}, "none"),
+    ("central_sgd", {}, "gaussian_ldp"),
     ("dsgd", {}, "zip_dl"),
     ("dsgd", {}, "muffliato 3"),
 ]
@@ -554,18 +559,16 @@ def test_a_held_frame_slice_computes_its_own_agents_rows_and_edges_only(setup, n
 
 
 # ---- refusals, by reason --------------------------------------------------------------------------------------------
-def test_central_sgd_and_undeclared_algorithms_are_refused_by_reason(setup):
-    """The centralized baseline (an aggregator of every agent's row) and an algorithm that does not declare the held
-    frame (not checked: refused) are refused before any round, each naming why."""
+def test_undeclared_algorithms_are_refused_by_reason(setup):
+    """An algorithm that does not declare the held frame (not checked: refused) is refused before any round, naming
+    why."""
     from privdl.algorithms.base import Algorithm
 
     net, task = setup
     dsgd = make_algorithm("dsgd")
     undeclared = Algorithm("mine", dsgd.init, dsgd.step, dsgd.params)
-    for alg, match in ((make_algorithm("central_sgd"), r"'central_sgd': it is the centralized baseline: .*trusted "
-                                                       r"aggregator .*a row per agent of the network"),
-                       (undeclared, r"'mine': it is not one of the algorithms checked to read only its own agents' "
-                                    r"rows")):
+    for alg, match in ((undeclared, r"'mine': it is not one of the algorithms checked to read only its own agents' "
+                                    r"rows"),):
         mech = make_mechanism("none", steps=alg.accesses(ROUNDS, net.edges))
         with pytest.raises(ValidationError, match=r"runtime.frame = \"held\" cannot run algorithm " + match):
             simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech,
@@ -585,7 +588,7 @@ def test_the_authors_gossip_and_comm_wrapping_mechanisms_are_refused_by_reason(s
                         seed=SEED, slices=2, frame="held", timeout=10)
     # an algorithm that declares the held frame wrongly: the Comm refuses at the first sweep, naming the method
     with pytest.raises(ValidationError, match=r"algorithm 'dsgd' calls comm.average_in_place .*supports mix, "
-                                              r"neighbour_sum, pull, push, send and reduce only"):
+                                              r"neighbour_sum, pull, push, send, reduce and average only"):
         simulate_sliced(task=task, network=net, algorithm=alg._replace(held_reason=None), mechanism=none,
                         schedule=make_schedule("constant", eta=0.1, iterations=ROUNDS), iterations=ROUNDS,
                         seed=SEED, slices=2, frame="held", timeout=10)
@@ -623,18 +626,17 @@ def test_the_dist_default_is_the_held_frame_where_the_run_allows_it(setup):
     from privdl.simulator.sliced import choose_frame
 
     net, _ = setup
-    dsgd, central = make_algorithm("dsgd"), make_algorithm("central_sgd")
+    dsgd, authors = make_algorithm("dsgd"), make_algorithm("dsgd", form="cta", gossip="authors")
     none = make_mechanism("none", steps=ROUNDS)
     assert choose_frame(None, dsgd, none) == ("held", None)
     assert choose_frame(None, make_algorithm("pd_lms", scheme="edge", variance=0.1), none) == ("held", None)
     assert choose_frame("network", dsgd, none)[0] == "network"
-    frame, why = choose_frame(None, central, none)
-    assert frame == "network" and why.startswith("runtime.frame = \"held\" cannot run algorithm 'central_sgd': it is "
-                                                 "the centralized baseline")
-    frame, why = choose_frame(None, make_algorithm("dsgd", form="cta", gossip="authors"), none)
-    assert frame == "network" and "gossip = \"authors\"" in why
-    with pytest.raises(ValidationError, match="cannot run algorithm 'central_sgd'"):
-        choose_frame("held", central, none)
+    assert choose_frame(None, make_algorithm("central_sgd"), none) == ("held", None)
+    frame, why = choose_frame(None, authors, none)
+    assert frame == "network" and why.startswith("runtime.frame = \"held\" cannot run algorithm 'dsgd': with gossip "
+                                                 "= \"authors\"")
+    with pytest.raises(ValidationError, match="cannot run algorithm 'dsgd'"):
+        choose_frame("held", authors, none)
     zip_dl = make_mechanism("zip_dl", steps=ROUNDS, network=net, clip=1.0, epsilon=20.0)
     assert choose_frame(None, dsgd, zip_dl) == ("held", None)
     assert choose_frame("held", dsgd, zip_dl) == ("held", None)
@@ -731,6 +733,7 @@ METHODS = [("dsgd+ldp", '{ name = "dsgd" }', '{ name = "gaussian_ldp", epsilon =
            ("dpdl+dp_sgd", '{ name = "dpdl" }', '{ name = "dp_sgd", lot_size = 20, noise_multiplier = 1.0 }'),
            ("pd_lms", '{ name = "pd_lms", scheme = "edge", variance = 0.01 }', '{ name = "none" }'),
            ("psgt", '{ name = "psgt" }', '{ name = "none" }'),
+           ("central+ldp", '{ name = "central_sgd" }', '{ name = "gaussian_ldp", epsilon = 10.0 }'),
            ("dsgd+zip_dl", '{ name = "dsgd" }', '{ name = "zip_dl", epsilon = 10.0 }'),
            ("dsgd+muffliato", '{ name = "dsgd" }', '{ name = "muffliato", epsilon = 10.0, gossip_rounds = 3, '
                                                     'accelerated = true }')]
@@ -741,9 +744,9 @@ def test_privdl_run_procs_2_in_the_held_frame_writes_the_simulators_results(tmp_
     """privdl run --procs 2 with runtime.frame = "held" (an uneven assignment) writes the simulator's results.csv
     (tolerances: tests/test_runtime.py's REL, ABS — the same task, rounds and held-row gradients) and records the
     frame in the manifest: D-SGD, DSGT, D-SGD with momentum, and the per-edge DPDL (models pulled, cross-gradients
-    pushed between the processes) and PD-LMS (a value sent per edge), PSGT (each agent's own perturbations), and the
-    Comm-wrapping Zip-DL (each agent's zero-sum noise on the edges it sends along) and Muffliato (3 accelerated
-    gossip rounds a step)."""
+    pushed between the processes) and PD-LMS (a value sent per edge), PSGT (each agent's own perturbations), central
+    SGD (process 0's aggregator receives every agent's gradient), and the Comm-wrapping Zip-DL (each agent's zero-sum
+    noise on the edges it sends along) and Muffliato (3 accelerated gossip rounds a step)."""
     from tests.test_runtime import ABS as RUNTIME_ABS, REL as RUNTIME_REL
 
     import csv

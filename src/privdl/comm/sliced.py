@@ -522,26 +522,34 @@ class SliceComm(Comm):
         self._meter(tag, rows, server, flat, cache=False)
         self._meter(tag, server, rows, flat, cache=False)
         self._part(tag, held, held, server[held], flat[held]) if self.wire is not None else None
-        if self.part == 0:
-            full = flat.clone()
-            for p in self.peers:
-                their = torch.from_numpy(np.flatnonzero(self.owner == p))
-                header = (self.t, tag, self.seq, str(flat.dtype), (int(their.numel()), *flat.shape[1:]))
-                full[their] = self.transport.recv(p, 0, header).to(x.device)
-            per = self.rows // self.groups
-            mean = full.reshape(x.shape).reshape(self.groups, per, *x.shape[1:]).mean(dim=1, keepdim=True)
-            for p in self.peers:
-                self.transport.send(0, p, (self.t, tag, self.seq + 1, str(mean.dtype), tuple(mean.shape)), mean)
-        else:
-            self.transport.send(self.part, 0, self._header(tag, flat[held]), flat[held])
-            per = self.rows // self.groups
-            shape = (self.groups, 1, *x.shape[1:])
-            mean = self.transport.recv(0, self.part, (self.t, tag, self.seq + 1, str(flat.dtype), shape)).to(x.device)
-        self.transport.flush(self.part)
-        self.seq += 2
+        mean = self._aggregate(flat[held], tag, x.shape[1:])
         out = mean.expand(self.groups, self.rows // self.groups, *x.shape[1:]).reshape(x.shape).clone()
         self._part(tag, held, server[held], held, _flat(out)[held]) if self.wire is not None else None
         return out
+
+    def _aggregate(self, mine: torch.Tensor, tag: str, tail: tuple) -> torch.Tensor:
+        """The trusted aggregator of :meth:`average`, hosted by slice 0: every slice sends it its agents' rows
+        ``mine`` (its held rows, increasing; flat); slice 0 puts them in a tensor of the network's rows — the messages
+        it receives — and computes the simulator's mean of it (rows shaped ``tail``), which every slice receives:
+        (groups, 1, *tail)."""
+        dev = mine.device
+        if self.part == 0:
+            full = mine.new_empty((self.rows, *mine.shape[1:]))
+            full[self.placement.held_rows.to(dev)] = mine
+            for p in self.peers:
+                their = torch.from_numpy(np.flatnonzero(self.owner == p))
+                header = (self.t, tag, self.seq, str(mine.dtype), (int(their.numel()), *mine.shape[1:]))
+                full[their.to(dev)] = self.transport.recv(p, 0, header).to(dev)
+            mean = full.reshape(self.groups, self.rows // self.groups, *tail).mean(dim=1, keepdim=True)
+            for p in self.peers:
+                self.transport.send(0, p, (self.t, tag, self.seq + 1, str(mean.dtype), tuple(mean.shape)), mean)
+        else:
+            self.transport.send(self.part, 0, self._header(tag, mine), mine)
+            shape = (self.groups, 1, *tail)
+            mean = self.transport.recv(0, self.part, (self.t, tag, self.seq + 1, str(mine.dtype), shape)).to(dev)
+        self.transport.flush(self.part)
+        self.seq += 2
+        return mean
 
     def average_in_place(self, x: torch.Tensor, *, tag: str, offset: torch.Tensor | None = None) -> torch.Tensor:
         """The seed-004 authors' sweep (:meth:`Comm.average_in_place`), agent by agent in the same order in every
@@ -590,7 +598,7 @@ class SliceComm(Comm):
 
 #: the Comm methods a held-frame engine supports (each agent's result from its own and its in-neighbours' rows, or
 #: per-edge values of the edges its agents send along or receive)
-HELD_METHODS = ("mix", "neighbour_sum", "pull", "push", "send", "reduce")
+HELD_METHODS = ("mix", "neighbour_sum", "pull", "push", "send", "reduce", "average")
 
 
 class HeldComm(SliceComm):
@@ -598,7 +606,8 @@ class HeldComm(SliceComm):
     it holds (row r is ``placement.agents[r]``), never one per agent of the network. ``mix`` and ``neighbour_sum``
     send each peer the local rows its agents read, gather the rows the held agents read into a table and run the
     simulator's canonical summation on it (:func:`privdl.comm.base.canonical_rows`: each held row's result is the
-    same operations on the same numbers as the simulator's, so the same bits) — nothing of size n·d is built.
+    same operations on the same numbers as the simulator's, so the same bits) — nothing of size n·d is built, but
+    by slice 0's aggregator for ``average`` (the messages it receives: the centralized baseline's server).
 
     Per-edge tensors have one row per edge its agents *receive* (``edges_received``: the ids, in ``self.edges``, of
     the held agents' incoming edges, canonical order) — what ``pull``, ``push`` and ``send`` return and what
@@ -606,9 +615,9 @@ class HeldComm(SliceComm):
     (``edges_sent``: edges whose sender is held, canonical order). ``received_by`` / ``sent_from`` are the local rows
     of those edges' receivers / senders; ``frame_agents`` the global agent of each local row. Each per-edge value
     crosses to the receiver's slice alone, and every entry is the simulator's (a copy of a value; ``reduce`` sums in
-    canonical order, the same bits). The aggregator's methods (average, average_in_place) are refused: an algorithm
-    that calls them runs in the network frame (``runtime.frame = "network"``). ``algorithm`` names the algorithm in
-    that error."""
+    canonical order, the same bits). ``average`` runs through slice 0's aggregator as in the network frame;
+    ``average_in_place`` (a sweep agent by agent over the whole network) is refused: an algorithm that calls it runs
+    in the network frame (``runtime.frame = "network"``). ``algorithm`` names the algorithm in that error."""
 
     INDEX = SliceComm.INDEX + ("_degree",)
 
@@ -810,7 +819,22 @@ class HeldComm(SliceComm):
         return out.reshape(self.frame_rows, *per_edge.shape[1:])
 
     def average(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
-        self._refuse("average", "a trusted aggregator of every agent's row")
+        """Through the aggregator hosted by slice 0, as in the network frame: each slice sends it its agents' rows and
+        each held agent receives the simulator's mean (the same operations on the same numbers: the same bits). The
+        aggregator's tensor of every agent's row is the messages it receives — slice 0's alone; every other slice
+        holds its own rows and the mean."""
+        flat = _flat(x)
+        self._check_rows(flat, self.frame_rows, "held agent", "average")
+        held = self.placement.held_rows.to(flat.device)
+        every = torch.arange(self.rows, device=flat.device)
+        server = torch.full_like(every, SERVER)
+        self._meter(tag, every, server, flat, cache=False)
+        self._meter(tag, server, every, flat, cache=False)
+        self._part(tag, held, held, server[:held.numel()], flat) if self.wire is not None else None
+        mean = self._aggregate(flat, tag, x.shape[1:])
+        out = mean.reshape(self.groups, *x.shape[1:]).expand(x.shape).clone()
+        self._part(tag, held, server[:held.numel()], held, _flat(out)) if self.wire is not None else None
+        return out
 
     def average_in_place(self, x: torch.Tensor, *, tag: str, offset: torch.Tensor | None = None) -> torch.Tensor:
         self._refuse("average_in_place", "the seed-004 authors' sweep, agent by agent over the whole network")
