@@ -171,23 +171,54 @@ def test_a_distributed_run_calls_no_object_collective_and_unpickles_nothing(tmp_
     to the run without the guard."""
     import torch.multiprocessing as mp
 
-    from privdl.runtime.launch import free_port, supervise
+    from privdl.runtime.launch import reserve_port, supervise
 
     cfg = _config(tmp_path, T=20, extra="checkpoint_every = 10\n")
     ctx = mp.get_context("spawn")
     messages = ctx.SimpleQueue()
-    port = free_port()
+    listener = reserve_port()
+    port = listener.getsockname()[1]
     out = tmp_path / "guarded"
     workers = [ctx.Process(target=_guarded_worker, args=(r, 2, port, str(cfg), ['runtime.backend="dist"'], str(out),
-                                                          True, 1, messages, False, os.getpid()))
+                                                          True, 1, messages, False, os.getpid(), False,
+                                                          listener if r == 0 else None))
                for r in range(2)]
     for w in workers:
         w.start()
+    listener.close()
     summary, errors, stopped, _ = supervise(workers, messages)
     assert not errors and not stopped, errors
     assert [w.exitcode for w in workers] == [0, 0]
     assert summary["executed"] == 1 and summary["runs"] == 1
     assert _rows(out)
+
+
+def test_the_rendezvous_port_is_held_from_its_choice_until_process_0_serves_on_it():
+    """A launch's rendezvous port (reserve_port) cannot be taken by another program between its choice and the
+    rendezvous — free_port released it at once, so a concurrent launch (or any program binding an ephemeral port)
+    could take it before process 0 bound it — and a TCP store served on the held socket (master_listen_fd, as
+    process 0 does) answers a client that connects to the port."""
+    import datetime
+    import socket
+
+    import torch.distributed as dist
+
+    from privdl.runtime.launch import free_port, reserve_port
+
+    listener = reserve_port()
+    port = listener.getsockname()[1]
+    with socket.socket() as thief:
+        with pytest.raises(OSError):
+            thief.bind(("127.0.0.1", port))
+    with socket.socket() as thief:  # what free_port hands out is free for anyone to take
+        taken = free_port()
+        thief.bind(("127.0.0.1", taken))
+    wait = datetime.timedelta(seconds=10)
+    server = dist.TCPStore("127.0.0.1", port, None, is_master=True, master_listen_fd=listener.detach(), timeout=wait,
+                           wait_for_workers=False)
+    client = dist.TCPStore("127.0.0.1", port, None, is_master=False, timeout=wait)
+    client.set("privdl", "held")
+    assert server.get("privdl") == b"held"
 
 
 # ---- finding 8: workers die with the launcher; a hung or dead worker stops the launch -------------------------------

@@ -1,8 +1,8 @@
 """Launching the distributed runtime: ``privdl run CONFIG --procs K`` on one machine, ``torchrun ... -m
 privdl.runtime CONFIG`` on several.
 
-On one machine the K worker processes are spawned with ``torch.multiprocessing`` and meet through a TCP store on a
-free loopback port; each joins the gloo process group with the run's timeout and runs
+On one machine the K worker processes are spawned with ``multiprocessing`` and meet through a TCP store on a
+loopback port the launcher holds until process 0 serves the store on it (:func:`reserve_port`); each joins the gloo process group with the run's timeout and runs
 :func:`privdl.runtime.worker.run_experiment_distributed`. The workers die with the launcher (:func:`die_with`: a
 parent-death signal on Linux, a watch of the parent elsewhere). The launcher polls its workers (never a ``join`` in
 order): at the first failure — an error a worker reports, or a worker that ends without one (killed) — it gives the
@@ -34,9 +34,28 @@ PR_SET_PDEATHSIG = 1
 
 
 def free_port() -> int:
+    """A loopback port free now (the socket that found it is closed: another program may take it before it is used;
+    a launch holds its rendezvous port instead, :func:`reserve_port`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def reserve_port() -> socket.socket:
+    """A listening socket on a free loopback port, for a launch's rendezvous: the launcher holds it from the choice
+    of the port until its workers start, and process 0's TCP store serves on it (``master_listen_fd``), so no other
+    program can take the port in between — with :func:`free_port` the port was free when chosen and bound seconds
+    later, when process 0 had imported torch, and a concurrent launch or any program binding an ephemeral port
+    could take it first (process 0 then fails to serve the store). The other workers connect to it at once: the
+    kernel queues their connections until process 0 accepts them."""
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", 0))
+        s.listen(128)
+    except BaseException:
+        s.close()
+        raise
+    return s
 
 
 def die_with(parent: int | None) -> str:
@@ -73,12 +92,13 @@ SUMMARY_FIELDS = ("runs", "executed", "skipped", "results", "seconds", "busy", "
 
 def _worker(rank: int, world: int, port: int, config: str, overrides: list[str], out: str, resume: bool,
             threads: int | None, messages, progress: bool = False, parent: int | None = None,
-            check: bool = False) -> None:
+            check: bool = False, listener: socket.socket | None = None) -> None:
     """One worker of :func:`launch`. ``check``: it first checks the launch (:func:`_check`; the launcher did not,
     so as not to load torch and the config's registries before the first worker starts); a refusal — alike in
     every worker, before any file is touched — goes to the launcher as ("refused", rank, error class, message),
     which raises it. ``threads``: its intra-op threads (None: torch's default here, shared by the ``world``
-    processes — what a launcher that has not loaded torch would have computed)."""
+    processes — what a launcher that has not loaded torch would have computed). ``listener``: process 0's, the
+    launcher's socket on ``port`` (:func:`reserve_port`), on which it serves the rendezvous store."""
     die_with(parent)
     import torch
     import torch.distributed as dist
@@ -98,7 +118,8 @@ def _worker(rank: int, world: int, port: int, config: str, overrides: list[str],
             leave(1)
         cfg = load_config(config, overrides)
         timeout = RuntimeSpec.of(cfg).timeout
-        init_process_group(rank=rank, world=world, init_method=f"tcp://127.0.0.1:{port}", timeout=timeout)
+        init_process_group(rank=rank, world=world, init_method=None, timeout=timeout, port=port,
+                           listen_fd=None if listener is None else listener.detach())
         summary = run_experiment_distributed(cfg, out, rank=rank, world=world, timeout=timeout, resume=resume,
                                              progress=progress)
     except BaseException as exc:  # noqa: BLE001 - reported to the launcher, which names it
@@ -355,17 +376,22 @@ def launch(config: str | Path, *, procs: int, out: str | Path, overrides: list[s
     # a launcher with torch loaded shares its own thread count (perhaps set by its program); one without it has
     # torch's default, which each worker reads for itself
     threads = max(1, sys.modules["torch"].get_num_threads() // procs) if checked else None
-    port = free_port()
+    listener = reserve_port()  # held until the workers start: process 0 serves the rendezvous on it
+    port = int(listener.getsockname()[1])
     workers = [ctx.Process(target=_worker, args=(r, procs, port, str(config), list(overrides or []), str(out),
-                                                 resume, threads, messages, progress, os.getpid(), not checked),
+                                                 resume, threads, messages, progress, os.getpid(), not checked,
+                                                 listener if r == 0 else None),
                            daemon=False)
                for r in range(procs)]
     refused: list = []
     try:
-        with for_children(), main_not_rerun():  # privdl's process defaults for the workers (not for this, perhaps a
-            # user's, process); the workers import what they run, not the program that launched them
-            for w in workers:
-                w.start()
+        try:
+            with for_children(), main_not_rerun():  # privdl's process defaults for the workers (not for this, perhaps
+                # a user's, process); the workers import what they run, not the program that launched them
+                for w in workers:
+                    w.start()
+        finally:  # process 0 has its own copy of the socket (passed at its start): the launcher's is closed
+            listener.close()
         summary, errors, stopped, _ = supervise(workers, messages, refused=refused)
     finally:  # an interrupted launcher (Ctrl-C, an error here) leaves no worker behind
         _stop([w for w in workers if w.pid is not None])
@@ -380,4 +406,4 @@ def launch(config: str | Path, *, procs: int, out: str | Path, overrides: list[s
     return ExperimentSummary(out=Path(out), **fields)
 
 
-__all__ = ["GRACE", "check_devices", "die_with", "free_port", "launch", "supervise"]
+__all__ = ["GRACE", "check_devices", "die_with", "free_port", "launch", "reserve_port", "supervise"]

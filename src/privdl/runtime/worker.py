@@ -365,7 +365,8 @@ def _attempt_store(world: int, timeout: float):
     return dist.PrefixStore(f"privdl/attempt-{attempt}/", client)
 
 
-def init_process_group(*, rank: int, world: int, init_method: str | None, timeout: float) -> None:
+def init_process_group(*, rank: int, world: int, init_method: str | None, timeout: float, port: int | None = None,
+                       listen_fd: int | None = None) -> None:
     """Join the gloo process group with the run's timeout; a rendezvous that fails is a :class:`PrivdlError` with
     what to check. Under torchrun's shared store (its default), each restart attempt rendezvouses under its own
     prefix (:func:`_attempt_store`), so ``--max-restarts`` works without ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``.
@@ -375,16 +376,24 @@ def init_process_group(*, rank: int, world: int, init_method: str | None, timeou
     the few collectives at the launch's start — instead of the full mesh gloo builds at init (K(K−1)/2 pairs; it
     fails above ~150 processes on one host, pytorch#59256). The launch's first collectives
     (:func:`check_same_launch`) come right after the rendezvous, so a peer that died before first contact is met
-    early (gloo#520)."""
+    early (gloo#520).
+
+    ``port`` (a local launch, :func:`privdl.runtime.launch.launch`): the rendezvous store on 127.0.0.1:``port``,
+    served by process 0 on the launcher's listening socket ``listen_fd`` (:func:`privdl.runtime.launch.reserve_port`:
+    held from the port's choice on, so no other program can take it); the others connect to it."""
     import os
 
     os.environ.setdefault("TORCH_GLOO_LAZY_INIT", "1")
     kw = {"init_method": init_method} if init_method else {}
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
-    shared = (init_method in (None, "env://") and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True")
+    shared = (port is None and init_method in (None, "env://")
+              and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True")
     try:
         if shared:
             kw = {"store": _attempt_store(world, timeout)}
+        elif port is not None:
+            kw = {"store": dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0, master_listen_fd=listen_fd,
+                                         timeout=datetime.timedelta(seconds=timeout))}
         dist.init_process_group("gloo", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout), **kw)
     except (RuntimeError, ValueError) as exc:
