@@ -345,13 +345,15 @@ def test_a_runs_gpu_device_reaches_the_design_solver(monkeypatch):
     NEWTON_MIN_N agents, lowered here) then go to that device (recorded; the CPU route stands in for a GPU), a CPU
     run keeps LAPACK."""
     import privdl.covariance.dual as dual
-    from privdl.covariance.dual import _CACHE, eigh_device, gpu_of
+    import privdl.covariance.dual_device as dual_device
+    from privdl.covariance.dual import _CACHE
+    from privdl.covariance.dual_device import eigh_device, gpu_of
 
     assert gpu_of("cuda:1") == "cuda:1" and gpu_of("cpu") is None and gpu_of(None) is None
     seen = []
     real = dual._eigh
     monkeypatch.setattr(dual, "_eigh", lambda b, device: seen.append(device) or real(b, device))
-    monkeypatch.setattr(dual, "gpu_of", lambda d: d)  # treat "cpu" as the run's accelerator for this test
+    monkeypatch.setattr(dual_device, "gpu_of", lambda d: d)  # treat "cpu" as the run's accelerator for this test
     monkeypatch.setattr(dual, "NEWTON_MIN_N", 10)
     w = er(14, 0.5, 7)
     _CACHE.clear()
@@ -368,10 +370,11 @@ def test_a_runs_gpu_device_reaches_the_design_solver(monkeypatch):
 def test_a_runs_device_leaves_the_fixed_point_and_its_singular_recovery_alone(monkeypatch):
     """Below NEWTON_MIN_N the fixed point keeps LAPACK on every machine: a run on a GPU gets the CPU's R bit for bit,
     singular W (complete graph, ring) included, whose tie-break runs on LAPACK whatever the device."""
-    import privdl.covariance.dual as dual
-    from privdl.covariance.dual import _CACHE, eigh_device
+    import privdl.covariance.dual_device as dual_device
+    from privdl.covariance.dual import _CACHE
+    from privdl.covariance.dual_device import eigh_device
 
-    monkeypatch.setattr(dual, "gpu_of", lambda d: d)  # treat "cpu" as the run's accelerator for this test
+    monkeypatch.setattr(dual_device, "gpu_of", lambda d: d)  # treat "cpu" as the run's accelerator for this test
     for w in (Network.from_topology("complete", 12, mixing="uniform").W, Network.from_topology("ring", 12).W):
         _CACHE.clear()
         plain = design_covariance("whisper", w, bound=1.0)

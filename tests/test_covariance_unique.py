@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from privdl.covariance import design_covariance, precision_diagonal, solve_dual
-from privdl.covariance.dual import DEFAULT_RIDGE, _solve_tiebreak
+from privdl.covariance.dual import DEFAULT_RIDGE
+from privdl.covariance.dual_tiebreak import _solve_tiebreak
 from privdl.network import Network
 
 ROOT = Path(__file__).resolve().parents[1]

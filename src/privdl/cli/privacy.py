@@ -293,7 +293,7 @@ def covariance(
         if seeds is not None and not seeds.strip():
             raise ValidationError("--seeds is empty; give global, edges, neighbourhoods or groups:M")
         if device is not None:
-            from privdl.covariance.dual import check_device
+            from privdl.covariance.dual_device import check_device
 
             if design is not DesignName.whisper or seeds not in (None, "global") or coalition_size > 0:
                 raise ValidationError("--device applies to the whisper design's dual solver (problem (P)) only")

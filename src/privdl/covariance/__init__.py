@@ -2,7 +2,8 @@
 DECOR / Whisper designs, the honest-but-curious problem (10) and a cvxpy reference for cross-checks."""
 
 from privdl.covariance.designs import DESIGNS, decor_design, design_covariance, ldp_design, whisper_design
-from privdl.covariance.dual import DualSolution, solve_dual, solve_dual_cached
+from privdl.covariance.dual import solve_dual, solve_dual_cached
+from privdl.covariance.dual_solution import DualSolution
 from privdl.covariance.problem import CovarianceDesign, noise_trace, precision_diagonal, verify_covariance
 
 __all__ = [

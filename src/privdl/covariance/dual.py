@@ -104,17 +104,16 @@ tie-break always runs on the CPU (LAPACK's Jacobi SVD has no GPU counterpart): t
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
-from scipy.linalg.blas import get_blas_funcs
-from scipy.linalg.lapack import dgejsv, dpotrf, dpotri
+from scipy.linalg.lapack import dpotrf
 
+from privdl.covariance.dual_device import _device_for, check_device
+from privdl.covariance.dual_linalg import SCIPY_MIN_N, _eig, _eigh, _scaled, _spd_inverse, _symmetrised
+from privdl.covariance.dual_newton import _newton_step
+from privdl.covariance.dual_solution import DualSolution
+from privdl.covariance.dual_tiebreak import _solve_tiebreak
 from privdl.covariance.problem import check_square
 from privdl.errors import ValidationError
 
@@ -123,15 +122,6 @@ SINGULAR_RTOL = 1e-10
 #: Default τ of the singular-W tie-break (P_ρ), ρ = (τ/n)²·λ_max(WᵀW): where (P) has no minimiser the objective is
 #: within about τ of the infimum (see the module docstring).
 DEFAULT_RIDGE = 1e-6
-#: The tie-break's Newton iteration stops once the spread of log p (its backward error δ in the bounds) is below this,
-#: or when ``3·TIE_STALL`` steps in a row have not lowered it (rounding reached).
-TIE_STATIONARITY = 1e-14
-TIE_STALL = 4
-#: Below this n every SVD of the tie-break is the Jacobi one (dgejsv; milliseconds there); from it on the iteration
-#: starts with divide-and-conquer SVDs (3–4× faster) and polishes with Jacobi once those stop improving.
-JACOBI_ONLY_MAX_N = 300
-#: The divide-and-conquer phase hands over to Jacobi once the spread of log p is below this.
-TIE_FAST_SPREAD = 1e-6
 #: The tie-break runs below this n. From it on its SVDs of the stacked 2n×n matrix cost 10–30× the whole Newton solve
 #: (one divide-and-conquer SVD took 300 s at n = 5000 on 2 cores, the Newton solve 91 s), and a singular W keeps the
 #: former recovery there: a precision floor τ on the dual's P(λ), after raising slack agents' precision to the bound.
@@ -139,16 +129,6 @@ TIE_MAX_N = 2000
 #: A non-singular W whose solution has min λ_i below this × max λ_i (or a non-finite R) is re-solved by the
 #: tie-break's accurate Newton without regulariser. The committed reproductions' non-singular W have ≥ 1.9e-5.
 ILL_LAMBDA_RTOL = 1e-6
-#: Up to this n the tie-break's Newton step is exact: N formed densely (one O(n⁴) product) and solved with
-#: Levenberg–Marquardt damping μ·diag(N) (μ = 0 while steps succeed). Above it, conjugate gradients (at most
-#: ``TIE_MAX_CG`` products) with step halving. N is nearly singular where agents are nearly interchangeable, and there
-#: only the exact step converges fast.
-TIE_DENSE_MAX_N = 256
-TIE_MAX_CG = 64
-#: At most this change of any log λ_i relative to the others in one step (λ spans ~ρ to 1: a factor e^{±34} at most),
-#: and at most this many SVDs in all (each stalls-or-stops rule above usually ends it within 5–30).
-TIE_MAX_STEP = 8.0
-TIE_MAX_EVAL = 300
 #: The solver methods: "auto" (the default: Newton from NEWTON_MIN_N agents on, the fixed point below), Newton on the
 #: dual's stationarity condition, and the original fixed point.
 METHODS = ("auto", "newton", "fixed_point")
@@ -157,137 +137,13 @@ METHODS = ("auto", "newton", "fixed_point")
 #: certify the same gap, but their R differ at the 1e-7 level (the optimum is flat), enough to move a chaotic
 #: trajectory's last printed digit.
 NEWTON_MIN_N = 1000
-#: From this n on, LAPACK and BLAS calls go through SciPy (in-place eigendecomposition, symmetric rank-k updates,
-#: Cholesky inverse); below it through NumPy only: the two ship separate OpenBLAS builds, whose thread pools slow
-#: each other down badly on small matrices when calls alternate.
-SCIPY_MIN_N = 3000
-#: From this n on, the Newton step's matrix products run in float32 (the step only, never the certificate).
-FLOAT32_MIN_N = 256
 #: From this n on, Newton's first eigendecomposition (λ = 1, a starting point only) runs in float32.
 FLOAT32_EIGH_MIN_N = SCIPY_MIN_N
 #: ... unless log p is flatter than this there (λ = 1 nearly optimal): then it is redone in float64 to certify it.
 ROUGH_SPREAD = 1e-2
-#: At most this many conjugate-gradient products N·v per Newton step.
-MAX_CG = 10
 #: A Newton step whose deviation from its mean is larger than this many times the fixed point's (2 log p, from its
 #: mean) is not trusted: N is then (nearly) singular, and the fixed point's step is taken instead.
 MAX_STEP_RATIO = 20.0
-#: CG stops when the predicted spread of log p after the step is below TARGET_C·spread² (or 0.2·tol).
-TARGET_C = 0.02
-
-
-@dataclass(frozen=True)
-class DualSolution:
-    """The solution of (P) at b = 1 (divide ``R`` by b for any other bound)."""
-
-    R: np.ndarray
-    lam: np.ndarray
-    primal: float  # Tr(W R Wᵀ) at b = 1
-    dual: float  # a lower bound on the optimum of (P) at b = 1
-    iterations: int  # eigendecompositions of B (the first, at λ = 1, included)
-    seconds: float
-    singular: bool
-    ridge: float  # τ of the singular-W tie-break (0 when W is nonsingular)
-    method: str = "fixed_point"
-    trace_weight: float = 0.0  # ρ = (τ/n)²·λ_max(WᵀW): the tie-break's weight on Tr(R) (0 when W is nonsingular)
-    stationarity: float = 0.0  # spread δ of log p where the accurate Newton solved it (singular or ill-conditioned W;
-    # R_ρ is then exact for bounds in [b·e^{−δ}, b]); 0 for the eigh-based paths
-    tie_gap: float = 0.0  # the accurate Newton's certified gap G of (P_ρ) at b = 1 (its primal minus its dual)
-
-    @property
-    def gap(self) -> float:
-        return max(0.0, self.primal - self.dual)
-
-    @property
-    def tie_condition(self) -> float:
-        """Singular W: κ = √(1 + λ_max(M)/ρ) = √(1 + (n/τ)²), the condition number of the stacked [W; √ρ·I] whose
-        column-scaled SVDs define R_ρ. To first order a relative change ε of W, or a backward error δ, moves R_ρ by at
-        most about κ·ε (κ·δ) relative: two solves (any start, any BLAS) agree to ‖ΔR‖_F ≤ κ·(δ₁ + δ₂)·‖R‖_F, and
-        W + ΔW gives one within κ·(δ₁ + δ₂ + 2‖ΔW‖/‖W‖)·‖R‖_F. 1 for a non-singular W (not used there; an
-        ill-conditioned one re-solved with ρ = 0 has κ = cond(W) instead)."""
-        if not self.singular:
-            return 1.0
-        return float(np.sqrt(1.0 + (self.R.shape[0] / self.ridge) ** 2))
-
-
-#: The device a run asked for (``device = "cuda"``): the eigendecompositions of the designs it builds go there when
-#: the caller names none (set by :func:`eigh_device` around a run's mechanism; None: LAPACK on the CPU).
-_RUN_DEVICE: contextvars.ContextVar[str | None] = contextvars.ContextVar("privdl_eigh_device", default=None)
-
-
-@contextlib.contextmanager
-def eigh_device(run_device: str | None) -> Iterator[None]:
-    """Inside this block, designs solved without a ``device`` put their eigendecompositions on the run's GPU when
-    ``run_device`` is one ("cuda", "cuda:1", or "auto" where torch sees one); on the CPU they stay with LAPACK."""
-    token = _RUN_DEVICE.set(gpu_of(run_device))
-    try:
-        yield
-    finally:
-        _RUN_DEVICE.reset(token)
-
-
-def _device_for(method: str, device: str | None) -> str | None:
-    """The device the eigendecompositions use: the one named, else — for Newton only — the run's GPU. The fixed
-    point (below NEWTON_MIN_N agents) keeps its original LAPACK path on every machine, so a run's design, and with
-    it its noise, is the same on a GPU as on the CPU (a singular W's recovery differs between the two paths)."""
-    if device is not None:
-        return device
-    return _RUN_DEVICE.get() if method == "newton" else None
-
-
-def gpu_of(run_device: str | None) -> str | None:
-    """The CUDA device a run's ``device`` names (``"auto"``: cuda where torch sees one), or None."""
-    if run_device is None:
-        return None
-    run_device = str(run_device)
-    if run_device == "auto":
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else None
-    return run_device if run_device.startswith("cuda") else None
-
-
-def check_device(device: str | None) -> str | None:
-    """None (NumPy/SciPy LAPACK) or a torch device string, resolved as a run's ``device`` is ("auto": cuda where torch
-    sees one; a CUDA device torch does not see is refused)."""
-    if device is None:
-        return None
-    from privdl.device import resolve_device  # (torch only once a device is named)
-
-    try:
-        dev = resolve_device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise ValidationError(f"device {device!r} is not a torch device ({exc})") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise ValidationError(f"device {device!r}: the eigendecompositions run on 'cpu' or 'cuda' only")
-    return str(dev)
-
-
-def _eig(b_mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The original solver's eigendecomposition (kept verbatim for ``method="fixed_point"``)."""
-    mu, q = np.linalg.eigh(b_mat)
-    return np.sqrt(np.clip(mu, 0.0, None)), q
-
-
-def _scaled(m: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """B = diag(s) M diag(s), in one new array."""
-    b_mat = np.multiply(m, s[:, None])
-    b_mat *= s[None, :]
-    return b_mat
-
-
-def _eigh(b_mat: np.ndarray, device: str | None) -> tuple[np.ndarray, np.ndarray]:
-    """√eigenvalues (ascending, clipped at 0) and eigenvectors of the symmetric ``b_mat``, which may be overwritten."""
-    if device is None and b_mat.shape[0] < SCIPY_MIN_N:
-        mu, q = np.linalg.eigh(b_mat)
-    elif device is None:  # (b_mat.T: the same symmetric matrix in Fortran order, so LAPACK works in place, no copy)
-        mu, q = scipy.linalg.eigh(b_mat.T, overwrite_a=True, check_finite=False, driver="evd")
-    else:
-        import torch
-
-        mu_t, q_t = torch.linalg.eigh(torch.from_numpy(b_mat).to(device))
-        mu, q = mu_t.cpu().numpy(), q_t.cpu().numpy()
-    return np.sqrt(np.clip(mu, 0.0, None)), q
 
 
 def resolve_method(method: str, n: int) -> str:
@@ -404,143 +260,6 @@ def _ill_conditioned(lam: np.ndarray, r_mat: np.ndarray) -> bool:
     return not np.all(np.isfinite(r_mat)) or float(lam.min()) < ILL_LAMBDA_RTOL * float(lam.max())
 
 
-class _Hessian:
-    """N = Σ_kl (Q_ik Q_jk)(Q_il Q_jl)·K_kl, K_kl = r_k r_l/(r_k + r_l), in B's eigenbasis (see the module docstring):
-    products N·v and the preconditioner (diag(N) + c cᵀ/Σc)⁻¹, c = h/2 − diag(N) the off-diagonal row sums.
-
-    diag(N) comes without an n³ product: K_kl = r_k r_l ∫ e^{−t(r_k + r_l)} dt, so diag(N)_i is
-    ∫ ([Q∘Q]·(r e^{−tr}))_i² dt, an integral over log t that the trapezoid rule (step 1/2) gets to ~1e-7 with a few
-    dozen nodes."""
-
-    def __init__(self, r: np.ndarray, q: np.ndarray, h: np.ndarray, active: np.ndarray,
-                 dtype: type | None = None) -> None:
-        n = r.size
-        self.dtype = dtype or (np.float32 if n >= FLOAT32_MIN_N else np.float64)
-        self.r = np.asarray(r, dtype=np.float64)
-        self.q = np.ascontiguousarray(q, dtype=self.dtype)
-        self._k: np.ndarray | None = None
-        d = self._diagonal()
-        self.active = active
-        self.d = np.where(active & (d > 0), d, 1.0)
-        self.c = np.where(active, np.clip(0.5 * h - d, 0.0, None), 0.0)
-        self.c_sum = float(self.c.sum())
-        self.z = self.c / self.d
-        self.denominator = self.c_sum + float(self.c @ self.z)
-
-    def _diagonal(self) -> np.ndarray:
-        r = self.r
-        positive = r[r > 0]
-        if positive.size == 0:
-            return np.zeros(r.size)
-        top = float(positive.max())
-        floor = max(float(positive.min()), 1e-8 * top)  # (pairs below add < 1e-8 of a diagonal entry)
-        step = 0.5
-        log_t = np.arange(np.log(1e-6 / (2 * top)), np.log(40.0 / (2 * floor)) + step, step)
-        t = np.exp(log_t)
-        nodes = (r[:, None] * np.exp(-np.outer(r, t))).astype(self.dtype)  # r e^{−t r}, one column per node
-        g = ((self.q * self.q) @ nodes).astype(np.float64)
-        return (g * g) @ (step * t)
-
-    @property
-    def k(self) -> np.ndarray:
-        if self._k is None:
-            rs = self.r.astype(self.dtype)
-            k = np.add.outer(rs, rs)
-            np.divide(np.multiply.outer(rs, rs), k, out=k, where=k > 0)  # r_k r_l/(r_k + r_l); 0 where both are 0
-            self._k = k
-        return self._k
-
-    def matvec(self, v: np.ndarray) -> np.ndarray:
-        x = _gram(self.q, v.astype(self.dtype))  # Qᵀ diag(v) Q
-        x *= self.k
-        y = self.q @ x
-        y *= self.q
-        out = y.sum(axis=1, dtype=np.float64)  # diag(Q (K ∘ Qᵀ diag(v) Q) Qᵀ)
-        out[~self.active] = 0.0
-        return out
-
-    def precondition(self, v: np.ndarray) -> np.ndarray:
-        y = np.where(self.active, v / self.d, 0.0)
-        if self.c_sum > 0:
-            y -= self.z * (float(self.c @ y) / self.denominator)
-        return y
-
-
-def _gram(q: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Qᵀ diag(v) Q = A₊ᵀA₊ − A₋ᵀA₋ (A± the rows of Q where ±v > 0, scaled by √|v|): two symmetric rank-k updates,
-    half the work of a general product, one triangle then mirrored."""
-    n = q.shape[1]
-    if n < SCIPY_MIN_N:
-        return (q * v[:, None]).T @ q
-    syrk = get_blas_funcs("syrk", dtype=q.dtype)
-    out = None
-    for sign, rows in ((1.0, v > 0), (-1.0, v < 0)):
-        if not rows.any():
-            continue
-        a = q[rows] * np.sqrt(np.abs(v[rows]))[:, None]  # C order: a.T is the Fortran matrix syrk wants
-        if out is None:
-            out = syrk(sign, a.T, trans=0, lower=1)  # Fortran n×n, lower triangle of AᵀA
-        else:
-            out = syrk(sign, a.T, beta=1.0, c=out, trans=0, lower=1, overwrite_c=1)
-    if out is None:
-        return np.zeros((n, n), dtype=q.dtype)
-    return _mirror_upper(out.T, 512)  # (C order: the valid triangle is now the upper one)
-
-
-def _mirror_upper(a: np.ndarray, block: int) -> np.ndarray:
-    """Copy the upper triangle of square ``a`` onto its lower one, in place, tile by tile (no n×n temporary)."""
-    n = a.shape[0]
-    for i in range(0, n, block):
-        for j in range(i, n, block):
-            if i == j:
-                tile = a[i:i + block, i:i + block]
-                tile[...] = np.triu(tile) + np.triu(tile, 1).T
-            else:
-                a[j:j + block, i:i + block] = a[i:i + block, j:j + block].T
-    return a
-
-
-def _newton_step(r: np.ndarray, q: np.ndarray, h: np.ndarray, log_p: np.ndarray, active: np.ndarray,
-                 spread: float, tol: float, dtype: type | None = None, max_cg: int = MAX_CG) -> np.ndarray:
-    """Δ log λ: N Δx = h ∘ log p by preconditioned conjugate gradients.
-
-    After a step Δx, log p is h⁻¹ ∘ (h ∘ log p − N Δx) to first order: the residual over h predicts the next
-    point's spread of log p (max − min, an upper bound on its relative gap to first order). CG stops once that
-    prediction is below what Newton's own second-order error leaves anyway (~ spread²), or below ``tol``."""
-    hess = _Hessian(r, q, h, active, dtype)
-    target = max(0.2 * tol, TARGET_C * spread * spread)
-
-    def predicted_spread(res: np.ndarray) -> float:
-        u = res[active] / h[active]
-        return float(np.max(u) - np.min(u))
-
-    rhs = np.where(active, h * log_p, 0.0)
-    x = np.zeros_like(rhs)
-    res = rhs.copy()
-    z = hess.precondition(res)
-    direction = z.copy()
-    rz = float(res @ z)
-    for _ in range(min(max_cg, int(active.sum()) + 1)):
-        if not rz > 0:
-            break
-        a_dir = hess.matvec(direction)
-        curvature = float(direction @ a_dir)
-        if not curvature > 0:
-            break
-        alpha = rz / curvature
-        x += alpha * direction
-        res -= alpha * a_dir
-        if predicted_spread(res) <= target:
-            break
-        z = hess.precondition(res)
-        rz_new = float(res @ z)
-        direction = z + (rz_new / rz) * direction
-        rz = rz_new
-    if not np.any(x):
-        x = hess.precondition(rhs)
-    return x
-
-
 def _solve(w: np.ndarray, *, tol: float, max_iter: int, ridge: float | None, method: str,
            device: str | None) -> DualSolution:
     start_time = time.perf_counter()
@@ -650,163 +369,6 @@ def _solve(w: np.ndarray, *, tol: float, max_iter: int, ridge: float | None, met
     r_mat *= s[None, :] * p_max  # feasible at b = 1
     r_mat = _symmetrised(r_mat)
     return DualSolution(r_mat, lam, primal, best_dual, it, time.perf_counter() - start_time, False, 0.0, method)
-
-
-def _stacked_sqrt(w: np.ndarray, c: float, lam: np.ndarray, accurate: bool) -> tuple[np.ndarray, np.ndarray]:
-    """√eigenvalues (ascending) and eigenvectors of B = Λ^{1/2}(WᵀW + c²I)Λ^{1/2}, from the SVD of the stacked
-    [W; c·I]·Λ^{1/2} (B itself is never formed: its small eigenvalues would carry an absolute error of eps·‖B‖).
-    ``accurate``: LAPACK's preconditioned Jacobi SVD (dgejsv, JOBA = 'C'), accurate to each singular value's own
-    relative precision whatever the column scaling Λ^{1/2}; else divide and conquer (faster, absolute accuracy)."""
-    n = w.shape[0]
-    sq = np.sqrt(lam)
-    a = np.zeros((2 * n, n), order="F")
-    a[:n] = w * sq[None, :]
-    a[np.arange(n, 2 * n), np.arange(n)] = c * sq
-    if accurate:
-        sva, _, v, work, _, info = dgejsv(a, joba=0, jobu=3, jobv=0, jobr=0, jobt=0, jobp=0, overwrite_a=1)
-        if info == 0:
-            sig = sva * (work[0] / work[1])  # (the singular values are WORK(1)/WORK(2)·SVA: LAPACK, SVA)
-            order = np.argsort(sig, kind="stable")
-            return sig[order], np.ascontiguousarray(v[:, order])
-        a = np.zeros((2 * n, n))  # (Jacobi did not converge: divide and conquer; ``stationarity`` then shows it)
-        a[:n] = w * sq[None, :]
-        a[np.arange(n, 2 * n), np.arange(n)] = c * sq
-    _, sig, vt = np.linalg.svd(a, full_matrices=False)
-    return sig[::-1].copy(), np.ascontiguousarray(vt[::-1].T)
-
-
-def _tie_point(w: np.ndarray, c: float, lam: np.ndarray, accurate: bool) -> tuple:
-    """(spread of log p, dual of (P_ρ) at the best scaling of λ, λ, r, Q, h, log p) at λ."""
-    r, q = _stacked_sqrt(w, c, lam, accurate)
-    h = (q * q) @ r  # diag(B^{1/2})
-    log_p = np.log(h / lam)
-    return float(np.ptp(log_p)), float(r.sum()) ** 2 / float(lam.sum()), lam, r, q, h, log_p
-
-
-def _tie_hessian(r: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """N of the module docstring as a dense matrix, Σ_kl K_kl (q_k∘q_l)(q_k∘q_l)ᵀ with K_kl = r_k r_l/(r_k + r_l): one
-    product over the n² pairs of eigenvectors (O(n⁴): for the tie-break's small n only)."""
-    n = r.size
-    k = np.add.outer(r, r)
-    np.divide(np.multiply.outer(r, r), k, out=k, where=k > 0)
-    k[~(np.add.outer(r, r) > 0)] = 0.0
-    z = (q[:, :, None] * q[:, None, :]).reshape(n, n * n)
-    return (z * k.reshape(-1)) @ z.T
-
-
-def _solve_tiebreak(w: np.ndarray, m: np.ndarray, tau: float, *, max_iter: int, method: str,
-                    seconds: float = 0.0, start: np.ndarray | None = None) -> DualSolution:
-    """The design of a singular W: the minimiser R_ρ of (P_ρ), ρ = (τ/n)²·λ_max(M) (module docstring), at b = 1.
-    ``tau`` = 0: ρ = 0, the accurate solve of a non-singular but ill-conditioned W's (P) itself (:func:`_ill_conditioned`).
-
-    Newton's method on log p(λ) = 0 in x = log λ, N Δx = h ∘ log p, in float64: up to ``TIE_DENSE_MAX_N`` agents
-    with N formed densely and Levenberg–Marquardt damping, above by conjugate gradients with step halving (after two
-    halvings the fixed point's step λ ← λ·p). A step is kept when it lowers the spread of log p or raises the dual of
-    (P_ρ). Divide-and-conquer SVDs until the spread is below ``TIE_FAST_SPREAD`` (from ``JACOBI_ONLY_MAX_N`` agents
-    on), Jacobi SVDs after; stops when the spread is below ``TIE_STATIONARITY``, when no step has helped
-    ``3·TIE_STALL`` times in a row (rounding reached), or after ``TIE_MAX_EVAL`` SVDs. ``start``: the starting λ
-    (default 1; the tests perturb it: the solution does not depend on it)."""
-    t0 = time.perf_counter()
-    n = w.shape[0]
-    top = float(scipy.linalg.eigh(m, eigvals_only=True, subset_by_index=[n - 1, n - 1], check_finite=False)[0])
-    rho = (tau / n) ** 2 * top
-    c = float(np.sqrt(rho))
-    lam = np.ones(n) if start is None else np.asarray(start, dtype=np.float64).copy()
-    accurate = n < JACOBI_ONLY_MAX_N
-    dense = n <= TIE_DENSE_MAX_N
-    cur = _tie_point(w, c, lam, accurate)
-    evaluations = 1
-    best_dual = cur[1]
-    step, hessian, scale, damping, failures = None, None, 1.0, 0.0, 0
-    while evaluations < min(max_iter, TIE_MAX_EVAL):
-        spread, dual, lam, r, q, h, log_p = cur
-        if spread <= TIE_STATIONARITY or (accurate and failures >= 3 * TIE_STALL):
-            break
-        if not accurate and (spread <= TIE_FAST_SPREAD or failures >= 3 * TIE_STALL):
-            accurate, failures, step, hessian = True, 0, None, None  # polish with Jacobi SVDs from here
-            cur = _tie_point(w, c, lam, True)
-            evaluations += 1
-            best_dual = max(best_dual, cur[1])
-            continue
-        rhs = h * log_p
-        if dense:  # the exact (damped) Newton step from the current point, on the unit-diagonal D N D (D =
-            # diag(N)^{-1/2}): a slack agent's row of N is O(λ_i) ~ ρ, which an unscaled solve would cut off as rank
-            # deficiency
-            if hessian is None:
-                hessian = _tie_hessian(r, q)
-                diagonal = np.diag(hessian).copy()
-                unit = 1.0 / np.sqrt(np.where(diagonal > 0, diagonal, 1.0))
-                hessian = hessian * unit[:, None] * unit[None, :]
-            system = hessian + damping * np.eye(n)
-            step = unit * np.linalg.lstsq(system, unit * rhs, rcond=None)[0]
-        elif step is None:  # a fresh CG step (run to the end: its long steps are the right ones; halving guards)
-            scale = 1.0
-            step = _newton_step(r, q, h, log_p, np.ones(n, dtype=bool), spread, TIE_STATIONARITY, np.float64,
-                                max_cg=TIE_MAX_CG)
-        if not np.all(np.isfinite(step)):
-            step = 2.0 * log_p  # (the fixed point's step)
-        reach = float(np.max(np.abs(step - float(np.average(step, weights=h)))))
-        if reach > TIE_MAX_STEP:  # (λ's scale is free: only the step's spread about its mean matters)
-            step = step * (TIE_MAX_STEP / reach)
-        trial = _tie_point(w, c, np.clip(lam * np.exp(scale * step), 1e-300, 1e300), accurate)
-        evaluations += 1
-        if np.isfinite(trial[0]) and np.isfinite(trial[1]):
-            best_dual = max(best_dual, trial[1])
-            if trial[0] < spread or trial[1] > dual * (1 + 1e-12):
-                cur, step, hessian, failures = trial, None, None, 0
-                damping = damping / 10 if damping > 1e-6 else 0.0
-                continue
-        failures += 1
-        if dense:
-            damping = max(1e-4, 10 * damping)
-        elif failures % 3 == 0:  # two halvings did not help: the fixed point's plain step from here
-            step, scale = log_p.copy(), 1.0
-        else:
-            scale *= 0.5
-    spread, _, lam, r, q, h, _ = cur
-    s = np.sqrt(lam)
-    p_max = float((h / lam).max())
-    r_mat = (q / r) @ q.T
-    r_mat *= s[:, None]
-    r_mat *= s[None, :] * p_max  # feasible at b = 1
-    r_mat = _symmetrised(r_mat)
-    primal_rho = p_max * float(r.sum())  # Tr((M + ρI) R) = max p · Tr(B^{1/2})
-    primal = primal_rho - rho * float(np.trace(r_mat))  # Tr(W R Wᵀ), without the cancellation of Σ_ij R_ij M_ij
-    # a lower bound on (P) itself: its dual at the final λ, best scaling. Tr((Λ^{1/2}MΛ^{1/2})^{1/2}) is the sum of
-    # W·Λ^{1/2}'s singular values, from an SVD (absolute error eps·σ_max), not from √eigenvalues (M's zero eigenvalues,
-    # rounded to ±1e-17, would add ~3e-9 each and make the "bound" exceed the optimum)
-    sig = np.linalg.svd(w * s[None, :], compute_uv=False)
-    dual = float(sig.sum()) ** 2 / float(lam.sum())
-    return DualSolution(r_mat, lam, primal, dual, evaluations + 2, seconds + time.perf_counter() - t0, tau > 0, tau,
-                        method, trace_weight=rho, stationarity=spread, tie_gap=max(0.0, primal_rho - best_dual))
-
-
-def _symmetrised(a: np.ndarray) -> np.ndarray:
-    """(A + Aᵀ)/2, in place (block by block: no n×n temporary)."""
-    n, step = a.shape[0], 256
-    for i in range(0, n, step):
-        for j in range(i, n, step):
-            upper = a[i:i + step, j:j + step]
-            lower = a[j:j + step, i:i + step]
-            mean = 0.5 * (upper + lower.T)
-            upper[...] = mean
-            lower[...] = mean.T
-    return a
-
-
-def _spd_inverse(a: np.ndarray) -> np.ndarray:
-    """A⁻¹ for symmetric positive definite A (Cholesky: half the work of an LU inverse), overwriting A."""
-    if a.shape[0] < SCIPY_MIN_N:
-        return _symmetrised(np.linalg.inv(a))
-    chol, info = dpotrf(a.T, lower=0, clean=1, overwrite_a=1)  # (a.T: Fortran order, in place)
-    if info == 0:
-        inv, info = dpotri(chol, lower=0, overwrite_c=1)
-    if info != 0:  # (``a`` is overwritten by now: no fallback on it. A precision that is not positive definite
-        # would give an R that is not a covariance: say so rather than invert what is left)
-        raise ValidationError(f"the recovered precision matrix (n = {a.shape[0]}) is not positive definite to "
-                              f"working precision (LAPACK info {info}); try a larger ridge")
-    inv = _mirror_upper(inv, 256)  # dpotri fills one triangle: mirror it
-    return inv.T if not inv.flags.c_contiguous else inv  # (symmetric: the transpose is the same matrix)
 
 
 _CACHE: dict[tuple[str, float, float | None, str, str | None], DualSolution] = {}

@@ -366,7 +366,7 @@ def build_mechanism(cfg: dict, network: Network, task: Task, algorithm: Algorith
     if cfg.get("device") in (None, "cpu"):  # (privdl.covariance loaded only by a run that solves a design)
         on_device = contextlib.nullcontext()
     else:
-        from privdl.covariance.dual import eigh_device
+        from privdl.covariance.dual_device import eigh_device
 
         on_device = eigh_device(cfg.get("device"))
     with on_device:  # (a run on a GPU solves its Whisper design's eigenproblems there)
