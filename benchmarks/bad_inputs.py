@@ -137,7 +137,7 @@ def _choices(annotation: Any) -> tuple[str, ...]:
 
 def _fixed(dotted: str, typ: Any) -> Any:
     """A fixed key's type as an annotation, with the names it must be one of."""
-    from privdl.experiment.config import FIXED_CHOICES
+    from privdl.experiment.config_schema import FIXED_CHOICES
 
     typ = typing.Union[typ] if isinstance(typ, tuple) else typ  # noqa: UP007 - (int, str) as a type
     return typing.Annotated[typ, FIXED_CHOICES[dotted]] if dotted in FIXED_CHOICES else typ
@@ -183,7 +183,7 @@ def _key_cases(label: str, base: dict, put: Callable[[object], dict], annotation
 def cases(only: str | None = None, *, typed: bool = True) -> list[Case]:
     """Every fixed key and every component parameter × BAD_VALUES (and, with ``typed``, × the values a user
     mistypes for the key's type, :func:`typed_values`)."""
-    from privdl.experiment.config import NETWORK_FIXED, SECTIONS, TOP_LEVEL, _component_keys
+    from privdl.experiment.config_schema import NETWORK_FIXED, SECTIONS, TOP_LEVEL, _component_keys
 
     out: list[Case] = []
     if only in (None, "top"):

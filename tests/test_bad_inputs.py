@@ -59,6 +59,7 @@ def test_the_sweep_tells_a_traceback_from_a_clear_error(tmp_path, monkeypatch):
     """The sweep itself must see a traceback, an unexplained exit ("Aborted."), an accepted value of the wrong type,
     an error that does not name its file and a bad file taken silently — a sweep that cannot fail proves nothing."""
     import privdl.experiment.config as config
+    import privdl.experiment.config_resolve as config_resolve
     import privdl.network.network as network
     import privdl.tasks.quadratic as quadratic
     from privdl.errors import FileError, PrivdlError
@@ -92,7 +93,7 @@ def test_the_sweep_tells_a_traceback_from_a_clear_error(tmp_path, monkeypatch):
     quoted = bad_inputs.merged(bad_inputs.BASE, {"schedule": {"eta": "0.01"}})
     mistyped = bad_inputs.Case('schedule.eta = "0.01"', quoted, mistyped=True)
     assert run(mistyped)[0] == "error"
-    monkeypatch.setattr(config, "_accepts", lambda annotation, value: True)  # a config reader that takes any type
+    monkeypatch.setattr(config_resolve, "_accepts", lambda annotation, value: True)  # a config reader that takes any type
     monkeypatch.setattr(bad_inputs, "to_toml", lambda cfg: bad_files.CONFIG)  # … and a value that still runs
     assert run(mistyped)[0] == "ran-mistyped"
     monkeypatch.undo()

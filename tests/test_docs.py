@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from privdl.experiment.config import INJECTED, NETWORK_FIXED, SECTIONS, TOP_LEVEL, builder_params
+from privdl.experiment.config_schema import INJECTED, NETWORK_FIXED, SECTIONS, TOP_LEVEL, builder_params
 from privdl.network.topology import TOPOLOGIES
 from tests.conftest import SHARED_DATA
 

@@ -650,7 +650,7 @@ def test_the_dist_default_is_the_held_frame_where_the_run_allows_it(setup):
 
 
 def test_the_config_checks_the_frame():
-    from privdl.experiment.config import _runtime
+    from privdl.experiment.config_runtime import _runtime
     from privdl.runtime_spec import RuntimeSpec
 
     assert _runtime({"slices": 2, "frame": "held"})["frame"] == "held"

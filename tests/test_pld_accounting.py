@@ -192,7 +192,8 @@ def test_correlated_poisson_lots_use_the_named_example_accountant():
 def test_the_accountant_key_is_recorded_and_rdp_keeps_the_runs_made_before_it():
     """The effective config records the accountant; ``accountant = "rdp"`` — what every run made before the key
     existed used — hashes to the id such a run has (the config without the key), the default (PLD) to another."""
-    from privdl.experiment.config import _digest, expand, identity, run_id
+    from privdl.experiment.config import expand
+    from privdl.experiment.run_identity import _digest, identity, run_id
 
     (new,), _ = expand(_config())
     (old,), _ = expand(_config(accountant="rdp"))

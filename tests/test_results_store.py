@@ -305,7 +305,7 @@ def test_merge_gathers_shard_folders_into_one_that_then_runs_only_the_rest(tmp_p
 def test_where_the_data_lies_is_not_part_of_a_run_or_an_experiment(tmp_path):
     """The same runs with the data in another folder (another machine) keep their ids and their results folder;
     a run saved under the id privdl gave it before (data folder included) is re-keyed by merge, not refused."""
-    from privdl.experiment.config import legacy_run_id, run_id
+    from privdl.experiment.run_identity import legacy_run_id, run_id
     from privdl.experiment.store import ResultStore, merge
 
     cfg = {"seed": 0, "iterations": 5, "task": {"name": "cnn", "dataset": "mnist_t10k", "data_dir": "../shared/data"}}

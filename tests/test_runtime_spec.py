@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from privdl.errors import ConfigError
-from privdl.experiment.config import RUNTIME_FIXED, expand
+from privdl.experiment.config import expand
+from privdl.experiment.config_runtime import RUNTIME_FIXED
 from privdl.runtime_spec import DEFAULT_TIMEOUT, RuntimeSpec
 
 ROOT = Path(__file__).resolve().parents[1]

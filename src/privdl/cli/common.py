@@ -80,7 +80,7 @@ def _print_facts(facts: dict, fmt: "Format", title: str) -> None:
 
 def _device(value: Optional[str]) -> Optional[str]:
     """--device: the values the config's ``device`` key takes (checked here, not deep inside torch)."""
-    from privdl.experiment.config import DEVICE
+    from privdl.experiment.config_schema import DEVICE
 
     if value is not None and not DEVICE.fullmatch(value):
         raise typer.BadParameter(f"must be cpu, cuda, cuda:N or auto, got {value!r}")

@@ -177,7 +177,7 @@ def checkpoint_identity(spec: RunSpec) -> dict:
     """What a run's checkpoints are compared against on resume: the run, its configuration (what its numbers depend
     on: not where or how it runs — [runtime], threads, device —, so a run checkpointed by 2 slices resumes with 3 or
     in the simulator), the code."""
-    from privdl.experiment.config import identity
+    from privdl.experiment.run_identity import identity
 
     what = identity(spec.config)
     digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]

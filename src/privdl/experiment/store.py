@@ -112,14 +112,14 @@ LABEL_KEYS = ("name", "description")
 
 def _identity(experiment: Any, *, grid: bool = True) -> Any:
     """What makes two experiment configs the same experiment: what its runs' ids hash
-    (:func:`privdl.experiment.config.identity`: the config less where and how it runs — ``device``, ``threads``,
+    (:func:`privdl.experiment.run_identity.identity`: the config less where and how it runs — ``device``, ``threads``,
     ``batch_replicas``, ``[runtime]`` but for agreed keys — and where the config file and the data lie), and its
     labels (:data:`LABEL_KEYS`). So a folder filled on a GPU is joined by the same grid run or collected on a CPU.
     With ``grid = False``, the same experiment up to its grid (``seeds`` and ``[sweep]``), which may grow or shrink
     in place."""
     if not isinstance(experiment, dict):
         return experiment
-    from privdl.experiment.config import identity
+    from privdl.experiment.run_identity import identity
 
     out = identity({k: v for k, v in experiment.items()
                     if (grid or k not in GRID_KEYS) and (k != "runtime" or isinstance(v, dict))})
@@ -458,7 +458,8 @@ def merge(sources: Iterable[str | Path], dest: str | Path, *, other_experiments:
     one another process is running there is left to it. ``dest``'s experiment.json, and so its grid, is not
     changed: results.csv and tables are rebuilt by the next ``privdl run`` / ``privdl reproduce`` (``--collect``)
     over the grid wanted."""
-    from privdl.experiment.config import expand, legacy_run_id, run_id  # (config imports nothing of the store)
+    from privdl.experiment.config import expand  # (config imports nothing of the store)
+    from privdl.experiment.run_identity import legacy_run_id, run_id
 
     dest_store = ResultStore(dest)
     srcs = [Path(s) for s in sources]

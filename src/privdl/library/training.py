@@ -21,7 +21,9 @@ import torch
 from privdl.algorithms import Algorithm
 from privdl.errors import ValidationError
 from privdl.experiment.build import DTYPES, build
-from privdl.experiment.config import RunSpec, resolve_table, resolve_top, run_id
+from privdl.experiment.config import RunSpec
+from privdl.experiment.config_resolve import resolve_table, resolve_top
+from privdl.experiment.run_identity import run_id
 from privdl.experiment.runner import Finished, run_components
 from privdl.experiment.store import write_runs
 from privdl.mechanisms import GradientMechanism

@@ -19,7 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterator
 
-from privdl.experiment.config import expand, set_dotted
+from privdl.experiment.config import expand
+from privdl.experiment.config_sweep import set_dotted
 from privdl.experiment.runner import check_jobs, run_experiment
 from privdl.experiment.store import ResultStore, device_counts, read_experiment, run_device
 from privdl.registry import Registry
@@ -115,7 +116,7 @@ def finished_runs(out: Path) -> list[FinishedRun]:
     """The finished runs of the grid ``out`` (an experiment directory) now holds, in run-id order. A folder may have
     held larger or other grids of the same experiment before (it grows in place): their other runs stay on disk but
     are not this grid's, so a table never mixes, e.g., tuned and untuned or two gossip modes' runs as seeds."""
-    from privdl.experiment.config import predating_run_id
+    from privdl.experiment.run_identity import predating_run_id
 
     out = Path(out)
     grid = None
