@@ -69,7 +69,7 @@ def flops_of_one_round(cell: str, dataset: str) -> tuple[float, list[int]]:
     from privdl.experiment.build import build, build_network, build_task
     from privdl.experiment.config import expand
     from privdl.experiment.capacity import capacity
-    from privdl.experiment.runner import plan
+    from privdl.experiment.run_plan import plan
     from privdl.reproductions.common import packaged_config, with_overrides
     from privdl.simulator import Replica, simulate_replicas
     from privdl.mechanisms.stack import need_signature

@@ -5,7 +5,7 @@ threads spin 300 000 times before they sleep. Beside busy processes a spinning t
 thread of the pool needs, and every parallel region waits for a thread the system has descheduled — milliseconds
 per call, even for calls on a few hundred numbers (the evaluation's binary cross-entropy enters the pool). privdl
 now (1) runs a run on one thread when its largest tensor of a round is below ATen's grain of 32 768 elements
-(``privdl.experiment.runner.auto_threads``: no kernel would be split, the pool could only cost) and (2) sets
+(``privdl.experiment.threads.auto_threads``: no kernel would be split, the pool could only cost) and (2) sets
 ``GOMP_SPINCOUNT=3000`` when the user set no wait policy (``privdl/process_defaults.py``, set by the ``privdl``
 command this benchmark runs): idle threads spin tens of µs, then sleep.
 

@@ -45,7 +45,9 @@ KEY_SUITE = ["tests/test_agreed_keys.py", "tests/test_identity.py", "tests/test_
 KEY_FILES = ("src/privdl/keys.py", "src/privdl/agreement/", "src/privdl/runtime/", "src/privdl/simulator/engine.py",
              "src/privdl/simulator/checkpoint.py", "src/privdl/simulator/sliced.py",
              "src/privdl/simulator/coordinator.py", "src/privdl/experiment/runner.py",
-             "src/privdl/experiment/backends.py")
+             "src/privdl/experiment/backends.py", "src/privdl/experiment/run_plan.py",
+             "src/privdl/experiment/run_pipeline.py", "src/privdl/experiment/run_state.py",
+             "src/privdl/experiment/run_manifest.py", "src/privdl/experiment/loop_steps.py")
 
 M = "src/privdl/mechanisms/"
 P = "src/privdl/privacy/"
@@ -59,7 +61,7 @@ AG = "src/privdl/agreement/__init__.py"
 ID = "src/privdl/agreement/identity.py"
 KS = "src/privdl/agreement/keystore.py"
 EN = "src/privdl/simulator/engine.py"
-RU = "src/privdl/experiment/runner.py"
+RP = "src/privdl/experiment/run_plan.py"
 BE = "src/privdl/experiment/backends.py"
 SL = "src/privdl/simulator/sliced.py"
 WK = "src/privdl/runtime/worker.py"
@@ -248,7 +250,7 @@ MUTANTS: list[tuple[str, str, str, str, str]] = [
     ("agreed_sliced_root_keys", SL, "keys = Keys(mine if sources is not None and not agreed else HeldKeys(mine, p.held), n)",
      "keys = Keys(mine if sources is not None and not agreed else HeldKeys(source, p.held), n)",
      "agreed keys switched off in the sliced backend's slices"),
-    ("agreed_runs_stacked", RU, '''            or runtime.keys != "root"):''',
+    ("agreed_runs_stacked", RP, '''            or runtime.keys != "root"):''',
      '''            or False):''', "agreed runs of a sweep planned on one replica axis (root keys)"),
     ("resume_reagrees", AG, "            return AgreedKeys.restore(stored, public=public, salt=salt, n=n)\n",
      "            pass\n", "a run started again agrees new keys (re-releases its rounds with new noise)"),

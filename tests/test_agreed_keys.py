@@ -412,7 +412,7 @@ def test_an_agreed_run_makes_no_draw_outside_its_keys(tmp_path, monkeypatch, mec
     from privdl.experiment import load_config
     from privdl.experiment.build import build
     from privdl.experiment.config import expand
-    from privdl.experiment.runner import run_one
+    from privdl.experiment.run_pipeline import run_one
 
     cfg = tmp_path / "c.toml"
     cfg.write_text('iterations = 5\n[network]\ntopology = "ring"\nn = 4\n[task]\nname = "logistic"\n'

@@ -24,7 +24,8 @@ from typer.testing import CliRunner
 from privdl.algorithms import make_algorithm
 from privdl.cli import app
 from privdl.experiment.config import expand, load_config
-from privdl.experiment.runner import run_one, secrets_folder
+from privdl.experiment.run_pipeline import run_one
+from privdl.experiment.run_state import secrets_folder
 from privdl.experiment.store import ResultStore
 from privdl.keys import Keys, RootKeys
 from privdl.mechanisms import make_mechanism

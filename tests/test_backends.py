@@ -8,7 +8,7 @@ import pytest
 from privdl.errors import ConfigError, UnknownNameError, ValidationError
 from privdl.experiment.backends import BACKENDS, Backend, backend_of
 from privdl.experiment.config import expand, load_config
-from privdl.experiment.runner import run_one
+from privdl.experiment.run_pipeline import run_one
 
 BASE = 'iterations = 2\n[schedule]\neta = 0.1\n[network]\ntopology = "ring"\nn = 4\n'
 

@@ -136,7 +136,7 @@ def test_a_stacked_sweep_resumes_mid_sweep(tmp_path, rest):
     every run equals its uninterrupted self; the manifest says where it resumed."""
     from privdl.experiment.build import build, build_task
     from privdl.experiment.config import expand, load_config
-    from privdl.experiment.runner import run_batch
+    from privdl.experiment.run_pipeline import run_batch
 
     cfg = tmp_path / "c.toml"
     cfg.write_text('iterations = 12\neval_every = 2\nseeds = [0, 1, 2]\n[schedule]\neta = 0.05\n'
@@ -165,7 +165,7 @@ def test_privdl_run_resume_continues_an_interrupted_run(tmp_path):
 
     from privdl.cli import app
     from privdl.experiment.config import expand, load_config
-    from privdl.experiment.runner import run_one
+    from privdl.experiment.run_pipeline import run_one
     from privdl.experiment.store import ResultStore
 
     cfg = tmp_path / "c.toml"

@@ -538,7 +538,7 @@ def test_agreed_keys_cover_every_pair_a_law_may_join(tmp_path):
     from privdl.experiment import load_config
     from privdl.experiment.build import build
     from privdl.experiment.config import expand
-    from privdl.experiment.runner import run_one
+    from privdl.experiment.run_pipeline import run_one
 
     hyper = {(a, a ^ (1 << k)) for a in range(8) for k in range(3) if a < a ^ (1 << k)}
     assert set(needed_pairs(build_network({"dynamics": "one_peer_exponential", "n": 8}, 0), [])) == hyper

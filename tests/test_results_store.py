@@ -196,7 +196,7 @@ def test_runs_that_cannot_stack_are_planned_one_by_one_so_jobs_share_them():
     """The planner groups runs for the replica axis; a group is taken whole by one process, so runs that will never
     stack (clip-only, CGA, batch_replicas = 1) must be groups of one — else ``--jobs 2`` left one process idle.
     DP-SGD runs and DPDL (any mechanism that takes cross-gradients) stack since issue 32."""
-    from privdl.experiment.runner import plan
+    from privdl.experiment.run_plan import plan
 
     base = {"iterations": 5, "seeds": 2, "network": {"topology": "ring", "n": 4},
             "task": {"name": "logistic", "dataset": "breast_cancer", "batch_size": 4},

@@ -252,7 +252,7 @@ def test_bad_placements_are_refused_by_name(kwargs, match):
 def test_bad_runtime_configs_are_refused(tmp_path, text, match):
     from privdl.errors import PrivdlError
     from privdl.experiment.config import load_config
-    from privdl.experiment.runner import run_one
+    from privdl.experiment.run_pipeline import run_one
     from privdl.experiment.config import expand
 
     path = tmp_path / "c.toml"

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from privdl.experiment import run_experiment
-from privdl.experiment.runner import GRAIN, auto_threads, intra_op_threads
+from privdl.experiment.threads import GRAIN, auto_threads, intra_op_threads
 from privdl.tasks import make_task
 
 SMALL = {"iterations": 5, "eval_every": 5, "seeds": 2, "network": {"topology": "ring", "n": 4},

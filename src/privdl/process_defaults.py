@@ -20,7 +20,7 @@ value, no result.
   parallel region, so no cost alone); passive waiting (no spin) costs 1.4× alone. Measured in BENCHMARKS.md, "A run
   beside busy processes". libgomp reads the variable when torch loads it. ``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT`` or
   ``KMP_BLOCKTIME`` set by the user wins. (Small runs take one thread and no pool at all:
-  :func:`privdl.experiment.runner.auto_threads`.)
+  :func:`privdl.experiment.threads.auto_threads`.)
 
 This module imports nothing but the standard library, so that its callers can run it before torch loads.
 """

@@ -10,7 +10,7 @@ valid names (the config's validation asks it) and of what each supports.
 
 Each backend runs one run of a built config (:meth:`Backend.run`) and returns what the runner's manifest needs from
 it (:class:`Ran`); what every backend's run shares — the draws counted, the manifest, the checkpoints' facts — is
-the runner's (:func:`privdl.experiment.runner.run_one`).
+the runner's (:func:`privdl.experiment.run_pipeline.run_one`).
 """
 
 from __future__ import annotations

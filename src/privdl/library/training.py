@@ -2,7 +2,7 @@
 
 :func:`train` is ``privdl run`` for one run: its arguments become the run's config (the tables the config file
 would hold, checked the same way; an object stands for its table), and the run goes through the runner's one
-pipeline (:func:`privdl.experiment.runner.run_components`: build, threads, backend, privacy ledger, manifest). A
+pipeline (:func:`privdl.experiment.run_pipeline.run_components`: build, threads, backend, privacy ledger, manifest). A
 run given only names and tables has the id, the ledger and the manifest its config file would have under
 ``privdl run``; ``Result.save(DIR)`` writes ``DIR/manifest.json`` and ``DIR/metrics.csv`` as the runner writes a
 run's folder, so ``privdl account --manifest DIR/manifest.json`` re-accounts it.
@@ -24,7 +24,7 @@ from privdl.experiment.build import DTYPES, build
 from privdl.experiment.config import RunSpec
 from privdl.experiment.config_resolve import resolve_table, resolve_top
 from privdl.experiment.run_identity import run_id
-from privdl.experiment.runner import Finished, run_components
+from privdl.experiment.run_pipeline import Finished, run_components
 from privdl.experiment.store import write_runs
 from privdl.mechanisms import GradientMechanism
 from privdl.network import Network

@@ -59,7 +59,7 @@ import numpy as np
 
 from privdl.errors import PrivdlError, ValidationError
 from privdl.experiment.config import expand
-from privdl.experiment.runner import distinct_runs
+from privdl.experiment.loop_steps import distinct_runs
 from privdl.reproductions import noise_signal
 from privdl.reproductions.common import (
     REPRODUCTIONS, collecting, collecting_only, finished_runs, packaged_config, run, with_overrides, write_csv,

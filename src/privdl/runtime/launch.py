@@ -255,7 +255,7 @@ def check_devices(cfg: dict, procs: int, gpus: int | None = None) -> None:
     not show, NCCL on a shared GPU or on the CPU) — the error names the run and why."""
     from privdl.device import check_transport, process_device, visible_gpus
     from privdl.experiment.config import expand
-    from privdl.experiment.runner import run_label
+    from privdl.experiment.loop_steps import run_label
 
     gpus = visible_gpus() if gpus is None else gpus
     seen = set()

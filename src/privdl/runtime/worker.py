@@ -123,7 +123,7 @@ def check_placements(cfg: dict, world: int) -> None:
 
     from privdl.experiment.build import build_network
     from privdl.experiment.config import expand
-    from privdl.experiment.runner import run_label
+    from privdl.experiment.loop_steps import run_label
 
     seen: set[str] = set()
     for spec in expand(cfg)[0]:
@@ -496,9 +496,9 @@ END, RUN, WAIT, ABORT = 0, 1, 2, 3
 def _orders(cfg: dict, store, unique: list, todo: list[int], *, timeout: float, say):
     """Process 0's orders, one at a time: run ``unique[i]`` (this launch holds its lock), wait (runs other processes
     sharing ``--out`` hold: ask again), or end — the experiment loop's choice of runs
-    (:func:`privdl.experiment.runner.take_runs`: the runner's per-run locks, so two launches on one folder never run a
+    (:func:`privdl.experiment.loop_steps.take_runs`: the runner's per-run locks, so two launches on one folder never run a
     run twice; a run whose holder is gone is taken over and run here). Each order comes with the runs taken so far."""
-    from privdl.experiment.runner import WAIT_POLL, take_runs, waiting_note
+    from privdl.experiment.loop_steps import WAIT_POLL, take_runs, waiting_note
 
     index = {unique[i].run_id: i for i in todo}
     ran: list[int] = []
@@ -519,17 +519,19 @@ def run_experiment_distributed(cfg: dict, out: str | Path, *, rank: int, world: 
     process 0 takes each run's lock in ``out`` as the simulator's runner does (a second launch on the same folder
     runs what is left, waits for what the first holds, never repeats a run), writes the results and, with
     ``progress``, a line per finished run on stderr. Process 0 returns the
-    :class:`~privdl.experiment.runner.ExperimentSummary` (the others: None). Every decision reaches the other
+    :class:`~privdl.experiment.outcome.ExperimentSummary` (the others: None). Every decision reaches the other
     processes as integers (:func:`~privdl.runtime.transport.broadcast_ints`): nothing received is unpickled."""
     import sys
 
     from privdl.agreement.keystore import forget
     from privdl.experiment.build import build
     from privdl.experiment.config import expand
-    from privdl.experiment.runner import (ExperimentSummary, check_inputs_unchanged, checkpoint_identity,
-                                         distinct_runs, finished_run, intra_op_threads, run_label, save_finished,
-                                         secrets_folder, secrets_identity)
+    from privdl.experiment.loop_steps import check_inputs_unchanged, distinct_runs, run_label, save_finished
+    from privdl.experiment.outcome import ExperimentSummary
+    from privdl.experiment.run_manifest import finished_run
+    from privdl.experiment.run_state import checkpoint_identity, secrets_folder, secrets_identity
     from privdl.experiment.store import ResultStore
+    from privdl.experiment.threads import intra_op_threads
 
     started = time.perf_counter()
     check_same_launch(cfg, rank, world)
