@@ -202,6 +202,48 @@ def test_the_held_comms_per_edge_values_are_the_simulators_bit_for_bit():
 
 
 @pytest.mark.exact
+@pytest.mark.parametrize("shape", [(300,), (7, 11)])
+def test_the_held_comms_average_is_the_simulators_bit_for_bit(shape):
+    """average in the held frame (central SGD's aggregator, on slice 0): every held agent gets the simulator's mean
+    of the network's rows, bit for bit (the same reduction over the same (1, n, ...) tensor, rows in agent order);
+    slice 0 receives each other slice's rows (one row per agent) and sends each the mean (one row); the meters count
+    the simulator's messages (the slices' counts add up to the network's)."""
+    import numpy as np
+
+    from privdl.comm import make_comm
+    from privdl.comm.observers import AgentBytes, add_per_tag
+
+    n = 9
+    net = Network.from_topology("erdos_renyi", n, p=0.4, seed=5)
+    x = torch.randn(n, *shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2)) * 1e3
+    sim = make_comm(net, sparse=True)
+    sim.meter = AgentBytes(n)
+    want = sim.average(x, tag="g")
+    assert not torch.equal(x.flip(0).mean(0), x.mean(0))  # the row order matters: the check can fail
+    width = x[0].numel() * 8
+    for assignment in ([[0, 4, 8], [1, 2], [3, 5, 6, 7]], [[8], [0, 1, 2, 3, 4, 5, 6, 7]]):
+        placements = partition(n, assignment=assignment)
+        owner = owners_of(placements, n)
+        got = {}
+
+        def work(k, transport):
+            p = placements[k]
+            comm = HeldComm(net, p, k, owner, transport, algorithm="test")
+            comm.meter = AgentBytes(n, held=np.isin(np.arange(n), p.agents))
+            got[k] = (comm.average(x[list(p.agents)], tag="g"), comm.meter)
+
+        transport = _threads(placements, work)
+        for k, p in enumerate(placements):
+            assert got[k][0].shape == (len(p.agents), *shape)
+            assert torch.equal(got[k][0], want[list(p.agents)])
+        assert add_per_tag(*(got[k][1].per_tag() for k in got)) == sim.meter.per_tag()
+        for a in range(len(placements)):
+            for b in range(len(placements)):
+                rows = len(placements[a].agents) if b == 0 and a != 0 else 1 if a == 0 and b != 0 else 0
+                assert int(transport.payload_bytes[a, b]) == rows * width, (a, b)
+
+
+@pytest.mark.exact
 @pytest.mark.parametrize("name,kw", [("zip_dl", {}), ("zip_dl", {"sigma": 0.7}), ("muffliato", {"gossip_rounds": 3}),
                                      ("muffliato", {"gossip_rounds": 3, "accelerated": True})])
 def test_the_comm_wrapping_mechanisms_average_each_held_row_as_the_simulator_bit_for_bit(name, kw):

@@ -221,6 +221,64 @@ def test_the_rendezvous_port_is_held_from_its_choice_until_process_0_serves_on_i
     assert server.get("privdl") == b"held"
 
 
+def test_a_worker_gives_up_on_a_reserved_port_nobody_serves_within_its_timeout():
+    """Process 0 hung before serving the store on the launcher's reserved port: another worker's rendezvous fails
+    within runtime.timeout (2 s here), naming the launcher's rendezvous — the reserved socket is bound, not listening,
+    so the connection is refused and retried until the deadline (a listening one would queue it, and torch's store
+    client then waits for the handshake's answer without a deadline: the launch hung)."""
+    code = ("import time\n"
+            "from privdl.runtime.launch import reserve_port\n"
+            "from privdl.runtime.worker import init_process_group\n"
+            "held = reserve_port()\n"
+            "t0 = time.perf_counter()\n"
+            "try:\n"
+            "    init_process_group(rank=1, world=2, init_method=None, timeout=2, port=held.getsockname()[1])\n"
+            "except Exception as exc:\n"
+            "    print(type(exc).__name__, round(time.perf_counter() - t0), exc)\n")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=90)
+    assert got.returncode == 0, got.stderr[-2000:]
+    name, seconds, message = got.stdout.split(" ", 2)
+    assert name == "PrivdlError" and int(seconds) < 30, got.stdout
+    assert "the launcher's rendezvous on 127.0.0.1:" in message and "process 0, which serves it" in message
+
+
+@pytest.mark.slow
+def test_the_launch_keeps_its_port_from_other_programs_until_its_run_ends(tmp_path, monkeypatch):
+    """While `launch` starts its workers (imports, config, rendezvous: seconds), a program that tries every 10 ms to
+    bind the port the launch chose never gets it — process 0 serves the store on the launcher's socket — and the run
+    completes."""
+    import importlib
+    import socket
+    import threading
+
+    launching = importlib.import_module("privdl.runtime.launch")  # the module (privdl.runtime.launch is the function)
+
+    reserve, taken, stop = launching.reserve_port, [], threading.Event()
+
+    def thief(port):
+        end = time.perf_counter() + 3.0
+        while time.perf_counter() < end and not stop.is_set():
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                    taken.append(port)
+                    return
+                except OSError:
+                    pass
+            time.sleep(0.01)
+
+    def watched():
+        held = reserve()
+        threading.Thread(target=thief, args=(held.getsockname()[1],), daemon=True).start()
+        return held
+
+    monkeypatch.setattr(launching, "reserve_port", watched)
+    cfg = _config(tmp_path, T=20)
+    summary = launching.launch(cfg, procs=2, out=tmp_path / "o", overrides=['runtime.backend="dist"'])
+    stop.set()
+    assert summary.executed == 1 and not taken
+
+
 # ---- finding 8: workers die with the launcher; a hung or dead worker stops the launch -------------------------------
 def test_workers_die_with_their_launcher(tmp_path):
     """SIGKILL the launcher of `privdl run --procs 2` in the middle of a long run: its workers are gone within

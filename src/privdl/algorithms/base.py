@@ -120,10 +120,11 @@ class Algorithm(NamedTuple):
     #: (:func:`check_directed`)
     directed_ok: bool = False
     #: why it cannot run in the held frame (an engine holding one row per agent it holds, whose Comm offers only
-    #: ``mix``, ``neighbour_sum`` and the per-edge methods on its agents' edges: :class:`privdl.comm.sliced.HeldComm`;
-    #: an algorithm indexes its rows and edges through :func:`privdl.comm.frame.frame_of`), None when it can; refused
-    #: there by this reason (:func:`privdl.simulator.sliced.check_held_frame`); an algorithm that declares nothing
-    #: (a plug-in's) is refused there (:data:`HELD_UNCHECKED`)
+    #: ``mix``, ``neighbour_sum``, the per-edge methods on its agents' edges and ``average`` through slice 0's
+    #: aggregator: :class:`privdl.comm.sliced.HeldComm`; an algorithm indexes its rows and edges through
+    #: :func:`privdl.comm.frame.frame_of`), None when it can; refused there by this reason
+    #: (:func:`privdl.simulator.sliced.check_held_frame`); an algorithm that declares nothing (a plug-in's) is refused
+    #: there (:data:`HELD_UNCHECKED`)
     held_reason: str | None = HELD_UNCHECKED
 
     def gradient_calls(self, iterations: int) -> int:

@@ -831,8 +831,8 @@ class HeldComm(SliceComm):
         self._meter(tag, every, server, flat, cache=False)
         self._meter(tag, server, every, flat, cache=False)
         self._part(tag, held, held, server[:held.numel()], flat) if self.wire is not None else None
-        mean = self._aggregate(flat, tag, x.shape[1:])
-        out = mean.reshape(self.groups, *x.shape[1:]).expand(x.shape).clone()
+        mean = self._aggregate(flat, tag, x.shape[1:])  # (1, 1, ...): a sliced run holds one system (groups = 1)
+        out = mean.reshape(1, *x.shape[1:]).expand(x.shape).clone()
         self._part(tag, held, server[:held.numel()], held, _flat(out)) if self.wire is not None else None
         return out
 

@@ -2,7 +2,8 @@
 privdl.runtime CONFIG`` on several.
 
 On one machine the K worker processes are spawned with ``multiprocessing`` and meet through a TCP store on a
-loopback port the launcher holds until process 0 serves the store on it (:func:`reserve_port`); each joins the gloo process group with the run's timeout and runs
+loopback port the launcher holds until process 0 serves the store on it (:func:`reserve_port`); each joins the
+gloo process group with the run's timeout and runs
 :func:`privdl.runtime.worker.run_experiment_distributed`. The workers die with the launcher (:func:`die_with`: a
 parent-death signal on Linux, a watch of the parent elsewhere). The launcher polls its workers (never a ``join`` in
 order): at the first failure — an error a worker reports, or a worker that ends without one (killed) — it gives the
@@ -42,16 +43,17 @@ def free_port() -> int:
 
 
 def reserve_port() -> socket.socket:
-    """A listening socket on a free loopback port, for a launch's rendezvous: the launcher holds it from the choice
-    of the port until its workers start, and process 0's TCP store serves on it (``master_listen_fd``), so no other
+    """A socket bound to a free loopback port, for a launch's rendezvous: the launcher holds it from the choice of
+    the port until its workers start, and process 0's TCP store serves on it (``master_listen_fd``), so no other
     program can take the port in between — with :func:`free_port` the port was free when chosen and bound seconds
     later, when process 0 had imported torch, and a concurrent launch or any program binding an ephemeral port
-    could take it first (process 0 then fails to serve the store). The other workers connect to it at once: the
-    kernel queues their connections until process 0 accepts them."""
+    could take it first (process 0 then fails to serve the store). Bound, not listening: until process 0 serves,
+    the other workers' connections are refused and they retry until ``runtime.timeout`` — a listening socket would
+    queue them, and torch's store client waits for the handshake's answer without a deadline, so a process 0 that
+    hangs before serving would hang the whole launch."""
     s = socket.socket()
     try:
         s.bind(("127.0.0.1", 0))
-        s.listen(128)
     except BaseException:
         s.close()
         raise
@@ -118,8 +120,10 @@ def _worker(rank: int, world: int, port: int, config: str, overrides: list[str],
             leave(1)
         cfg = load_config(config, overrides)
         timeout = RuntimeSpec.of(cfg).timeout
-        init_process_group(rank=rank, world=world, init_method=None, timeout=timeout, port=port,
-                           listen_fd=None if listener is None else listener.detach())
+        listen_fd = None if listener is None else listener.detach()
+        if listen_fd is not None:  # the store's alone: no program this process starts keeps the port
+            os.set_inheritable(listen_fd, False)
+        init_process_group(rank=rank, world=world, init_method=None, timeout=timeout, port=port, listen_fd=listen_fd)
         summary = run_experiment_distributed(cfg, out, rank=rank, world=world, timeout=timeout, resume=resume,
                                              progress=progress)
     except BaseException as exc:  # noqa: BLE001 - reported to the launcher, which names it

@@ -397,6 +397,11 @@ def init_process_group(*, rank: int, world: int, init_method: str | None, timeou
         dist.init_process_group("gloo", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout), **kw)
     except (RuntimeError, ValueError) as exc:
+        if port is not None:
+            raise PrivdlError(f"process {rank} of {world} could not join the others "
+                              f"({str(exc).splitlines()[0][:200]}): the launcher's rendezvous on 127.0.0.1:{port} did "
+                              "not answer — most likely process 0, which serves it, did not start or stopped first "
+                              "(the launcher reports its own error, if any)") from None
         raise PrivdlError(f"process {rank} of {world} could not join the others ({str(exc).splitlines()[0][:200]}): "
                           "check MASTER_ADDR / MASTER_PORT (reachable, the port free on the master), and on several "
                           "hosts GLOO_SOCKET_IFNAME (one interface name, e.g. eth0)" +
