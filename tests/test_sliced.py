@@ -192,6 +192,31 @@ def test_a_slice_reads_only_its_own_agents_data_and_keys(setup):
                        task.gather(torch.tensor([1]), torch.arange(4)[None])[0])
 
 
+def test_a_held_view_refuses_other_agents_after_passing_its_own(setup):
+    """The check remembers the agents of the last access it passed (the held frame asks for the same agents every
+    round): an access that differs in any way is checked again and refused — another tensor, the same tensor changed
+    in place (also through a numpy view, which torch's version counter does not see), other dtypes and shapes."""
+    _, task = setup
+    p = partition(N, slices=3)[0]
+    view = HeldTask(task, p)
+    other = next(a for a in range(N) if not p.held[a])
+    mine = torch.tensor(list(p.agents), dtype=torch.int64)
+    index = torch.zeros((len(p.agents), 2), dtype=torch.int64)
+    want = task.gather(mine, index)
+    for _ in range(2):  # passed, then passed again from what it remembers
+        assert all(torch.equal(a, b) for a, b in zip(view.gather(mine, index), want))
+    refuse = pytest.raises(ValidationError, match=f"asked for the data of agent {other}")
+    with refuse:
+        view.gather(torch.tensor([other] * len(p.agents)), index)
+    mine.numpy()[0] = other  # in place, behind torch's back
+    with refuse:
+        view.gather(mine, index)
+    with refuse:
+        view.gather(torch.tensor([other], dtype=torch.int32), index[:1])
+    with refuse:
+        view.gather(torch.tensor(list(p.agents) + [other]), torch.zeros((len(p.agents) + 1, 2), dtype=torch.int64))
+
+
 def test_the_runner_runs_a_sliced_config_to_the_simulators_results(tmp_path):
     """End to end as a user runs it: --set runtime.slices=K writes the same results.csv as the simulator (alone, on
     the canonical mix), and the manifest records the placement."""
