@@ -29,7 +29,7 @@ from privdl.comm import Transcript
 from privdl.comm.base import LINEAR_MIXING
 from privdl.comm.sliced import Transport, TransportError
 from privdl.errors import ValidationError
-from privdl.keys import HeldKeys, RootKeys
+from privdl.keys import Draws, HeldKeys, Keys, RootKeys
 from privdl.mechanisms import Clip, chain, make_mechanism
 from privdl.network import Network
 from privdl.placement import Placement, partition
@@ -489,3 +489,29 @@ def test_held_rows_compute_only_the_slices_agents_within_rounding(setup, family,
         assert [s for th, s in held if th == thread] == [s for th, s in computed if th == thread]
     assert torch.allclose(got.final, want.final, rtol=0, atol=1e-12), (got.final - want.final).abs().max()
     assert torch.equal(got.accesses, want.accesses)
+
+
+@pytest.mark.exact
+def test_a_supervised_tasks_batches_are_the_generic_draw_whatever_agents_came_before(setup):
+    """SupervisedTask.sample keeps the last agents' counts and offsets: its batches are Task.sample's (example
+    ⌊u·m_agent⌋ of each keyed uniform, gathered) for agents that repeat, change (also in place), and in a restricted
+    copy (its own offsets), bit for bit."""
+    from privdl.tasks.base import Task
+
+    _, task = setup
+    keys = Keys(SEED, N)
+    agents = torch.tensor([0, 2])
+    cases = [(task, agents), (task, agents), (task, torch.tensor([2, 0])), (task, agents), (task, torch.tensor([1, 2])),
+             ("held", torch.tensor([1, 2])), ("held", torch.tensor([1, 4])), (task, torch.tensor([1, 4])),
+             ("held", torch.tensor([2, 2, 1]))]
+    held = None
+    for call, (t, a) in enumerate(cases, 1):
+        if t == "held":  # restricted after the task kept [1, 2]'s columns: the copy must not use them
+            held = held or task.restrict([1, 2, 4])
+            t = held
+        draws = Draws(keys, "batch", call, a.numpy().copy(), a.numpy().copy())
+        got, want = t.sample(draws, a), Task.sample(task, draws, a)
+        assert all(torch.equal(g, w) for g, w in zip(got, want)), call
+    agents.numpy()[0] = 3  # the same tensor changed behind torch's back
+    draws = Draws(keys, "batch", 99, agents.numpy().copy(), agents.numpy().copy())
+    assert all(torch.equal(g, w) for g, w in zip(task.sample(draws, agents), Task.sample(task, draws, agents)))

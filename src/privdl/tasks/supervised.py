@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from privdl.data import DATASETS, PARTITIONERS, load_dataset, partition
 from privdl.data.datasets import Dataset
 from privdl.errors import ValidationError
+from privdl.keys import Draws
 from privdl.registry import OneOf, Registry, one_of
 from privdl.tasks.base import TASKS, Batch, Task, consensus_distance
 from privdl.tasks.models import ModuleModel, cnn, linear, mlp, resnet9, sigmoid_cnn
@@ -62,6 +63,7 @@ class SupervisedTask(Task):
             self._X_flat = self._X_flat.to(torch.uint8)
         self._y_flat = self.y.reshape(-1)
         self._offsets = torch.arange(n) * int(m_max)
+        self._last_columns: tuple | None = None  # _columns' last agents and their columns
         self.X_test = torch.as_tensor(dataset.X_test, dtype=dtype)
         self.y_test = torch.as_tensor(dataset.y_test)
         sub = rng.permutation(len(dataset.y_train))[:eval_train_samples]
@@ -130,13 +132,42 @@ class SupervisedTask(Task):
         out.dataset.X_train, out.dataset.y_train = self.dataset.X_train[:0], self.dataset.y_train[:0]
         return out
 
+    def sample(self, draws: Draws, agents: torch.Tensor) -> Batch:
+        """:meth:`Task.sample` (example ⌊u·m_agent⌋ for each keyed uniform u), gathered as :meth:`gather` does, with
+        the rows' counts and offsets taken once for the agents of consecutive accesses (:meth:`_columns`)."""
+        counts, offsets = self._columns(agents)
+        idx = (draws.uniform(self.batch_size) * counts).long()
+        return self._take(idx + offsets, *idx.shape)
+
+    def _columns(self, agents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The agents' example counts and their offsets in the flat data, as (m, 1) int64 columns; kept with a copy
+        of the agents and reused while an access asks for the same agents (the held frame: every round) of the same
+        tables (a restricted copy has its own offsets)."""
+        last = self._last_columns
+        if (last is not None and last[1] is self._counts and last[2] is self._offsets
+                and agents.dtype == torch.int64 and agents.shape == last[0].shape
+                and torch.equal(agents.cpu(), last[0])):
+            return last[3], last[4]
+        agents = agents.cpu()
+        counts = self._counts.index_select(0, agents)[:, None]
+        offsets = self._offsets.index_select(0, agents)[:, None]
+        self._last_columns = (agents.clone(), self._counts, self._offsets, counts, offsets)
+        return counts, offsets
+
     def gather(self, agents: torch.Tensor, index: torch.Tensor) -> Batch:
         """Examples ``index`` (m, K) of each row's agent, in one gather of the flat data."""
-        agents = agents.cpu()
         m, k = index.shape
-        flat = (index.cpu() + self._offsets.index_select(0, agents)[:, None]).reshape(-1).to(self.device)
-        X = self._X_flat.index_select(0, flat).to(self.dtype).reshape(m, k, *self.X.shape[2:])
-        return X, self._y_flat.index_select(0, flat).reshape(m, k)
+        return self._take(index.cpu() + self._offsets.index_select(0, agents.cpu())[:, None], m, k)
+
+    def _take(self, flat: torch.Tensor, m: int, k: int) -> Batch:
+        """The examples at positions ``flat`` (m, K) of the flat data (offset included): X (m, K, ...), y (m, K)."""
+        flat = flat.reshape(-1)
+        if self.device.type != "cpu":
+            flat = flat.to(self.device)
+        X = self._X_flat.index_select(0, flat)
+        if X.dtype != self.dtype:  # bytes (binary features): converted after the gather
+            X = X.to(self.dtype)
+        return X.reshape(m, k, *self.X.shape[2:]), self._y_flat.index_select(0, flat).reshape(m, k)
 
     def has_closed_form_gradient(self) -> bool:
         return self.model.name == "linear"
