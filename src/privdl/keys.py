@@ -533,7 +533,7 @@ class _Lookahead:
         block = self._blocks.get(sig)
         if block is not None:
             i = counter - block[0]
-            if 0 <= i < len(block[1]):
+            if 0 <= i < block[1].shape[0]:  # (not len(): a Python wrapper in torch)
                 self._last[sig] = counter
                 return block[1][i].clone()
             del self._blocks[sig]
