@@ -140,16 +140,17 @@ class SupervisedTask(Task):
         return self._take(idx + offsets, *idx.shape)
 
     def _columns(self, agents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The agents' example counts and their offsets in the flat data, as (m, 1) int64 columns; kept with a copy
-        of the agents and reused while an access asks for the same agents (the held frame: every round) of the same
-        tables (a restricted copy has its own offsets)."""
+        """The agents' example counts (float64) and their offsets (int64) in the flat data, as (m, 1) columns; kept
+        with a copy of the agents and reused while an access asks for the same agents (the held frame: every round)
+        of the same tables (a restricted copy has its own offsets)."""
         last = self._last_columns
         if (last is not None and last[1] is self._counts and last[2] is self._offsets
                 and agents.dtype == torch.int64 and agents.shape == last[0].shape
                 and torch.equal(agents.cpu(), last[0])):
             return last[3], last[4]
         agents = agents.cpu()
-        counts = self._counts.index_select(0, agents)[:, None]
+        # counts as float64, the dtype u·count is computed in anyway (exact below 2⁵³): no cast in every product
+        counts = self._counts.index_select(0, agents).to(torch.float64)[:, None]
         offsets = self._offsets.index_select(0, agents)[:, None]
         self._last_columns = (agents.clone(), self._counts, self._offsets, counts, offsets)
         return counts, offsets
