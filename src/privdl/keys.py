@@ -629,9 +629,11 @@ class Keys:
 
         out = None
         if size < WIDE and fn is not integers:  # small rows: from a block drawn ahead once the counters run on
-            given = [None if a is None else np.asarray(a, dtype=np.int64).reshape(-1) for a in (rows, requesters)]
-            m = len(keys) if everyone else self.rows if rows is None else len(given[0])
-            sig = (fn, purpose, size, *kw.items(), *(None if a is None else a.tobytes() for a in given))
+            r = None if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
+            q = None if requesters is None else np.asarray(requesters, dtype=np.int64).reshape(-1)
+            m = len(keys) if everyone else self.rows if r is None else len(r)
+            sig = (fn, purpose, size, *kw.items(), None if r is None else r.tobytes(),
+                   None if q is None else q.tobytes())
             out = self._ahead.get(sig, counter, m * size,
                                   lambda c: fn(fold(own()[None], c[:, None]).reshape(-1), size, **kw))
         if out is None:
