@@ -210,11 +210,11 @@ class SupervisedTask(Task):
         (binary) or softmax(z) − onehot(y); example b's gradient is r_b [x_bᵀ, 1]."""
         X, y = batch
         n, B = y.shape
-        Xf = X.reshape(n, B, -1)
+        Xf = X if X.dim() == 3 else X.reshape(n, B, -1)
         k = self.model.shapes[-1][0]
         f = Xf.shape[-1]
         W = x[:, : k * f].reshape(n, k, f)
-        z = torch.baddbmm(x[:, k * f:][:, None, :], Xf, W.transpose(1, 2))  # (n, B, k)
+        z = torch.baddbmm(x[:, None, k * f:], Xf, W.transpose(1, 2))  # (n, B, k)
         if self.binary:
             return Xf, torch.sigmoid(z) - y[..., None].to(z.dtype)
         # softmax(z) − onehot(y) as one op: −1 added at each example's class (p + (−1) is p − 1 and the other
