@@ -1,6 +1,6 @@
 """Benchmark: `privdl run --procs K` against a hand-written gloo D-SGD of the same exchange (issue 44's anchor).
 
-The anchor (``anchor`` below, ~90 lines) is what one would write by hand with torch.distributed: K processes on
+The anchor (``AnchorRound`` and ``anchor`` below, ~100 lines) is what one would write by hand with torch.distributed: K processes on
 loopback gloo, n = 2K agents on a ring (agent i talks to i ± 1, Metropolis–Hastings weights 1/3), each process
 holding two consecutive agents; every round each process computes its agents' mini-batch gradients (batch 32 of
 the same data: torch.func ``vmap(grad)`` for the MLPs, the closed form for softmax regression — as privdl does),
@@ -49,63 +49,87 @@ def _data(dataset: str):
     return X.astype(np.float32), y.astype(np.int64)
 
 
+class AnchorRound:
+    """The hand-written D-SGD's state for process ``rank`` of ``world`` and its round body (``step``), with the
+    point-to-point operations of ``p2p`` (``torch.distributed``, or a stand-in: bench_round_overhead.py's loopback
+    times the body without the wait on a peer)."""
+
+    def __init__(self, rank: int, world: int, dataset: str, hidden: int, p2p) -> None:
+        import torch
+        from torch.func import functional_call, grad, vmap
+
+        self.p2p = p2p
+        X, y = _data(dataset)
+        self.n, per = 2 * world, 2
+        self.mine = mine = list(range(rank * per, rank * per + per))
+        f, c = X.shape[1], int(y.max()) + 1
+        model = (torch.nn.Sequential(torch.nn.Linear(f, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, c))
+                 if hidden else torch.nn.Linear(f, c))
+        names = [k for k, _ in model.named_parameters()]
+        shapes = [p.shape for _, p in model.named_parameters()]
+        sizes = [p.numel() for _, p in model.named_parameters()]
+        self.x = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).expand(per, -1).clone()
+        self.data = [(torch.from_numpy(X[i::self.n]), torch.from_numpy(y[i::self.n])) for i in mine]
+
+        def loss(flat, xb, yb):
+            params = {k: v.reshape(s) for k, v, s in zip(names, flat.split(sizes), shapes)}
+            return torch.nn.functional.cross_entropy(functional_call(model, params, (xb,)), yb)
+
+        self.per_agent_grad = vmap(grad(loss))
+        if not hidden:  # softmax regression: the gradient in closed form, [(softmax(z) − onehot(y))ᵀ X, Σ r] / B
+
+            def closed_form(flat, xb, yb):
+                W, b = flat[:, :c * f].reshape(-1, c, f), flat[:, c * f:]
+                r = torch.softmax(torch.baddbmm(b[:, None, :], xb, W.transpose(1, 2)), -1)
+                r = (r - torch.nn.functional.one_hot(yb, c).to(r.dtype)) / xb.shape[1]
+                return torch.cat([torch.bmm(r.transpose(1, 2), xb).reshape(len(flat), -1), r.sum(1)], 1)
+            self.per_agent_grad = closed_form
+        n = self.n
+        owner = lambda i: (i % n) // per  # noqa: E731
+        # for each peer process: my rows its agents read, and its rows my agents read (ring neighbours i ± 1)
+        self.peers = sorted({owner(j) for i in mine for j in (i - 1, i + 1)} - {rank})
+        self.rows_out = {q: [k for k, i in enumerate(mine) if any(owner(j) == q for j in (i - 1, i + 1))]
+                         for q in self.peers}
+        self.rows_in = {q: sorted({j % n for i in mine for j in (i - 1, i + 1) if owner(j) == q}) for q in self.peers}
+        self.g = torch.Generator().manual_seed(rank)
+
+    def step(self) -> None:
+        """One round: a batch per agent, the gradient step, one irecv and one isend per peer, the combination."""
+        import torch
+
+        data, x, peers, rows_in, rows_out, n, mine = (self.data, self.x, self.peers, self.rows_in, self.rows_out,
+                                                      self.n, self.mine)
+        idx = [torch.randint(len(d[1]), (BATCH,), generator=self.g) for d in data]
+        xb = torch.stack([d[0][i] for d, i in zip(data, idx)])
+        yb = torch.stack([d[1][i] for d, i in zip(data, idx)])
+        step = x - ETA * self.per_agent_grad(x, xb, yb)
+        bufs = {q: torch.empty(len(rows_in[q]), x.shape[1]) for q in peers}
+        reqs = ([self.p2p.irecv(bufs[q], q) for q in peers]
+                + [self.p2p.isend(step[rows_out[q]].contiguous(), q) for q in peers])
+        for r in reqs:
+            r.wait()
+        rows = {i: step[k] for k, i in enumerate(mine)}
+        for q in peers:
+            rows.update({j: bufs[q][k] for k, j in enumerate(rows_in[q])})
+        self.x = torch.stack([(rows[(i - 1) % n] + rows[i] + rows[(i + 1) % n]) / 3 for i in mine])
+
+
 def anchor(rank: int, world: int, port: int, dataset: str, hidden: int, rounds: int, out: str) -> None:
     """One process of the hand-written D-SGD (see the module's docstring)."""
     import datetime
 
     import torch
     import torch.distributed as dist
-    from torch.func import functional_call, grad, vmap
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))
-    X, y = _data(dataset)
-    n, per = 2 * world, 2
-    mine = list(range(rank * per, rank * per + per))
-    f, c = X.shape[1], int(y.max()) + 1
-    model = (torch.nn.Sequential(torch.nn.Linear(f, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, c)) if hidden
-             else torch.nn.Linear(f, c))
-    names = [k for k, _ in model.named_parameters()]
-    shapes = [p.shape for _, p in model.named_parameters()]
-    sizes = [p.numel() for _, p in model.named_parameters()]
-    x = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).expand(per, -1).clone()
-    data = [(torch.from_numpy(X[i::n]), torch.from_numpy(y[i::n])) for i in mine]
-
-    def loss(flat, xb, yb):
-        params = {k: v.reshape(s) for k, v, s in zip(names, flat.split(sizes), shapes)}
-        return torch.nn.functional.cross_entropy(functional_call(model, params, (xb,)), yb)
-
-    per_agent_grad = vmap(grad(loss))
-    if not hidden:  # softmax regression: the gradient in closed form, [(softmax(z) − onehot(y))ᵀ X, Σ r] / B
-
-        def per_agent_grad(flat, xb, yb):  # noqa: F811
-            W, b = flat[:, :c * f].reshape(-1, c, f), flat[:, c * f:]
-            r = torch.softmax(torch.baddbmm(b[:, None, :], xb, W.transpose(1, 2)), -1)
-            r = (r - torch.nn.functional.one_hot(yb, c).to(r.dtype)) / xb.shape[1]
-            return torch.cat([torch.bmm(r.transpose(1, 2), xb).reshape(len(flat), -1), r.sum(1)], 1)
-    owner = lambda i: (i % n) // per  # noqa: E731
-    # for each peer process: my rows its agents read, and its rows my agents read (ring neighbours i ± 1)
-    peers = sorted({owner(j) for i in mine for j in (i - 1, i + 1)} - {rank})
-    rows_out = {q: [k for k, i in enumerate(mine) if any(owner(j) == q for j in (i - 1, i + 1))] for q in peers}
-    rows_in = {q: sorted({j % n for i in mine for j in (i - 1, i + 1) if owner(j) == q}) for q in peers}
-    g = torch.Generator().manual_seed(rank)
+    body = AnchorRound(rank, world, dataset, hidden, dist)
     seconds = []
     first = time.time()
     for _ in range(rounds):
         t0 = time.perf_counter()
-        idx = [torch.randint(len(d[1]), (BATCH,), generator=g) for d in data]
-        xb = torch.stack([d[0][i] for d, i in zip(data, idx)])
-        yb = torch.stack([d[1][i] for d, i in zip(data, idx)])
-        step = x - ETA * per_agent_grad(x, xb, yb)
-        bufs = {q: torch.empty(len(rows_in[q]), x.shape[1]) for q in peers}
-        reqs = [dist.irecv(bufs[q], q) for q in peers] + [dist.isend(step[rows_out[q]].contiguous(), q) for q in peers]
-        for r in reqs:
-            r.wait()
-        rows = {i: step[k] for k, i in enumerate(mine)}
-        for q in peers:
-            rows.update({j: bufs[q][k] for k, j in enumerate(rows_in[q])})
-        x = torch.stack([(rows[(i - 1) % n] + rows[i] + rows[(i + 1) % n]) / 3 for i in mine])
+        body.step()
         seconds.append(time.perf_counter() - t0)
     dist.barrier()
     dist.destroy_process_group()

@@ -7,7 +7,14 @@ the oracle (sampling, gradient), the Comm's plan and sums, the transport's heade
 waiting for a peer. Prints the median round and, with ``--sections``, the median time of the main parts of a round
 (each timed by a wrapper, which adds a little to every part). ``--profile`` prints cProfile's 40 largest own times.
 
-    python benchmarks/bench_round_overhead.py [--dims 15,985] [--rounds 2000] [--sections] [--profile]
+``--anchor`` also runs the hand-written anchor's round body (bench_anchor.py's ``AnchorRound``, process 0 of the
+same K = 2, n = 4 ring) over the same loopback in this process, interleaved with privdl's rounds in blocks of 100
+(after every 100 privdl rounds, 100 anchor rounds), and prints both sides' own work per round and their ratio: the
+median round of each, and the median over blocks of (privdl's block median / the next anchor block's median). Both
+sides see the same machine load at nearly the same time, so the ratio holds on a loaded machine where the
+end-to-end one (bench_anchor.py) does not.
+
+    python benchmarks/bench_round_overhead.py [--dims 15,985] [--rounds 2000] [--sections] [--profile] [--anchor]
 """
 
 from __future__ import annotations
@@ -22,12 +29,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+BLOCK = 100  # rounds per block (best median of a block; --anchor's interleaving)
 
-def one(d: int, rounds: int, sections: bool, profile: bool) -> None:
+
+def one(d: int, rounds: int, sections: bool, profile: bool, anchor: bool = False) -> None:
     import torch
 
     import privdl.runtime.transport as T
-    from bench_anchor import BATCH, CONFIG, ETA, MODELS
+    from bench_anchor import BATCH, CONFIG, ETA, MODELS, AnchorRound
     from privdl.experiment import load_config
     from privdl.experiment.build import build
     from privdl.experiment.config import expand
@@ -87,11 +96,19 @@ def one(d: int, rounds: int, sections: bool, profile: bool) -> None:
     placements = placements_for(cfg, 4, 2)
     p = placements[0]
     rounds_s: list[float] = []
+    anchor_s: list[float] = []
+    body = AnchorRound(0, 2, dataset, hidden, Loopback()) if anchor else None
     last = [time.perf_counter()]
 
     def on_step(t: int) -> None:
         now = time.perf_counter()
         rounds_s.append(now - last[0])
+        if body is not None and len(rounds_s) % BLOCK == 0:  # a block of the anchor's rounds after each of privdl's
+            for _ in range(BLOCK):
+                t0 = time.perf_counter()
+                body.step()
+                anchor_s.append(time.perf_counter() - t0)
+            now = time.perf_counter()
         last[0] = now
 
     kw = dict(part=0, placement=p, owner=owners_of(placements, 4), network=c.network, task=HeldTask(c.task, p),
@@ -111,9 +128,17 @@ def one(d: int, rounds: int, sections: bool, profile: bool) -> None:
         pstats.Stats(pr).sort_stats("tottime").print_stats(40)
         return
     run_slice(**kw)
-    blocks = [statistics.median(rounds_s[i:i + 100]) for i in range(0, len(rounds_s) - 99, 100)]
+    blocks = [statistics.median(rounds_s[i:i + BLOCK]) for i in range(0, len(rounds_s) - BLOCK + 1, BLOCK)]
     print(f"d = {d}: median round {1e3 * statistics.median(rounds_s):.3f} ms, best median of 100 rounds "
           f"{1e3 * min(blocks):.3f} ms")
+    if body is not None:
+        theirs = [statistics.median(anchor_s[i:i + BLOCK]) for i in range(0, len(anchor_s), BLOCK)]
+        ratios = [a / b for a, b in zip(blocks, theirs)]
+        print(f"  anchor: median round {1e3 * statistics.median(anchor_s):.3f} ms, best median of 100 rounds "
+              f"{1e3 * min(theirs):.3f} ms")
+        print(f"  own work privdl / anchor: {statistics.median(rounds_s) / statistics.median(anchor_s):.2f} "
+              f"(medians), {statistics.median(ratios):.2f} (median over {len(ratios)} blocks), "
+              f"{min(blocks) / min(theirs):.2f} (best blocks)")
     for label, v in times.items():
         print(f"  {label:14s} {1e6 * statistics.median(v):8.1f} us")
 
@@ -124,9 +149,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--sections", action="store_true")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--anchor", action="store_true", help="also time the anchor's round body, interleaved")
     args = ap.parse_args()
     for d in (int(v) for v in args.dims.split(",")):
-        one(d, args.rounds, args.sections, args.profile)
+        one(d, args.rounds, args.sections, args.profile, args.anchor)
 
 
 if __name__ == "__main__":
