@@ -70,8 +70,9 @@ def one(d: int, rounds: int, sections: bool, profile: bool, anchor: bool = False
     take = T.DistTransport._take
 
     def _take(self, dst, posted):
-        src, header, buffer, work = posted
-        buffer[:T.HEADER * 8].view(torch.int64).copy_(T.encode(header))
+        src, header, buffer, work = posted  # (header: the expected header, or it with its entries and more)
+        head = T.encode(header) if isinstance(header[1], str) else torch.from_numpy(header[1])
+        buffer[:T.HEADER * 8].view(torch.int64).copy_(head)
         return take(self, dst, posted)
 
     T.DistTransport._take = _take

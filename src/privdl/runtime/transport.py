@@ -85,13 +85,14 @@ class Staging:
         """A CPU byte buffer for one message (pinned on a GPU process)."""
         return torch.empty(size, dtype=torch.uint8, pin_memory=self.pin)
 
-    def message(self, header: torch.Tensor, payload: torch.Tensor) -> torch.Tensor:
+    def message(self, header: torch.Tensor | np.ndarray, payload: torch.Tensor) -> torch.Tensor:
         """The header's and the payload's bytes in one CPU buffer (one copy: off the device where the payload is
-        on one, and back to the caller only after the copy is complete — gloo reads the buffer right away)."""
+        on one, and back to the caller only after the copy is complete — gloo reads the buffer right away).
+        ``header``: its :data:`HEADER` int64 entries (a tensor, or a numpy array: written without a torch call)."""
         value = payload.detach()
         size = value.numel() * value.element_size()
         out = self.buffer(HEADER * 8 + size)
-        out[:HEADER * 8].copy_(header.view(torch.uint8))
+        out.numpy()[:HEADER * 8] = (header.numpy() if isinstance(header, torch.Tensor) else header).view(np.uint8)
         if size:
             out[HEADER * 8:].view(value.dtype).copy_(value.reshape(-1))
             if value.device.type != "cpu":
@@ -121,6 +122,9 @@ class DistTransport:
         self.staging = Staging(device)
         self._pending: list = []
         self._tags: dict[int, str] = {}
+        #: per (tag, dtype, shape): the header's entries with round and sequence 0, the payload's bytes, its dtype
+        #: and kind (what every message of a round's calls repeats: :meth:`_head`)
+        self._heads: dict[tuple, tuple] = {}
         self.payload_bytes = torch.zeros(world, dtype=torch.int64)  # sent by this process, per receiver
         self._payload = self.payload_bytes.numpy()  # the same memory: counted without a torch call per message
         self.header_bytes = 0
@@ -152,17 +156,38 @@ class DistTransport:
     def fail(self, part: int, error: BaseException) -> None:
         self.failed = (part, error)
 
+    HEADS = 4096  # (tag, dtype, shape) entries :meth:`_head` keeps (a run has a few; a bound against a leak)
+
+    def _head(self, header: tuple) -> tuple[np.ndarray, int, torch.dtype, str]:
+        """``header``'s int64 entries (a new array: :func:`_header_array`'s), the payload's size in bytes, its dtype
+        and its kind (:func:`privdl.comm.sliced.kind_of`). The part of a header that is fixed per tag, dtype and
+        shape is made once (and the tag's crc32 registered for error messages); each call copies it and writes the
+        round and the sequence number — a round of a small model sends and checks a few headers."""
+        t, tag, seq, dtype, shape = header
+        fixed = self._heads.get((tag, dtype, shape))
+        if fixed is None:
+            base = _header_array((0, tag, 0, dtype, shape))
+            self._tags[int(base[1])] = tag
+            size = DTYPES[_CODE[dtype]].itemsize
+            for s in shape:
+                size *= int(s)
+            if len(self._heads) >= self.HEADS:
+                self._heads.clear()
+            fixed = self._heads[(tag, dtype, tuple(shape))] = (base, size, DTYPES[_CODE[dtype]], kind_of(tag))
+        out = fixed[0].copy()
+        out[0], out[2] = t, seq
+        return out, fixed[1], fixed[2], fixed[3]
+
     def send(self, src: int, dst: int, header: tuple, payload: torch.Tensor) -> None:
         """Post one message to ``dst``: the header and the payload in one buffer (one gloo operation)."""
-        tag = header[1]
-        self._tags[_crc(tag)] = tag
-        message = self.staging.message(encode(header), payload)  # gloo sends CPU tensors: GPU values staged here
+        head, _, _, kind = self._head(header)
+        message = self.staging.message(head, payload)  # gloo sends CPU tensors: GPU values staged here
         try:  # (no context manager: one per message is measurable in a round of 0.2 ms)
             work = dist.isend(message, dst)
         except RuntimeError as exc:
             self._raise(exc, dst, header, "sending")
         self._pending.append((work, message, dst, header))  # the buffer kept until waited
-        size, kind = payload.numel() * payload.element_size(), kind_of(tag)
+        size = payload.numel() * payload.element_size()
         if kind == "payload":
             self._payload[dst] += size
         elif kind == "setup":
@@ -192,15 +217,11 @@ class DistTransport:
     def _post(self, src: int, header: tuple):
         """Post the receive of one message from ``src`` of the size ``header`` announces (the receiver knows every
         message's shape and dtype in advance: the Comm's static plan, the coordinator's shapes)."""
-        _, tag, _, dtype, shape = header
-        self._tags[_crc(tag)] = tag
-        size = DTYPES[_CODE[dtype]].itemsize
-        for s in shape:
-            size *= int(s)
+        head, size, dtype, kind = self._head(header)
         buffer = self.staging.buffer(HEADER * 8 + size)
-        buffer[:HEADER * 8].zero_()
+        buffer.numpy()[:HEADER * 8] = 0
         try:
-            return src, header, buffer, dist.irecv(buffer, src)
+            return src, (header, head, dtype, kind), buffer, dist.irecv(buffer, src)
         except RuntimeError as exc:
             self._raise(exc, src, header, "waiting for")
 
@@ -209,17 +230,15 @@ class DistTransport:
         tag, sequence, dtype or shape is an error naming both (a shorter message, too: its header says so). A
         message *longer* than expected never arrives here — gloo aborts the receiving process ("Received data size
         doesn't match expected size"), and its peers and the launcher then name the process that died."""
-        src, header, buffer, work = posted
+        src, (header, head, dtype, kind), buffer, work = posted
         self._wait(work, src, header, "waiting for")
-        got = buffer[:HEADER * 8]
-        if got.numpy().tobytes() != _header_array(header).tobytes():
-            got = got.view(torch.int64)
+        if buffer.numpy()[:HEADER * 8].tobytes() != head.tobytes():
             raise TransportError(f"{self._who(dst)} expected {self._describe(header)} from {self._who(src)}, "
-                                 f"received {self._decode(got)}")
-        t, tag, _, dtype, shape = header
-        if kind_of(tag) == "control":
-            self.control_received[int(t)] = self.control_received.get(int(t), 0) + int(buffer.numel())
-        return self.staging.payload(buffer[HEADER * 8:], DTYPES[_CODE[dtype]], tuple(shape), kind_of(tag))
+                                 f"received {self._decode(buffer[:HEADER * 8].view(torch.int64))}")
+        if kind == "control":
+            t = int(header[0])
+            self.control_received[t] = self.control_received.get(t, 0) + int(buffer.numel())
+        return self.staging.payload(buffer[HEADER * 8:], dtype, tuple(header[4]), kind)
 
     def recv(self, src: int, dst: int, header: tuple) -> torch.Tensor:
         return self._take(dst, self._post(src, header))
