@@ -116,12 +116,46 @@ class AgentBytes:
     def __init__(self, rows: int, held: np.ndarray | None = None) -> None:
         self.rows = int(rows)
         self.held = np.ones(self.rows, dtype=bool) if held is None else np.asarray(held, dtype=bool)
-        self.sent: dict[str, np.ndarray] = {}
-        self.received: dict[str, np.ndarray] = {}
-        self.messages: dict[str, np.ndarray] = {}
+        self._sent: dict[str, np.ndarray] = {}
+        self._received: dict[str, np.ndarray] = {}
+        self._messages: dict[str, np.ndarray] = {}
         # per-tag totals carried from checkpoints that kept only totals: (first row, end row, counts) each
         self.bases: list[tuple[int, int, dict]] = []
         self._ends: dict[tuple[int, int], tuple] = {}
+        #: calls counted but not yet added to the arrays, per (tag, ends): [ends' counts, calls, Σ width] — a call
+        #: is one dict update; the arrays are brought up to date when read (:meth:`_settle`), exactly (integers)
+        self._pending: dict[tuple, list] = {}
+
+    def _settle(self) -> None:
+        """Add the pending calls to the per-tag arrays: sent += out · Σ width, received += into · Σ width,
+        messages += messages · calls (the sums of what each call would have added: the same integers)."""
+        pending, self._pending = self._pending, {}
+        for (tag, _), (hit, calls, width) in pending.items():
+            _, _, out, into, messages = hit
+            if tag not in self._sent:
+                self._sent[tag], self._received[tag], self._messages[tag] = (np.zeros(self.rows, dtype=np.int64)
+                                                                          for _ in range(3))
+            self._sent[tag] += out * width
+            self._received[tag] += into * width
+            self._messages[tag] += messages * calls
+
+    @property
+    def sent(self) -> dict[str, np.ndarray]:
+        """Payload bytes each row sent, per tag."""
+        self._settle()
+        return self._sent
+
+    @property
+    def received(self) -> dict[str, np.ndarray]:
+        """Payload bytes each row received, per tag."""
+        self._settle()
+        return self._received
+
+    @property
+    def messages(self) -> dict[str, np.ndarray]:
+        """Messages each row counts (sent, or received from the aggregator), per tag."""
+        self._settle()
+        return self._messages
 
     def _counts(self, src: torch.Tensor, dst: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         s, d = src.detach().cpu().numpy(), dst.detach().cpu().numpy()
@@ -144,13 +178,15 @@ class AgentBytes:
                 if len(self._ends) >= self.CACHE:
                     self._ends.clear()
                 self._ends[(id(src), id(dst))] = hit
-        _, _, out, into, messages = hit
-        if tag not in self.sent:
-            self.sent[tag], self.received[tag], self.messages[tag] = (np.zeros(self.rows, dtype=np.int64)
-                                                                       for _ in range(3))
-        self.sent[tag] += out * width
-        self.received[tag] += into * width
-        self.messages[tag] += messages
+        key = (tag, id(hit))  # (the pending entry holds hit: its id is not reused while the entry lives)
+        got = self._pending.get(key)
+        if got is None:
+            if len(self._pending) >= self.CACHE:  # (calls with fresh ends, such as average's, each add an entry)
+                self._settle()
+            self._pending[key] = [hit, 1, int(width)]
+        else:
+            got[1] += 1
+            got[2] += int(width)
 
     def per_tag(self, rows: slice | None = None) -> dict[str, dict[str, int]]:
         """Bytes and messages per tag of ``rows`` (all), the carried base included."""
@@ -175,14 +211,15 @@ class AgentBytes:
                    for name in ("sent", "received", "messages")}}
 
     def load_state_dict(self, state: dict) -> None:
+        self._pending = {}
         if state.get("rows") is None:  # a coordinator's state: per-tag totals only
-            self.sent, self.received, self.messages = {}, {}, {}
+            self._sent, self._received, self._messages = {}, {}, {}
             self.bases = [(0, self.rows, dict(state["base"]))]
             return
         if state["rows"] != self.rows:
             raise ValidationError(f"a checkpoint's byte counts cover {state['rows']} rows, this run has {self.rows}")
         for name in ("sent", "received", "messages"):
-            setattr(self, name, {k: np.asarray(v, dtype=np.int64) for k, v in state[name].items()})
+            setattr(self, "_" + name, {k: np.asarray(v, dtype=np.int64) for k, v in state[name].items()})
         self.bases = [(int(a), int(z), dict(b)) for a, z, b in state.get("bases", [])]
 
 
