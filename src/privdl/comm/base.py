@@ -348,6 +348,10 @@ class RowsPlan:
     self_weight: torch.Tensor | None  # (len(rows), 1): w_ii in the values' dtype (a mix), None (a neighbour sum)
     at: torch.Tensor  # the table rows of the terms, in slot order
     weight: torch.Tensor | None  # the terms' weights in the values' dtype, in slot order (None: a neighbour sum)
+    #: a mix's own rows (in the order's ``perm``) then its terms: their table rows and weights, (rows + terms, 1) —
+    #: one gather and one product for the whole sum when it is small (:func:`canonical_rows`); None: a neighbour sum
+    fused_at: torch.Tensor | None = None
+    fused_weight: torch.Tensor | None = None
 
     @classmethod
     def of(cls, edges: Edges, rows: torch.Tensor, position: torch.Tensor, *, weighted: bool, dtype: torch.dtype,
@@ -356,7 +360,11 @@ class RowsPlan:
         at, w = _terms(edges, order, edges.weight if weighted else None, dtype, device, by_sender=True,
                        position=position)
         sw = edges.self_weight.to(dtype=dtype, device=device)[rows][:, None] if weighted else None
-        return cls(order, position[rows], sw, at, w)
+        own = position[rows]
+        if not weighted:
+            return cls(order, own, sw, at, w)
+        first, first_w = (own, sw) if order.perm is None else (own[order.perm], sw[order.perm])
+        return cls(order, own, sw, at, w, torch.cat([first, at]), torch.cat([first_w, w[:, None]]))
 
 
 def canonical_mix(x: torch.Tensor, edges: Edges) -> torch.Tensor:
@@ -376,6 +384,21 @@ def canonical_rows(table: torch.Tensor, edges: Edges, rows: torch.Tensor, positi
     if plan is None:
         plan = RowsPlan.of(edges, rows, position, weighted=weighted, dtype=table.dtype, device=table.device,
                            order=order)
+    width = table.numel() // table.shape[0] if table.shape[0] else 1
+    if plan.fused_at is not None and plan.fused_at.numel() * width <= SLOT_CHUNK:
+        # a small mix: every product w·x (the own terms, in the order's perm, then the terms slot by slot) from one
+        # gather and one multiplication — each rounded as _slot_sum rounds it —, then the slots added to the own
+        # terms in canonical order: the same additions of the same numbers, so the same bits, in fewer calls
+        term = table.index_select(0, plan.fused_at)
+        term.mul_(plan.fused_weight)
+        o = plan.order
+        m = len(rows)
+        acc = term[:m]
+        off = m
+        for c in o.counts:
+            (acc if c == m else acc[:c]).add_(term[off:off + c])
+            off += c
+        return acc if o.perm is None else acc.index_select(0, o.place)
     if weighted:
         out = table.index_select(0, plan.own)
         out.mul_(plan.self_weight)
