@@ -352,6 +352,7 @@ class RowsPlan:
     #: one gather and one product for the whole sum when it is small (:func:`canonical_rows`); None: a neighbour sum
     fused_at: torch.Tensor | None = None
     fused_weight: torch.Tensor | None = None
+    fused_split: tuple[int, ...] = ()  # the rows', then each slot's, number of entries of fused_at
 
     @classmethod
     def of(cls, edges: Edges, rows: torch.Tensor, position: torch.Tensor, *, weighted: bool, dtype: torch.dtype,
@@ -364,7 +365,8 @@ class RowsPlan:
         if not weighted:
             return cls(order, own, sw, at, w)
         first, first_w = (own, sw) if order.perm is None else (own[order.perm], sw[order.perm])
-        return cls(order, own, sw, at, w, torch.cat([first, at]), torch.cat([first_w, w[:, None]]))
+        return cls(order, own, sw, at, w, torch.cat([first, at]), torch.cat([first_w, w[:, None]]),
+                   (int(own.shape[0]), *order.counts))
 
 
 def canonical_mix(x: torch.Tensor, edges: Edges) -> torch.Tensor:
@@ -392,12 +394,10 @@ def canonical_rows(table: torch.Tensor, edges: Edges, rows: torch.Tensor, positi
         term = table.index_select(0, plan.fused_at)
         term.mul_(plan.fused_weight)
         o = plan.order
-        m = len(rows)
-        acc = term[:m]
-        off = m
-        for c in o.counts:
-            (acc if c == m else acc[:c]).add_(term[off:off + c])
-            off += c
+        m = plan.own.shape[0]
+        acc, *slots = term.split(plan.fused_split)  # (one call for every slot's view)
+        for c, part in zip(o.counts, slots):
+            (acc if c == m else acc[:c]).add_(part)
         return acc if o.perm is None else acc.index_select(0, o.place)
     if weighted:
         out = table.index_select(0, plan.own)

@@ -317,6 +317,16 @@ class SliceComm(Comm):
         held = placement.held_rows
         self.own_position = self.position[held]  # my rows' places in that table, and each peer's rows'
         self.in_position = {p: self.position[r] for p, r in self.rows_in.items()}
+        # the same table laid out as its parts arrive — my rows, then each peer's (peers in order, those that send
+        # any) — which one torch.cat builds (:meth:`_held_rows_sum` without a wire)
+        self.cat_peers = tuple(p for p, r in self.rows_in.items() if r.numel())
+        self.cat_position = torch.full((self.rows,), -1, dtype=torch.long)
+        self.cat_position[held] = torch.arange(held.numel())
+        at = held.numel()
+        for p in self.cat_peers:
+            r = self.rows_in[p]
+            self.cat_position[r] = torch.arange(at, at + r.numel())
+            at += r.numel()
         self.held_order = SlotOrder.of(e.slots[:, held])  # my rows' canonical sums (canonical_rows)
         self._on_device: dict = {}  # per plan: those index tensors on a device (_indices), the sums' RowsPlans
 
@@ -332,7 +342,7 @@ class SliceComm(Comm):
 
     #: the plan's index tensors (:meth:`to` moves them with the edges)
     INDEX = ("rows_out", "rows_in", "edges_out", "edges_in", "mine_in", "edge_mask", "read_rows", "position",
-             "own_position", "in_position")
+             "own_position", "in_position", "cat_position")
 
     def to(self, device: torch.device | str) -> "SliceComm":
         """The edges (:meth:`Comm.to`) and the plan's index tensors on ``device`` (a process of the distributed
@@ -391,11 +401,14 @@ class SliceComm(Comm):
                   like: torch.Tensor) -> dict[int, torch.Tensor]:
         """Post every peer's payload (peers in increasing order), then receive from every peer whose ``expect``
         (shape) is non-empty; one sequence number per call."""
-        sends = [(p, self._header(tag, value), value) for p, value in out.items() if value.shape[0]]
-        recvs = [(p, (self.t, tag, self.seq, str(like.dtype), shape)) for p, shape in expect.items() if shape[0]]
+        t, seq, dev = self.t, self.seq, like.device
+        sends = [(p, (t, tag, seq, str(value.dtype), tuple(value.shape)), value) for p, value in out.items()
+                 if value.shape[0]]
+        dtype = str(like.dtype)
+        recvs = [(p, (t, tag, seq, dtype, shape)) for p, shape in expect.items() if shape[0]]
         got = self.transport.exchange(self.part, sends, recvs)
         self.seq += 1
-        return {p: v.to(like.device) for p, v in got.items()}
+        return {p: v if v.device == dev else v.to(dev) for p, v in got.items()}
 
     def _rows_in(self, flat: torch.Tensor, tag: str) -> dict[int, torch.Tensor]:
         """Send each peer the rows of my agents that its agents read; the rows my agents read, by peer."""
@@ -437,6 +450,16 @@ class SliceComm(Comm):
         the messages my agents receive — by the canonical kernels on those rows (the simulator's bits)."""
         dev = own.device
         _, _, held, position = self._indices(dev)
+        if self.wire is None and tuple(got) == self.cat_peers:  # the table in arrival order: one cat, no copies in
+            key = (dev, own.dtype, weighted, "cat")
+            got_plan = self._on_device.get(key)
+            if got_plan is None:
+                at = self.cat_position.to(dev)
+                got_plan = self._on_device[key] = (at, RowsPlan.of(self.edges, held, at, weighted=weighted,
+                                                                   dtype=own.dtype, device=dev,
+                                                                   order=self.held_order))
+            table = torch.cat([own, *got.values()]) if got else own
+            return canonical_rows(table, self.edges, held, got_plan[0], weighted=weighted, plan=got_plan[1])
         table = self._table(own, got)
         if self.wire is not None:
             e, idx = self.edges, self.mine_in
@@ -708,11 +731,12 @@ class HeldComm(SliceComm):
         return self._degree
 
     def _held_sum(self, x: torch.Tensor, tag: str, *, weighted: bool) -> torch.Tensor:
-        flat = _flat(x)
+        flat = x if x.dim() == 2 else _flat(x)  # (a reshape per call and back is measurable on a small model)
         if flat.shape[0] != self.frame_rows:
             raise ValidationError(f"a held-frame Comm combines one row per held agent ({self.frame_rows}), got a "
                                   f"tensor of {flat.shape[0]} rows")
-        return self._held_rows_sum(flat, self._rows_exchange(flat, tag), tag, weighted=weighted).reshape(x.shape)
+        out = self._held_rows_sum(flat, self._rows_exchange(flat, tag), tag, weighted=weighted)
+        return out if x.dim() == 2 else out.reshape(x.shape)
 
     def _rows_exchange(self, flat: torch.Tensor, tag: str) -> dict[int, torch.Tensor]:
         """Send each peer the rows of mine its agents read, and receive the rows mine read from each peer (what

@@ -66,6 +66,10 @@ def _crc(tag: str) -> int:
     return zlib.crc32(tag.encode())
 
 
+#: the dtypes whose CPU tensors :meth:`Staging.message` copies through numpy (all of DTYPES but bfloat16)
+_NUMPY = frozenset(d for d in DTYPES if d is not torch.bfloat16)
+
+
 class Staging:
     """How a process's messages cross gloo, which moves CPU tensors only (a GPU tensor given to gloo fails:
     "writev … Bad address", ../shared/RUNTIME.md fact 8): every message is built in a CPU buffer — page-locked
@@ -92,9 +96,13 @@ class Staging:
         value = payload.detach()
         size = value.numel() * value.element_size()
         out = self.buffer(HEADER * 8 + size)
-        out.numpy()[:HEADER * 8] = (header.numpy() if isinstance(header, torch.Tensor) else header).view(np.uint8)
+        view = out.numpy()
+        view[:HEADER * 8] = (header.numpy() if isinstance(header, torch.Tensor) else header).view(np.uint8)
         if size:
-            out[HEADER * 8:].view(value.dtype).copy_(value.reshape(-1))
+            if value.device.type == "cpu" and value.dtype in _NUMPY:  # numpy's copy: no torch call on the CPU
+                view[HEADER * 8:] = value.numpy().reshape(-1).view(np.uint8)
+            else:  # (bfloat16 has no numpy dtype; a device's values are copied off it by torch)
+                out[HEADER * 8:].view(value.dtype).copy_(value.reshape(-1))
             if value.device.type != "cpu":
                 self.sent += size
         return out
