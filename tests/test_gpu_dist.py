@@ -261,6 +261,29 @@ def test_a_slice_comm_moves_every_index_it_plans_with_its_edges(held):
     assert _cpu_tensors(comm) == left and comm.position.device.type == "meta"
 
 
+def test_the_held_per_edge_plan_is_moved_once_per_device_and_edge_set():
+    """The held frame's per-edge methods (pull, push, send, reduce) index with the per-edge plan on the values'
+    device: moved there once per edge set and device (every tensor of it on that device), not on every call; a new
+    edge set (a time-varying graph's round) gets its own."""
+    from privdl.comm.sliced import HeldComm, Transport
+    from privdl.experiment.build import build_network
+    from privdl.placement import partition
+    from privdl.simulator.sliced import owners_of
+
+    net = build_network({"topology": "erdos_renyi", "n": 7, "p": 0.5, "seed": 1}, 0)
+    parts = partition(7, slices=3)
+    comm = HeldComm(net, parts[1], 1, owners_of(parts, 7), Transport(3))
+    meta = torch.device("meta")
+    moved = comm._edges_on(meta)
+    tensors = [t for v in moved.values() for t in (v.values() if isinstance(v, dict) else [v])]
+    assert {"read_at", "received", "at_received", "local_at", "in_at", "out_sent"} <= set(moved)
+    assert tensors and all(t.device.type == "meta" for t in tensors)
+    assert comm._edges_on(meta) is moved  # the second call moves nothing
+    assert comm._edges_on(torch.device("cpu")) is not moved
+    comm._set_edges(build_network({"topology": "erdos_renyi", "n": 7, "p": 0.5, "seed": 2}, 0).edges)
+    assert comm._edges_on(meta) is not moved
+
+
 # ---- staging through the CPU ----------------------------------------------------------------------------------------
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int8,
           torch.uint8, torch.bool]

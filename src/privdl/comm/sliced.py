@@ -695,6 +695,17 @@ class HeldComm(SliceComm):
         self._edge_plan = plan
         return plan
 
+    def _edges_on(self, device: torch.device) -> dict:
+        """:meth:`_edges_plan`'s index tensors on ``device``, moved once per edge set and device (the per-edge
+        methods index there every call; a ``.to`` per index and call is measurable on a GPU)."""
+        plan = self._edges_plan()
+        moved = plan.setdefault("on", {})
+        got = moved.get(device)
+        if got is None:
+            got = moved[device] = {k: {p: t.to(device) for p, t in v.items()} if isinstance(v, dict) else v.to(device)
+                                   for k, v in plan.items() if k not in ("edges", "on")}
+        return got
+
     @property
     def frame_agents(self) -> torch.Tensor:
         """The global agent of each row of this engine's tensors (``placement.held_rows``), increasing."""
@@ -774,25 +785,24 @@ class HeldComm(SliceComm):
         (the rows my agents read, as :meth:`mix`)."""
         flat = _flat(x)
         self._check_rows(flat, self.frame_rows, "held agent", "pull")
-        plan = self._edges_plan()
         self._meter(tag, self.edges.src, self.edges.dst, x)
         table = self._table(flat, self._rows_exchange(flat, tag))
-        v = table.index_select(0, plan["read_at"].to(flat.device))
+        v = table.index_select(0, self._edges_on(flat.device)["read_at"])
         self._received_part(tag, v)
         return v.reshape(-1, *x.shape[1:])
 
-    def _deliver(self, flat: torch.Tensor, tag: str, local_from: torch.Tensor, out_from: dict) -> torch.Tensor:
-        """The received list's values: entry ``local_at`` from my own ``flat[local_from]``, and from each peer what it
-        sends (my entries ``in_at[p]``); each peer gets ``flat[out_from[p]]`` (its entries, in its order)."""
-        plan = self._edges_plan()
-        dev = flat.device
-        out = {p: flat.index_select(0, idx.to(dev)) for p, idx in out_from.items()}
+    def _deliver(self, flat: torch.Tensor, tag: str, local_from: str, out_from: str) -> torch.Tensor:
+        """The received list's values: entry ``local_at`` from my own ``flat[plan[local_from]]``, and from each peer
+        what it sends (my entries ``in_at[p]``); each peer gets ``flat[plan[out_from][p]]`` (its entries, in its
+        order) — ``plan``: :meth:`_edges_plan` on ``flat``'s device."""
+        plan = self._edges_on(flat.device)
+        out = {p: flat.index_select(0, idx) for p, idx in plan[out_from].items()}
         expect = {p: (int(idx.numel()), *flat.shape[1:]) for p, idx in plan["in_at"].items()}
         got = self._exchange(tag, out, expect, flat)
         v = flat.new_empty((plan["received"].numel(), *flat.shape[1:]))
-        v.index_copy_(0, plan["local_at"].to(dev), flat.index_select(0, local_from.to(dev)))
+        v.index_copy_(0, plan["local_at"], flat.index_select(0, plan[local_from]))
         for p, value in got.items():
-            v.index_copy_(0, plan["in_at"][p].to(dev), value)
+            v.index_copy_(0, plan["in_at"][p], value)
         return v
 
     def push(self, per_edge: torch.Tensor, *, tag: str) -> torch.Tensor:
@@ -804,7 +814,7 @@ class HeldComm(SliceComm):
         if "out_reverse" not in plan:
             raise ValidationError("comm.push needs every edge's reverse (an undirected network)")
         self._meter(tag, self.edges.src, self.edges.dst, per_edge)
-        v = self._deliver(flat, tag, plan["local_from_reverse"], plan["out_reverse"])
+        v = self._deliver(flat, tag, "local_from_reverse", "out_reverse")
         self._received_part(tag, v)
         return v.reshape(-1, *per_edge.shape[1:])
 
@@ -815,7 +825,7 @@ class HeldComm(SliceComm):
         plan = self._edges_plan()
         self._check_rows(flat, plan["sent"].numel(), "edge its agents send along", "send")
         self._meter(tag, self.edges.src, self.edges.dst, per_edge)
-        v = self._deliver(flat, tag, plan["local_from_sent"], plan["out_sent"])
+        v = self._deliver(flat, tag, "local_from_sent", "out_sent")
         self._received_part(tag, v)
         return v.reshape(-1, *per_edge.shape[1:])
 
@@ -836,10 +846,9 @@ class HeldComm(SliceComm):
         else:
             w = torch.as_tensor(weight).reshape(-1)
             self._check_rows(w[:, None], plan["received"].numel(), "edge its agents receive", "reduce weight")
-            w = w.new_zeros(len(e)).index_copy_(0, plan["received"].to(w.device), w)
-        dev = flat.device
+            w = w.new_zeros(len(e)).index_copy_(0, self._edges_on(w.device)["received"], w)
         out = flat.new_zeros((self.frame_rows, flat.shape[1]))
-        out = _slot_sum(out, e, flat, w, position=plan["at_received"].to(dev), order=self.held_order)
+        out = _slot_sum(out, e, flat, w, position=self._edges_on(flat.device)["at_received"], order=self.held_order)
         return out.reshape(self.frame_rows, *per_edge.shape[1:])
 
     def average(self, x: torch.Tensor, *, tag: str) -> torch.Tensor:
