@@ -99,7 +99,8 @@ def one(d: int) -> None:
         t += CALLS
         ratios.append(tb[-1] / ta[-1])
     print(f"mix d={d}: old min {1e6*min(ta):.1f} med {1e6*statistics.median(ta):.1f} us; new min {1e6*min(tb):.1f} "
-          f"med {1e6*statistics.median(tb):.1f} us; new/old median of {PAIRS} paired blocks {statistics.median(ratios):.3f}; "
+          f"med {1e6*statistics.median(tb):.1f} us; new/old median of {PAIRS} paired blocks "
+          f"{statistics.median(ratios):.3f}; "
           f"bits equal: {torch.equal(A.mix(x, tag='x'), B.mix(x, tag='x'))}")
     print(f"A.meter sent == B.meter sent: {A.meter.per_tag() == B.meter.per_tag()}")
 

@@ -1,7 +1,7 @@
 """Benchmark: `privdl run --procs K` against a hand-written gloo D-SGD of the same exchange (issue 44's anchor).
 
-The anchor (``AnchorRound`` and ``anchor`` below, ~100 lines) is what one would write by hand with torch.distributed: K processes on
-loopback gloo, n = 2K agents on a ring (agent i talks to i ± 1, Metropolis–Hastings weights 1/3), each process
+The anchor (``AnchorRound`` and ``anchor`` below, ~100 lines) is what one would write by hand with
+torch.distributed: K processes on loopback gloo, n = 2K agents on a ring (agent i talks to i ± 1, Metropolis–Hastings weights 1/3), each process
 holding two consecutive agents; every round each process computes its agents' mini-batch gradients (batch 32 of
 the same data: torch.func ``vmap(grad)`` for the MLPs, the closed form for softmax regression — as privdl does),
 takes the step, posts one ``irecv`` and one ``isend`` per peer process (the rows its agents need / the rows the
