@@ -1,13 +1,14 @@
 """Benchmark: `privdl run --procs K` against a hand-written gloo D-SGD of the same exchange (issue 44's anchor).
 
 The anchor (``AnchorRound`` and ``anchor`` below, ~100 lines) is what one would write by hand with
-torch.distributed: K processes on loopback gloo, n = 2K agents on a ring (agent i talks to i ± 1, Metropolis–Hastings weights 1/3), each process
-holding two consecutive agents; every round each process computes its agents' mini-batch gradients (batch 32 of
-the same data: torch.func ``vmap(grad)`` for the MLPs, the closed form for softmax regression — as privdl does),
-takes the step, posts one ``irecv`` and one ``isend`` per peer process (the rows its agents need / the rows the
-peer's agents need), waits on all of them and combines: x_i ← (y_{i−1} + y_i + y_{i+1}) / 3 with y = x − η g
-(adapt then combine). privdl runs the same D-SGD (``dsgd``, mechanism ``none``, the ring's Metropolis–Hastings W,
-``sparse = true``) with the same K, n, model, batch size, rounds and one intra-op thread per process.
+torch.distributed: K processes on loopback gloo, n = 2K agents on a ring (agent i talks to i ± 1,
+Metropolis–Hastings weights 1/3), each process holding two consecutive agents; every round each process computes its
+agents' mini-batch gradients (batch 32 of the same data: torch.func ``vmap(grad)`` for the MLPs, the closed form for
+softmax regression — as privdl does), takes the step, posts one ``irecv`` and one ``isend`` per peer process (the
+rows its agents need / the rows the peer's agents need), waits on all of them and combines: x_i ← (y_{i−1} + y_i +
+y_{i+1}) / 3 with y = x − η g (adapt then combine). privdl runs the same D-SGD (``dsgd``, mechanism ``none``, the
+ring's Metropolis–Hastings W, ``sparse = true``) with the same K, n, model, batch size, rounds and one intra-op
+thread per process.
 
 Models (float32): ``d = 15``: softmax regression on iris (4 features, 3 classes); ``d = 985``: an MLP 64 → 13 → 10
 on digits; ``d = 99 985``: an MLP 64 → 1333 → 10 on digits.
