@@ -395,7 +395,7 @@ def canonical_rows(table: torch.Tensor, edges: Edges, rows: torch.Tensor, positi
         term.mul_(plan.fused_weight)
         o = plan.order
         m = plan.own.shape[0]
-        acc, *slots = term.split(plan.fused_split)  # (one call for every slot's view)
+        acc, *slots = term.split_with_sizes(plan.fused_split)  # (one call for every slot's view)
         for c, part in zip(o.counts, slots):
             (acc if c == m else acc[:c]).add_(part)
         return acc if o.perm is None else acc.index_select(0, o.place)
