@@ -124,3 +124,43 @@ def test_byte_counts_split_and_join_with_the_runs_of_a_stacked_batch():
     first.load_state_dict(slice_state(batch.state_dict(), 0, n))
     second.load_state_dict(slice_state(batch.state_dict(), n, 2 * n))
     assert first.totals() == (5 + 16, 5 + 16) and second.totals() == (32, 32)
+
+
+def test_the_meter_adds_every_call_when_read_whatever_the_ends():
+    """The meter keeps calls pending and adds them when read: after many calls — repeated ends (the edges' tensors),
+    fresh ends every call (the aggregator's, uncached) and the aggregator's end as sender — each row's bytes and
+    messages per tag are the sums of every call's, message by message (a plain loop here), with reads in between;
+    and what it keeps pending stays bounded."""
+    import numpy as np
+
+    from privdl.comm.observers import AgentBytes
+
+    n = 4
+    gen = np.random.default_rng(0)
+    meter = AgentBytes(n, held=np.array([True, False, True, True]))
+    want = {k: {} for k in ("sent", "received", "messages")}
+    src, dst = torch.tensor([1, 2, 3, 0, 0]), torch.tensor([0, 0, 1, 2, 3])
+    for call in range(200):
+        width = int(gen.integers(0, 50))
+        tag = "x" if call % 3 else "y"
+        if call % 4 == 0:  # fresh ends, some from the aggregator
+            s, d = torch.from_numpy(gen.integers(-1, n, 6)), torch.from_numpy(gen.integers(0, n, 6))
+            meter.count(tag, s, d, width, cache=False)
+        else:
+            s, d = src, dst
+            meter.count(tag, s, d, width)
+        for k in want:
+            want[k].setdefault(tag, np.zeros(n, dtype=np.int64))
+        for a, b in zip(s.tolist(), d.tolist()):
+            if a >= 0 and meter.held[a]:
+                want["sent"][tag][a] += width
+            if b >= 0 and meter.held[b]:
+                want["received"][tag][b] += width
+            at = a if a >= 0 else b  # the agent end counts the message
+            if meter.held[at]:
+                want["messages"][tag][at] += 1
+        assert len(meter._pending) <= meter.CACHE
+        if call in (0, 57, 199):
+            for k in want:
+                got = getattr(meter, k)
+                assert set(got) == set(want[k]) and all(np.array_equal(got[t], want[k][t]) for t in got), (k, call)
