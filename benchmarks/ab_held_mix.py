@@ -1,6 +1,7 @@
 """Benchmark: an in-process, interleaved A/B of the held frame's mix (issue 44) — robust to a loaded machine.
 
-Another checkout's (``--old SRC``: its ``src`` folder) privdl.comm.base, comm.observers, comm.sliced and
+Another checkout's (``--old SRC``: its ``src`` folder) privdl.comm.base, comm.observers, comm.transport, comm.wire,
+comm.sliced, comm.held (those it has: before the split of comm.sliced, that one module held them all) and
 runtime.transport are loaded as a second copy next to this tree's; each copy's HeldComm (process 0's slice of
 bench_anchor.py's K = 2, n = 4 ring, float32 rows of width d) runs over its own DistTransport with gloo replaced by
 a loopback (a received message: the expected header, then a value set by the round). Blocks of 100 mix calls
@@ -27,17 +28,20 @@ from privdl.experiment.build import build
 from privdl.experiment.config import expand
 from privdl.runtime.worker import placements_for
 from privdl.simulator.sliced import owners_of
-import privdl.comm.base, privdl.comm.observers, privdl.comm.sliced, privdl.runtime.transport  # noqa: E401,E402
 ap = argparse.ArgumentParser()
 ap.add_argument("--old", required=True, help="the other checkout's src folder")
 ap.add_argument("--dims", default="15,985")
 ap.add_argument("--pairs", type=int, default=80)
 args = ap.parse_args()
-NAMES = ["privdl.comm.base", "privdl.comm.observers", "privdl.comm.sliced", "privdl.runtime.transport"]
-new = {n: sys.modules[n] for n in NAMES}
+#: in import order; a module the other checkout lacks is skipped (its names live in one loaded before it)
+NAMES = ["privdl.comm.base", "privdl.comm.observers", "privdl.comm.transport", "privdl.comm.wire",
+         "privdl.comm.sliced", "privdl.comm.held", "privdl.runtime.transport"]
+new = {n: importlib.import_module(n) for n in NAMES}
 old = {}
 for n in NAMES:
     path = Path(args.old) / (n.replace(".", "/") + ".py")
+    if not path.exists():
+        continue
     spec = importlib.util.spec_from_file_location(n, path)
     m = importlib.util.module_from_spec(spec)
     sys.modules[n] = m
@@ -76,7 +80,7 @@ def one(d: int) -> None:
             buffer[:T.HEADER * 8].view(torch.int64).copy_(head)
             return take(self, dst, posted)
         T.DistTransport._take = _take
-        comm = mods["privdl.comm.sliced"].HeldComm(c.network, p, 0, owners_of(placements, 4),
+        comm = mods.get("privdl.comm.held", mods["privdl.comm.sliced"]).HeldComm(c.network, p, 0, owners_of(placements, 4),
                                                    T.DistTransport(0, 2, [q.agents for q in placements], timeout=60))
         comm.meter = mods["privdl.comm.observers"].AgentBytes(4, held=p.held)
         return comm
@@ -89,7 +93,6 @@ def one(d: int) -> None:
     ta, tb, ratios = [], [], []
     t = 1
     for r in range(PAIRS):
-        pair = []
         for comm, out in ((A, ta), (B, tb)) if r % 2 == 0 else ((B, tb), (A, ta)):
             t0 = time.perf_counter()
             for k in range(CALLS):

@@ -82,7 +82,7 @@ def setup(args) -> None:
 
     import numpy as np
 
-    from privdl.comm.sliced import Transport
+    from privdl.comm.transport import Transport
     from privdl.keys import RootKeys
     from privdl.mechanisms import make_mechanism
     from privdl.network import Network

@@ -79,6 +79,7 @@ def one(d: int, rounds: int, sections: bool, profile: bool, anchor: bool = False
     T.DistTransport._take = _take
     times: dict[str, list[float]] = defaultdict(list)
     if sections:
+        import privdl.comm.held as H
         import privdl.comm.sliced as S
         import privdl.simulator.access as A
 
@@ -92,7 +93,7 @@ def one(d: int, rounds: int, sections: bool, profile: bool, anchor: bool = False
                 return out
             setattr(cls, name, timed)
         for cls, name, label in ((A.GradientOracle, "__call__", "oracle (all)"),
-                                 (A.GradientOracle, "_held", "  sampling"), (S.HeldComm, "mix", "mix (all)"),
+                                 (A.GradientOracle, "_held", "  sampling"), (H.HeldComm, "mix", "mix (all)"),
                                  (S.SliceComm, "_exchange", "  exchange"), (S.SliceComm, "_held_rows_sum", "  sums")):
             wrap(cls, name, label)
     placements = placements_for(cfg, 4, 2)

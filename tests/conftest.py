@@ -129,7 +129,7 @@ def agree_slices(net, groups, placements, *, entropy=None, transport=None, ident
     one per slice, or one for all); the first error any slice raised is raised."""
     import threading
 
-    from privdl.comm.sliced import Transport
+    from privdl.comm.transport import Transport
     from privdl.keys import RootKeys
     from privdl.agreement import agree
     from privdl.simulator.sliced import owners_of

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 import privdl.keys as keys_mod
-from privdl.comm.sliced import Transport
+from privdl.comm.transport import Transport
 from privdl.keys import KEY256, Keys, RootKeys, fold, normal, stream, uniform
 from privdl.network import Network
 from privdl.placement import partition

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from privdl.algorithms import make_algorithm
-from privdl.comm.sliced import Transport
+from privdl.comm.transport import Transport
 from privdl.keys import KEY256, HeldKeys, Keys, RootKeys, fold, normal
 from privdl.mechanisms import make_mechanism
 from privdl.network import Network

@@ -241,7 +241,9 @@ def test_a_slice_comm_moves_every_index_it_plans_with_its_edges(held):
     plan — the kernels index the rows with them on the device —, leaving on the CPU only what is moved where it is
     used (the row mask, the held frame's local rows and the CPU table its per-edge plan is built from); a re-plan (a
     time-varying graph's round) moves the new plan."""
-    from privdl.comm.sliced import HeldComm, SliceComm, Transport
+    from privdl.comm.held import HeldComm
+    from privdl.comm.sliced import SliceComm
+    from privdl.comm.transport import Transport
     from privdl.experiment.build import build_network
     from privdl.placement import partition
     from privdl.simulator.sliced import owners_of
@@ -265,7 +267,8 @@ def test_the_held_per_edge_plan_is_moved_once_per_device_and_edge_set():
     """The held frame's per-edge methods (pull, push, send, reduce) index with the per-edge plan on the values'
     device: moved there once per edge set and device (every tensor of it on that device), not on every call; a new
     edge set (a time-varying graph's round) gets its own."""
-    from privdl.comm.sliced import HeldComm, Transport
+    from privdl.comm.held import HeldComm
+    from privdl.comm.transport import Transport
     from privdl.experiment.build import build_network
     from privdl.placement import partition
     from privdl.simulator.sliced import owners_of

@@ -1,6 +1,6 @@
 """The held frame (issue 44, "held rows"): an engine whose tensors have one row per agent it holds.
 
-What is exact and why. The held-frame Comm (privdl.comm.sliced.HeldComm) combines each held agent's row from the
+What is exact and why. The held-frame Comm (privdl.comm.held.HeldComm) combines each held agent's row from the
 rows it reads with the simulator's canonical summation (privdl.comm.base.canonical_rows: w_ii·x_i, then each
 in-neighbour's term rounded and added in canonical order) — the same elementwise float64 operations on the same
 numbers as SparseComm's whole-network mix, so the same bits on any CPU (elementwise mul/add round each value alone,
@@ -42,7 +42,8 @@ import torch
 
 from privdl.algorithms import make_algorithm
 from privdl.comm.base import canonical_mix, canonical_neighbour_sum
-from privdl.comm.sliced import HeldComm, Transport
+from privdl.comm.held import HeldComm
+from privdl.comm.transport import Transport
 from privdl.errors import ConfigError, ValidationError
 from privdl.keys import HeldKeys, Keys, RootKeys
 from privdl.mechanisms import make_mechanism
@@ -526,7 +527,7 @@ def test_a_held_frame_slice_computes_its_own_agents_rows_and_edges_only(setup, n
     send takes one row per edge its agents send along; the models it records are its agents' rows; Zip-DL draws
     the noise of its agents' own copies and of the edges they send along, no other; and no key of another agent —
     own or an edge's shared key without a held member — is ever derived (HeldKeys records them)."""
-    from privdl.comm import sliced as comm_sliced
+    from privdl.comm import held as comm_held
     from privdl.mechanisms.zip_dl import ZipDLEncoding
     from privdl.simulator import coordinator as coordination
     from privdl.simulator.access import GradientOracle
@@ -538,7 +539,7 @@ def test_a_held_frame_slice_computes_its_own_agents_rows_and_edges_only(setup, n
     src, dst = net.edges.src.long(), net.edges.dst.long()
     slice_of = {tuple(p.agents): k for k, p in enumerate(placements)}
     seen = []  # (slice, what, rows, owners)
-    call, send, record = GradientOracle.__call__, comm_sliced.HeldComm.send, coordination.Coordinator.record
+    call, send, record = GradientOracle.__call__, comm_held.HeldComm.send, coordination.Coordinator.record
 
     def spy_call(self, models, *, owners=None, **kw):
         seen.append((slice_of[tuple(self.placement.agents)], "gradient", models.shape[0],
@@ -565,7 +566,7 @@ def test_a_held_frame_slice_computes_its_own_agents_rows_and_edges_only(setup, n
                     schedule=make_schedule("constant", eta=0.1, iterations=ROUNDS))
     monkeypatch.setattr(ZipDLEncoding, "noise", spy_noise)
     monkeypatch.setattr(GradientOracle, "__call__", spy_call)
-    monkeypatch.setattr(comm_sliced.HeldComm, "send", spy_send)
+    monkeypatch.setattr(comm_held.HeldComm, "send", spy_send)
     monkeypatch.setattr(coordination.Coordinator, "record", spy_record)
     sources = [HeldKeys(RootKeys(SEED), p.held, record=True) for p in placements]
     got = simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech, iterations=ROUNDS,

@@ -286,7 +286,7 @@ def test_processes_agree_on_the_newest_round_every_one_of_them_has(held, want):
     only its own rounds) against the intersection computed here from all of them."""
     import threading
 
-    from privdl.comm.sliced import Transport
+    from privdl.comm.transport import Transport
     from privdl.simulator.checkpoint import agreed_round
 
     common = set.intersection(*map(set, held))

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from typer.testing import CliRunner
 
 from privdl.cli import app
-from privdl.comm.sliced import Transport
+from privdl.comm.transport import Transport
 from privdl.network import Network
 from privdl.placement import partition
 from privdl.agreement import seeded_entropy

@@ -16,7 +16,7 @@ import time
 import pytest
 import torch
 
-from privdl.comm.sliced import TransportError
+from privdl.comm.transport import TransportError
 
 CONFIG = '''name = "dist"
 seeds = [0]

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from privdl.algorithms import ALGORITHMS, make_algorithm
 from privdl.comm import Transcript
 from privdl.comm.base import LINEAR_MIXING
-from privdl.comm.sliced import Transport, TransportError
+from privdl.comm.transport import Transport, TransportError
 from privdl.errors import ValidationError
 from privdl.keys import Draws, HeldKeys, Keys, RootKeys
 from privdl.mechanisms import Clip, chain, make_mechanism
@@ -352,11 +352,11 @@ def test_a_sliced_streaming_run_with_an_eavesdropper_equals_the_simulator():
 def test_a_slice_receives_only_from_its_neighbours_slices(setup):
     """Every payload that crosses between slices goes from a slice holding a sender to a slice holding one of its
     neighbours (the aggregator of central SGD aside): no broadcast, nothing to a slice that does not need it."""
-    from privdl.comm import sliced as sliced_comm
+    from privdl.comm import transport as comm_transport
 
     net, task = setup
     pairs = set()
-    send = sliced_comm.Transport.send
+    send = comm_transport.Transport.send
 
     def spy(self, src, dst, header, payload):
         pairs.add((src, dst))
@@ -366,13 +366,13 @@ def test_a_slice_receives_only_from_its_neighbours_slices(setup):
     owner = {a: k for k, p in enumerate(placements) for a in p.agents}
     alg = make_algorithm("dsgt")
     mech = make_mechanism("decor", steps=alg.accesses(ROUNDS, net.edges), network=net, clip=1.0, epsilon=20.0)
-    sliced_comm.Transport.send = spy
+    comm_transport.Transport.send = spy
     try:
         simulate_sliced(task=task, network=net, algorithm=alg, mechanism=mech,
                         schedule=make_schedule("constant", eta=0.1, iterations=ROUNDS), iterations=ROUNDS,
                         seed=SEED, placements=placements)
     finally:
-        sliced_comm.Transport.send = send
+        comm_transport.Transport.send = send
     src, dst = net.edges.src.tolist(), net.edges.dst.tolist()
     linked = {(owner[s], owner[d]) for s, d in zip(src, dst) if owner[s] != owner[d]}
     assert (0, 1) not in linked and (1, 0) not in linked  # the network gives these two slices nothing to say

@@ -18,7 +18,7 @@ its own (BENCHMARKS.md, "Sliced backend").
 engine's tensors have one row per agent it holds, row r being ``agents[r]`` (``held_rows[r]`` in the network
 frame); only the keys, the ledger's counts and the checkpoint files stay keyed by global agent id. Memory and time
 per engine then grow with its agents and their neighbours, not with n; results equal the simulator's to rounding
-(m-row kernels; :class:`privdl.comm.sliced.HeldComm`, :func:`privdl.simulator.sliced.check_held_frame`).
+(m-row kernels; :class:`privdl.comm.held.HeldComm`, :func:`privdl.simulator.sliced.check_held_frame`).
 """
 
 from __future__ import annotations

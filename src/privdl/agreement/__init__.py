@@ -64,7 +64,7 @@ from cryptography.exceptions import InvalidTag
 
 from privdl.agreement.identity import SIGNED, Identities
 from privdl.agreement.keystore import KeyStoreError, SecretStore
-from privdl.comm.sliced import SETUP, TransportError
+from privdl.comm.transport import SETUP, TransportError
 from privdl.errors import ValidationError
 from privdl.keys import KEY256, KeySource, fold, key256
 from privdl.placement import Placement
@@ -463,7 +463,7 @@ def agree_alone(*, network, mechanism, public: KeySource, context: str,
                 keep: bool = False) -> AgreedKeys:
     """Agreed keys of a run whose agents are all in this process (the simulator): the same derivation, every
     exchange local."""
-    from privdl.comm.sliced import Transport
+    from privdl.comm.transport import Transport
     from privdl.placement import Placement
 
     n = network.n

@@ -121,7 +121,7 @@ class Algorithm(NamedTuple):
     directed_ok: bool = False
     #: why it cannot run in the held frame (an engine holding one row per agent it holds, whose Comm offers only
     #: ``mix``, ``neighbour_sum``, the per-edge methods on its agents' edges and ``average`` through slice 0's
-    #: aggregator: :class:`privdl.comm.sliced.HeldComm`; an algorithm indexes its rows and edges through
+    #: aggregator: :class:`privdl.comm.held.HeldComm`; an algorithm indexes its rows and edges through
     #: :func:`privdl.comm.frame.frame_of`), None when it can; refused there by this reason
     #: (:func:`privdl.simulator.sliced.check_held_frame`); an algorithm that declares nothing (a plug-in's) is refused
     #: there (:data:`HELD_UNCHECKED`)

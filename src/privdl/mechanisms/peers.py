@@ -98,8 +98,9 @@ class OncePerRound(ProtectedComm):
 def refuse_sliced(comm: Comm, mechanism: str) -> None:
     """Refuse a split run's network frame (a slice with a row per agent of the network): the mechanism's averaging
     runs in one engine holding every row (the simulator) or in the held frame (one row per agent held:
-    :class:`privdl.comm.sliced.HeldComm`), where each engine draws and sends its own agents' noise only."""
-    from privdl.comm.sliced import HeldComm, SliceComm
+    :class:`privdl.comm.held.HeldComm`), where each engine draws and sends its own agents' noise only."""
+    from privdl.comm.held import HeldComm
+    from privdl.comm.sliced import SliceComm
 
     if isinstance(comm, SliceComm) and not isinstance(comm, HeldComm):
         raise ValidationError(f"mechanism {mechanism!r} runs in a split run's held frame only (runtime.frame = "

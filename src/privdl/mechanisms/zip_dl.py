@@ -11,7 +11,7 @@ Algorithm 1, for sender a with closed neighbourhood Γ_a (itself included, d_a =
 
 With symmetric W the network average is untouched by the noise (Corollary 3.2). Every Y is keyed by its sender's own
 key, the receiver and the round (``keys.normal("zip_dl", t, ...)``), like every other draw of a run. So in a split
-run's held frame (:class:`privdl.comm.sliced.HeldComm`) each engine draws its own agents' Y — their own copies and
+run's held frame (:class:`privdl.comm.held.HeldComm`) each engine draws its own agents' Y — their own copies and
 the edges they send along, from their own keys — and a sender's correction needs nothing but its own draws: each
 engine's noise, messages and combination are its agents' entries of the simulator's, bit for bit.
 

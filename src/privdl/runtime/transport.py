@@ -1,6 +1,6 @@
 """The slices' transport over torch.distributed: one process per slice, neighbour-only point-to-point on gloo.
 
-The same three operations as the in-process :class:`privdl.comm.sliced.Transport` — ``send``, ``recv``,
+The same three operations as the in-process :class:`privdl.comm.transport.Transport` — ``send``, ``recv``,
 ``agree_max`` — plus ``flush``, so :class:`privdl.comm.sliced.SliceComm` (and every algorithm and mechanism
 above it) runs unchanged, and the same ``gather`` (every process's tensor at process 0, over ``send`` / ``recv``),
 so the one :class:`privdl.simulator.coordinator.Coordinator` serves threads and processes alike
@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from privdl.comm.sliced import DTYPE_CODE as _CODE, DTYPES, TransportError, kind_of
+from privdl.comm.transport import DTYPES, DTYPE_CODE as _CODE, TransportError, kind_of
 
 HEADER = 16  # int64 entries: round, crc32(tag), sequence, dtype code, ndim, shape (≤ 11 dims)
 
@@ -168,7 +168,7 @@ class DistTransport:
 
     def _head(self, header: tuple) -> tuple[np.ndarray, int, torch.dtype, str]:
         """``header``'s int64 entries (a new array: :func:`_header_array`'s), the payload's size in bytes, its dtype
-        and its kind (:func:`privdl.comm.sliced.kind_of`). The part of a header that is fixed per tag, dtype and
+        and its kind (:func:`privdl.comm.transport.kind_of`). The part of a header that is fixed per tag, dtype and
         shape is made once (and the tag's crc32 registered for error messages); each call copies it and writes the
         round and the sequence number — a round of a small model sends and checks a few headers."""
         t, tag, seq, dtype, shape = header

@@ -24,7 +24,8 @@ from privdl.agreement import agree, config_options, keys_facts, shared_groups
 from privdl.errors import ConfigError, PrivdlError, ValidationError
 from privdl.keys import HeldKeys, Keys, RootKeys, drawn
 from privdl.placement import Placement, partition
-from privdl.comm.sliced import TransportError, Wire
+from privdl.comm.transport import TransportError
+from privdl.comm.wire import Wire
 from privdl.runtime.transport import DistTransport, all_max, broadcast_bytes, broadcast_ints
 from privdl.runtime_spec import RuntimeSpec
 from privdl.simulator.checkpoint import Checkpoints

@@ -4,7 +4,7 @@ records the metrics (as the simulator computes them, on the gathered models) and
 slices write their agents' files; slice 0, once every slice has saved round t, writes the recorder's, which makes
 the round complete). It talks to the other slices through one method of its transport,
 ``gather(part, t, tag, value, shapes)`` — every slice's tensor at slice 0, the others get None —, which the
-in-process :class:`privdl.comm.sliced.Transport` (a hand-over under its lock: the others do not wait) and the
+in-process :class:`privdl.comm.transport.Transport` (a hand-over under its lock: the others do not wait) and the
 runtime's :class:`privdl.runtime.transport.DistTransport` (point-to-point to process 0) both have: threads and
 processes run the same code. With ``local_metrics`` (the distributed runtime) the slices evaluate their own agents
 instead and slice 0 receives scalars only (:meth:`Coordinator._local_metrics`, over the transport's ``send`` /

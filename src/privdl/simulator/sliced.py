@@ -3,7 +3,7 @@
 ``simulate_sliced(..., placements=partition(n, slices=K))`` runs K engines (:mod:`privdl.placement`), one per
 thread, each with only its agents' data (a :class:`HeldTask` view that refuses any other agent's), keys
 (:class:`privdl.keys.HeldKeys`: no other agent's key is ever derived) and mechanism state (its own copy), joined by
-an in-process :class:`privdl.comm.sliced.Transport` that carries exactly what would cross a process boundary. The
+an in-process :class:`privdl.comm.transport.Transport` that carries exactly what would cross a process boundary. The
 algorithm and mechanism code is the simulator's, unchanged; the result — final models, every recorded metric, the
 transcript's messages, the accesses behind the ledger — equals ``simulate(..., sparse=True)`` bit for bit
 (``tests/test_sliced.py``), which is what proves that nothing of an agent's computation needs another agent's data,
@@ -28,7 +28,10 @@ from privdl.agreement import agree, shared_groups
 from privdl.algorithms.base import Algorithm, check_directed
 from privdl.comm import Observer
 from privdl.comm.observers import AgentBytes
-from privdl.comm.sliced import HeldComm, SliceComm, Transport, Wire
+from privdl.comm.held import HeldComm
+from privdl.comm.sliced import SliceComm
+from privdl.comm.transport import Transport
+from privdl.comm.wire import Wire
 from privdl.errors import ValidationError
 from privdl.keys import HeldKeys, Keys, KeySource, RootKeys
 from privdl.mechanisms.base import GradientMechanism
@@ -57,7 +60,7 @@ def run_slice(*, part: int, placement: Placement, owner: np.ndarray, network: Ne
     run (re)started). ``held_rows``: gradients computed on the held agents' rows alone (the distributed runtime;
     equal to the simulator's within rounding) instead of the network's frame (bit for bit:
     :class:`~privdl.simulator.access.GradientOracle`). ``frame = "held"``: the engine's tensors have one row per
-    held agent (:mod:`privdl.placement`; :class:`~privdl.comm.sliced.HeldComm`; gradients on held rows) — refused
+    held agent (:mod:`privdl.placement`; :class:`~privdl.comm.held.HeldComm`; gradients on held rows) — refused
     for an algorithm or mechanism that needs more (:func:`check_held_frame`).
     Returns (models in the engine's frame, the mechanism's accesses per global row, seconds, the meter)."""
     n = network.n
@@ -98,7 +101,7 @@ WRAPS_COMM = ("it wraps the Comm (encodes what is sent per edge, or averages ove
 
 def held_frame_refusal(algorithm: Algorithm, mechanism: GradientMechanism) -> tuple[str, str] | None:
     """Why ``algorithm`` with ``mechanism`` cannot run in the held frame (one row per held agent: only
-    :data:`privdl.comm.sliced.HELD_METHODS` between agents, each agent's own data and noise) and what to do instead,
+    :data:`privdl.comm.held.HELD_METHODS` between agents, each agent's own data and noise) and what to do instead,
     or None when it can. The algorithm declares it (:attr:`~privdl.algorithms.base.Algorithm.held_reason`)."""
     network = "use runtime.frame = \"network\""
     if algorithm.held_reason is not None:
