@@ -330,6 +330,44 @@ def test_received_payloads_go_to_the_device_and_control_stays_on_the_cpu():
     assert stage.received == 24 and not stage.pin  # pinned buffers only for a CUDA device
 
 
+def test_reused_send_buffers_carry_each_message_as_sent(monkeypatch):
+    """DistTransport.send reuses a (receiver, tag, dtype, shape)'s buffer once its send completed: every message
+    still leaves with its own header and payload bytes — read when gloo would send them (at the wait), so a buffer
+    reused while a send is in flight would show the later message's bytes — and a payload of another dtype or
+    shape under the same header key goes out as its own bytes."""
+    import privdl.runtime.transport as T
+
+    seen = []
+
+    class Done:
+        def __init__(self, message):
+            self.message = message
+
+        def wait(self):
+            seen.append(self.message.numpy().tobytes())
+
+    class Loopback:
+        def isend(self, message, dst):
+            return Done(message)
+
+    monkeypatch.setattr(T, "dist", Loopback())
+    t = T.DistTransport(0, 3, [(0,), (1,), (2,)], timeout=10)
+    want = []
+    for r in range(3):
+        for seq, dst in ((0, 1), (1, 1), (2, 2)):  # two sends to peer 1 in flight together, same key
+            value = torch.arange(6, dtype=torch.float32).reshape(2, 3) * (r + 1) + seq
+            header = (r, "theta", seq, "torch.float32", (2, 3))
+            t.send(0, dst, header, value)
+            want.append(T.encode(header).numpy().tobytes() + value.numpy().tobytes())
+        t.flush(0)
+    odd = torch.arange(6, dtype=torch.float64)  # neither the header's dtype nor its shape
+    header = (3, "theta", 0, "torch.float32", (2, 3))
+    t.send(0, 1, header, odd)
+    t.flush(0)
+    assert seen == want + [T.encode(header).numpy().tobytes() + odd.numpy().tobytes()]
+    assert t.payload_bytes.tolist() == [0, 3 * 24 * 2 + 48, 3 * 24]
+
+
 def _staged_pair(rank, port, out):
     import datetime
 

@@ -98,14 +98,21 @@ class Staging:
         out = self.buffer(HEADER * 8 + size)
         view = out.numpy()
         view[:HEADER * 8] = (header.numpy() if isinstance(header, torch.Tensor) else header).view(np.uint8)
-        if size:
-            if value.device.type == "cpu" and value.dtype in _NUMPY:  # numpy's copy: no torch call on the CPU
-                view[HEADER * 8:] = value.numpy().reshape(-1).view(np.uint8)
-            else:  # (bfloat16 has no numpy dtype; a device's values are copied off it by torch)
-                out[HEADER * 8:].view(value.dtype).copy_(value.reshape(-1))
-            if value.device.type != "cpu":
-                self.sent += size
+        self.fill(out, view, value)
         return out
+
+    def fill(self, out: torch.Tensor, view: np.ndarray, value: torch.Tensor) -> None:
+        """Write ``value``'s bytes after the header of the message buffer ``out`` (``view``: its numpy view), which
+        has exactly their size: :meth:`message`'s copy, into a buffer made earlier (a sender's buffer is reused
+        once its last send completed: :meth:`DistTransport.send`)."""
+        if view.size > HEADER * 8:
+            if value.device.type == "cpu" and value.dtype in _NUMPY:  # numpy's copy: no torch call on the CPU
+                view[HEADER * 8:] = (value.detach() if value.requires_grad else value).numpy().reshape(-1) \
+                    .view(np.uint8)
+            else:  # (bfloat16 has no numpy dtype; a device's values are copied off it by torch)
+                out[HEADER * 8:].view(value.dtype).copy_(value.detach().reshape(-1))
+            if value.device.type != "cpu":
+                self.sent += view.size - HEADER * 8
 
     def payload(self, data: torch.Tensor, dtype: torch.dtype, shape: tuple, kind: str) -> torch.Tensor:
         """A received message's payload bytes ``data`` (CPU) as a tensor of ``dtype`` and ``shape``: on the device
@@ -133,6 +140,9 @@ class DistTransport:
         #: per (tag, dtype, shape): the header's entries with round and sequence 0, the payload's bytes, its dtype
         #: and kind (what every message of a round's calls repeats: :meth:`_head`)
         self._heads: dict[tuple, tuple] = {}
+        #: per (receiver, tag, dtype, shape): a send buffer not in flight, its numpy view, its header's int64
+        #: entries (a view), the payload's dtype, shape, bytes and kind (:meth:`send`)
+        self._outgoing: dict[tuple, tuple] = {}
         self.payload_bytes = torch.zeros(world, dtype=torch.int64)  # sent by this process, per receiver
         self._payload = self.payload_bytes.numpy()  # the same memory: counted without a torch call per message
         self.header_bytes = 0
@@ -186,16 +196,39 @@ class DistTransport:
         out[0], out[2] = t, seq
         return out, fixed[1], fixed[2], fixed[3]
 
+    OUTGOING = 1024  # send buffers :meth:`send` keeps for reuse (a run has a few; a bound against a leak)
+
     def send(self, src: int, dst: int, header: tuple, payload: torch.Tensor) -> None:
-        """Post one message to ``dst``: the header and the payload in one buffer (one gloo operation)."""
-        head, _, _, kind = self._head(header)
-        message = self.staging.message(head, payload)  # gloo sends CPU tensors: GPU values staged here
+        """Post one message to ``dst``: the header and the payload in one buffer (one gloo operation). The buffer
+        of a (receiver, tag, dtype, shape) is made once, with the header's fixed part written, and reused by the
+        next such send after this one completed (:meth:`flush` hands it back): each send writes the round, the
+        sequence number and the payload's bytes into it (a payload whose dtype or shape is not the header's gets a
+        buffer of its own, as before)."""
+        t, tag, seq, dtype, shape = header
+        key = (dst, tag, dtype, shape)
+        slot = self._outgoing.pop(key, None)
+        if slot is None or payload.dtype is not slot[3] or payload.shape != slot[4]:
+            if slot is not None:  # (a mismatched payload: its own buffer, the kept one stays)
+                self._outgoing[key] = slot
+            head, size, want, kind = self._head(header)
+            if slot is None and payload.dtype is want and payload.numel() * payload.element_size() == size:
+                message = self.staging.buffer(HEADER * 8 + size)
+                view = message.numpy()
+                view[:HEADER * 8] = head.view(np.uint8)
+                slot = (message, view, view[:HEADER * 8].view(np.int64), want, payload.shape, size, kind)
+            else:
+                key = slot = None
+                message = self.staging.message(head, payload)
+                size = payload.numel() * payload.element_size()
+        if slot is not None:
+            message, view, entries, _, _, size, kind = slot
+            entries[0], entries[2] = t, seq
+            self.staging.fill(message, view, payload)  # gloo sends CPU tensors: GPU values staged here
         try:  # (no context manager: one per message is measurable in a round of 0.2 ms)
             work = dist.isend(message, dst)
         except RuntimeError as exc:
             self._raise(exc, dst, header, "sending")
-        self._pending.append((work, message, dst, header))  # the buffer kept until waited
-        size = payload.numel() * payload.element_size()
+        self._pending.append((work, message, dst, header, key, slot))  # the buffer kept until waited
         if kind == "payload":
             self._payload[dst] += size
         elif kind == "setup":
@@ -264,9 +297,16 @@ class DistTransport:
         return out
 
     def flush(self, part: int) -> None:
+        """Wait for every posted send; each reusable buffer goes back to :meth:`send`'s store once its send is
+        complete (gloo no longer reads it)."""
         pending, self._pending = self._pending, []
-        for work, _, dst, header in pending:
+        out = self._outgoing
+        for work, _, dst, header, key, slot in pending:
             self._wait(work, dst, header, "sending")
+            if slot is not None:
+                if len(out) >= self.OUTGOING:
+                    out.clear()
+                out[key] = slot
 
     def gather(self, part: int, t: int, tag: str, value: torch.Tensor,
                shapes: list[tuple[int, ...]]) -> list[torch.Tensor] | None:
