@@ -309,6 +309,9 @@ def test_staging_leaves_the_bytes_on_the_wire_as_they_were(dtype):
     assert message.numpy().tobytes() == want
     back = stage.payload(message[HEADER * 8:], dtype, tuple(value.shape), "payload")
     assert torch.equal(back, value)
+    for kind in ("payload", "control"):  # the bytes as a numpy view (what DistTransport hands a CPU process)
+        back = stage.payload(message.numpy()[HEADER * 8:], dtype, tuple(value.shape), kind)
+        assert back.dtype == dtype and torch.equal(back, value)
     assert stage.message(h, value[:0]).numel() == HEADER * 8
     assert stage.sent == stage.received == 0  # nothing crossed a device
 
@@ -328,6 +331,10 @@ def test_received_payloads_go_to_the_device_and_control_stays_on_the_cpu():
         got = stage.payload(data, torch.int64, (3,), kind)
         assert got.device.type == "cpu" and got.tolist() == data.view(torch.int64).tolist()
     assert stage.received == 24 and not stage.pin  # pinned buffers only for a CUDA device
+    got = stage.payload(data.numpy(), torch.float64, (3,), "payload")  # a numpy view of the bytes, too
+    assert got.device.type == "meta" and got.shape == (3,) and stage.received == 48
+    got = stage.payload(data.numpy(), torch.int64, (3,), "control")
+    assert got.device.type == "cpu" and got.tolist() == data.view(torch.int64).tolist()
 
 
 def test_reused_send_buffers_carry_each_message_as_sent(monkeypatch):

@@ -68,6 +68,8 @@ def _crc(tag: str) -> int:
 
 #: the dtypes whose CPU tensors :meth:`Staging.message` copies through numpy (all of DTYPES but bfloat16)
 _NUMPY = frozenset(d for d in DTYPES if d is not torch.bfloat16)
+#: each of those dtypes' numpy dtype (:meth:`Staging.payload`'s view of received bytes)
+_AS_NUMPY = {d: torch.empty(0, dtype=d).numpy().dtype for d in _NUMPY}
 
 
 class Staging:
@@ -114,9 +116,21 @@ class Staging:
             if value.device.type != "cpu":
                 self.sent += view.size - HEADER * 8
 
-    def payload(self, data: torch.Tensor, dtype: torch.dtype, shape: tuple, kind: str) -> torch.Tensor:
+    def stays(self, kind: str) -> bool:
+        """Whether a received message of ``kind`` stays on the CPU (control and setup, or any on a CPU process)."""
+        return kind != "payload" or self.device.type == "cpu"
+
+    def payload(self, data: torch.Tensor | np.ndarray, dtype: torch.dtype, shape: tuple, kind: str) -> torch.Tensor:
         """A received message's payload bytes ``data`` (CPU) as a tensor of ``dtype`` and ``shape``: on the device
-        for a payload (``kind``), on the CPU for control and setup."""
+        for a payload (``kind``), on the CPU for control and setup. ``data`` is a uint8 tensor, or — for a message
+        that stays on the CPU (:meth:`stays`) — a numpy view of the bytes: then the tensor is numpy's view of them
+        (one torch call, not a slice, a view and a reshape; a device's copy needs the buffer's own tensor, whose
+        page-locked block torch's host allocator keeps until the copy is done)."""
+        if isinstance(data, np.ndarray):
+            like = _AS_NUMPY.get(dtype)
+            if like is not None and self.stays(kind):
+                return torch.from_numpy(data.view(like).reshape(shape))
+            data = torch.from_numpy(data)
         value = data.view(dtype).reshape(shape)
         if kind == "payload" and self.device.type != "cpu":
             self.received += data.numel()
@@ -260,9 +274,10 @@ class DistTransport:
         message's shape and dtype in advance: the Comm's static plan, the coordinator's shapes)."""
         head, size, dtype, kind = self._head(header)
         buffer = self.staging.buffer(HEADER * 8 + size)
-        buffer.numpy()[:HEADER * 8] = 0
+        view = buffer.numpy()
+        view[:HEADER * 8] = 0
         try:
-            return src, (header, head, dtype, kind), buffer, dist.irecv(buffer, src)
+            return src, (header, head, dtype, kind, view), buffer, dist.irecv(buffer, src)
         except RuntimeError as exc:
             self._raise(exc, src, header, "waiting for")
 
@@ -271,15 +286,17 @@ class DistTransport:
         tag, sequence, dtype or shape is an error naming both (a shorter message, too: its header says so). A
         message *longer* than expected never arrives here — gloo aborts the receiving process ("Received data size
         doesn't match expected size"), and its peers and the launcher then name the process that died."""
-        src, (header, head, dtype, kind), buffer, work = posted
+        src, (header, head, dtype, kind, view), buffer, work = posted
         self._wait(work, src, header, "waiting for")
-        if buffer.numpy()[:HEADER * 8].tobytes() != head.tobytes():
+        if view[:HEADER * 8].tobytes() != head.tobytes():
             raise TransportError(f"{self._who(dst)} expected {self._describe(header)} from {self._who(src)}, "
                                  f"received {self._decode(buffer[:HEADER * 8].view(torch.int64))}")
         if kind == "control":
             t = int(header[0])
             self.control_received[t] = self.control_received.get(t, 0) + int(buffer.numel())
-        return self.staging.payload(buffer[HEADER * 8:], dtype, tuple(header[4]), kind)
+        staging = self.staging
+        return staging.payload(view[HEADER * 8:] if staging.stays(kind) else buffer[HEADER * 8:], dtype,
+                               tuple(header[4]), kind)
 
     def recv(self, src: int, dst: int, header: tuple) -> torch.Tensor:
         return self._take(dst, self._post(src, header))
