@@ -94,7 +94,8 @@ def one(d: int, rounds: int, sections: bool, profile: bool, anchor: bool = False
             setattr(cls, name, timed)
         for cls, name, label in ((A.GradientOracle, "__call__", "oracle (all)"),
                                  (A.GradientOracle, "_held", "  sampling"), (H.HeldComm, "mix", "mix (all)"),
-                                 (S.SliceComm, "_exchange", "  exchange"), (S.SliceComm, "_held_rows_sum", "  sums")):
+                                 (S.SliceComm, "_send_receive" if hasattr(S.SliceComm, "_send_receive") else
+                                  "_exchange", "  exchange"), (S.SliceComm, "_held_rows_sum", "  sums")):
             wrap(cls, name, label)
     placements = placements_for(cfg, 4, 2)
     p = placements[0]

@@ -53,7 +53,7 @@ class HeldComm(SliceComm):
         local = torch.full((self.rows,), -1, dtype=torch.long)
         local[held] = torch.arange(held.numel())
         self.local_out = {p: local[r] for p, r in self.rows_out.items()}  # my local rows each peer reads
-        self._sends: tuple | None = None  # (device, row shape, local_out there, expected shapes): _held_sum
+        self._sends: tuple | None = None  # what _rows_exchange sends and expects, per dtype, row shape, device
         self._degree = e.degree.index_select(0, held.to(e.degree.device))[:, None]
         self._local, self._edge_plan = local, None  # the per-edge plan: made on the first per-edge call
 
@@ -152,13 +152,18 @@ class HeldComm(SliceComm):
         :meth:`mix` and :meth:`pull` exchange). What to send and what to expect is made once per plan, device and
         row shape."""
         sends = self._sends
-        if sends is None or sends[0] != flat.device or sends[1] != flat.shape[1:]:  # once per plan, device, width
+        if sends is None or sends[0] is not flat.dtype or sends[1] != flat.shape[1:] or sends[2] != flat.device:
             every = torch.arange(flat.shape[0])  # a peer that reads all my rows in order gets them uncopied
-            sends = self._sends = (flat.device, flat.shape[1:],
-                                   {p: None if torch.equal(r, every) else r.to(flat.device)
-                                    for p, r in self.local_out.items()},
-                                   {p: (int(r.numel()), *flat.shape[1:]) for p, r in self.rows_in.items()})
-        return self._exchange(tag, {p: flat if r is None else flat[r] for p, r in sends[2].items()}, sends[3], flat)
+            tail = tuple(flat.shape[1:])
+            sends = self._sends = (  # once per plan, dtype, width and device; peers with no rows to move left out
+                flat.dtype, flat.shape[1:], flat.device, str(flat.dtype),
+                tuple((p, None if torch.equal(r, every) else r.to(flat.device), (int(r.numel()), *tail))
+                      for p, r in self.local_out.items() if r.numel()),
+                tuple((p, (int(r.numel()), *tail)) for p, r in self.rows_in.items() if r.numel()))
+        t, seq, dtype = self.t, self.seq, sends[3]
+        return self._send_receive([(p, (t, tag, seq, dtype, shape), flat if r is None else flat.index_select(0, r))
+                                   for p, r, shape in sends[4]],
+                                  [(p, (t, tag, seq, dtype, shape)) for p, shape in sends[5]], flat)
 
     def _refuse(self, method: str, why: str):
         supported = f"{', '.join(HELD_METHODS[:-1])} and {HELD_METHODS[-1]}"

@@ -163,13 +163,25 @@ class SliceComm(Comm):
                   like: torch.Tensor) -> dict[int, torch.Tensor]:
         """Post every peer's payload (peers in increasing order), then receive from every peer whose ``expect``
         (shape) is non-empty; one sequence number per call."""
-        t, seq, dev = self.t, self.seq, like.device
+        t, seq = self.t, self.seq
         sends = [(p, (t, tag, seq, str(value.dtype), tuple(value.shape)), value) for p, value in out.items()
                  if value.shape[0]]
         dtype = str(like.dtype)
         recvs = [(p, (t, tag, seq, dtype, shape)) for p, shape in expect.items() if shape[0]]
+        return self._send_receive(sends, recvs, like)
+
+    def _send_receive(self, sends: list, recvs: list, like: torch.Tensor) -> dict[int, torch.Tensor]:
+        """One call's messages through the transport (``sends``: (receiver, header, payload), ``recvs``: (sender,
+        header), headers of this call's round and sequence number, which this counts): the payloads received, by
+        sender, on ``like``'s device."""
         got = self.transport.exchange(self.part, sends, recvs)
         self.seq += 1
+        if like.is_cpu:  # (the common case, checked without making a device object per payload)
+            for p, v in got.items():
+                if not v.is_cpu:
+                    got[p] = v.cpu()
+            return got
+        dev = like.device
         return {p: v if v.device == dev else v.to(dev) for p, v in got.items()}
 
     def _rows_in(self, flat: torch.Tensor, tag: str) -> dict[int, torch.Tensor]:
