@@ -87,6 +87,16 @@ class Staging:
         self.pin = self.device.type == "cuda"
         self.sent = self.received = 0
 
+    @property
+    def device(self) -> torch.device:
+        """Where the process computes (received payloads go there)."""
+        return self._device
+
+    @device.setter
+    def device(self, device: torch.device | str) -> None:
+        self._device = torch.device(device)
+        self._cpu = self._device.type == "cpu"  # (read per message: a torch.device's .type is not free)
+
     def buffer(self, size: int) -> torch.Tensor:
         """A CPU byte buffer for one message (pinned on a GPU process)."""
         return torch.empty(size, dtype=torch.uint8, pin_memory=self.pin)
@@ -108,17 +118,18 @@ class Staging:
         has exactly their size: :meth:`message`'s copy, into a buffer made earlier (a sender's buffer is reused
         once its last send completed: :meth:`DistTransport.send`)."""
         if view.size > HEADER * 8:
-            if value.device.type == "cpu" and value.dtype in _NUMPY:  # numpy's copy: no torch call on the CPU
+            cpu = value.is_cpu  # (no device object: .device makes one per call)
+            if cpu and value.dtype in _NUMPY:  # numpy's copy: no torch call on the CPU
                 view[HEADER * 8:] = (value.detach() if value.requires_grad else value).numpy().reshape(-1) \
                     .view(np.uint8)
             else:  # (bfloat16 has no numpy dtype; a device's values are copied off it by torch)
                 out[HEADER * 8:].view(value.dtype).copy_(value.detach().reshape(-1))
-            if value.device.type != "cpu":
+            if not cpu:
                 self.sent += view.size - HEADER * 8
 
     def stays(self, kind: str) -> bool:
         """Whether a received message of ``kind`` stays on the CPU (control and setup, or any on a CPU process)."""
-        return kind != "payload" or self.device.type == "cpu"
+        return self._cpu or kind != "payload"
 
     def payload(self, data: torch.Tensor | np.ndarray, dtype: torch.dtype, shape: tuple, kind: str) -> torch.Tensor:
         """A received message's payload bytes ``data`` (CPU) as a tensor of ``dtype`` and ``shape``: on the device
@@ -132,7 +143,7 @@ class Staging:
                 return torch.from_numpy(data.view(like).reshape(shape))
             data = torch.from_numpy(data)
         value = data.view(dtype).reshape(shape)
-        if kind == "payload" and self.device.type != "cpu":
+        if kind == "payload" and not self._cpu:
             self.received += data.numel()
             # from pinned memory the copy is asynchronous; torch's host allocator keeps the buffer until it is done,
             # and the device's kernels after it run on the same stream
