@@ -222,18 +222,21 @@ class SliceComm(Comm):
         """My agents' mix (``weighted``) or neighbour_sum, one row each, from their own rows ``own`` and the rows
         received from each peer (``got``) gathered into the table of the rows they read — reported to the wire as
         the messages my agents receive — by the canonical kernels on those rows (the simulator's bits)."""
-        dev = own.device
-        _, _, held, position = self._indices(dev)
         if self.wire is None and tuple(got) == self.cat_peers:  # the table in arrival order: one cat, no copies in
-            key = (dev, own.dtype, weighted, "cat")
+            # (on the CPU keyed without a device object: .device makes one per call)
+            key = ("cat", own.dtype, weighted) if own.is_cpu else (own.device, own.dtype, weighted, "cat")
             got_plan = self._on_device.get(key)
             if got_plan is None:
+                dev = own.device
+                held = self._indices(dev)[2]
                 at = self.cat_position.to(dev)
                 got_plan = self._on_device[key] = (at, RowsPlan.of(self.edges, held, at, weighted=weighted,
                                                                    dtype=own.dtype, device=dev,
-                                                                   order=self.held_order))
+                                                                   order=self.held_order), held)
             table = torch.cat([own, *got.values()]) if got else own
-            return canonical_rows(table, self.edges, held, got_plan[0], weighted=weighted, plan=got_plan[1])
+            return canonical_rows(table, self.edges, got_plan[2], got_plan[0], weighted=weighted, plan=got_plan[1])
+        dev = own.device
+        _, _, held, position = self._indices(dev)
         table = self._table(own, got)
         if self.wire is not None:
             e, idx = self.edges, self.mine_in
