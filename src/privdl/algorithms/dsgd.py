@@ -50,7 +50,8 @@ def dsgd(*, form: Annotated[str, one_of("atc", "cta")] = "atc",
             raise ValidationError("dsgd form 'atc' is plain SGD; use form = 'cta' for an optimizer")
 
         def step(s: DSGDState, ctx: StepContext) -> DSGDState:
-            return DSGDState(ctx.comm.mix(s.x - ctx.eta * ctx.gradient(s.x), tag="x"))
+            # (g * eta: Tensor.__rmul__ calls the same mul(g, eta) through one more dispatch; the same product)
+            return DSGDState(ctx.comm.mix(s.x - ctx.gradient(s.x) * ctx.eta, tag="x"))
 
         return Algorithm("dsgd", lambda x0, ctx: DSGDState(x0.clone()), step, lambda s: s.x,
                          combines=LINEAR_MIXING, transmits={"x": "model"}, held_reason=None)
