@@ -162,13 +162,16 @@ class SupervisedTask(Task):
 
     def _take(self, flat: torch.Tensor, m: int, k: int) -> Batch:
         """The examples at positions ``flat`` (m, K) of the flat data (offset included): X (m, K, ...), y (m, K)."""
-        flat = flat.reshape(-1)
         if self.device.type != "cpu":
             flat = flat.to(self.device)
-        X = self._X_flat.index_select(0, flat)
+        # torch.embedding is index_select of the rows at flat.reshape(-1), viewed as (m, K, features), and
+        # torch.take gathers y in flat's shape: the same copies in two ops, not five (≈ 5 µs an access)
+        X = torch.embedding(self._X_flat, flat)
         if X.dtype != self.dtype:  # bytes (binary features): converted after the gather
             X = X.to(self.dtype)
-        return X.reshape(m, k, *self.X.shape[2:]), self._y_flat.index_select(0, flat).reshape(m, k)
+        if self.X.dim() != 3:
+            X = X.reshape(m, k, *self.X.shape[2:])
+        return X, torch.take(self._y_flat, flat)
 
     def has_closed_form_gradient(self) -> bool:
         return self.model.name == "linear"
@@ -213,8 +216,13 @@ class SupervisedTask(Task):
         Xf = X if X.dim() == 3 else X.reshape(n, B, -1)
         k = self.model.shapes[-1][0]
         f = Xf.shape[-1]
-        W = x[:, : k * f].reshape(n, k, f)
-        z = torch.baddbmm(x[:, None, k * f:], Xf, W.transpose(1, 2))  # (n, B, k)
+        # Wᵀ (n, f, k) and the bias (n, 1, k) as one view each: the very views x[:, :kf].reshape(n, k, f)
+        # .transpose(1, 2) and x[:, None, kf:] (same sizes, strides and offsets, so baddbmm reads the same operands)
+        # without their five view ops (≈ 9 µs an access)
+        s0, s1 = x.stride()
+        at = x.storage_offset()
+        Wt = x.as_strided((n, f, k), (s0, s1, f * s1), at)
+        z = torch.baddbmm(x.as_strided((n, 1, k), (s0, x.shape[1] * s1, s1), at + k * f * s1), Xf, Wt)  # (n, B, k)
         if self.binary:
             return Xf, torch.sigmoid(z) - y[..., None].to(z.dtype)
         # softmax(z) − onehot(y) as one op: −1 added at each example's class (p + (−1) is p − 1 and the other
