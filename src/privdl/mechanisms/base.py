@@ -162,17 +162,42 @@ class GradientMechanism(ABC):
         self._headroom = int(self.budget().min()) if env.rows else 0
         self._repeat = None  # (owners, their counts, the largest): count's repeated access, of this run only
 
+    @property
+    def calls(self) -> torch.Tensor:
+        """The accesses made per row (int64): the counts so far plus the repeated increments still pending."""
+        pending = getattr(self, "_pending", None)
+        if pending is not None:
+            self._pending = None
+            self._calls = self._calls + pending[0] * pending[1]
+        return self._calls
+
+    @calls.setter
+    def calls(self, value: torch.Tensor) -> None:
+        self._calls, self._pending = value, None
+
+    def _add(self, added: torch.Tensor | int) -> None:
+        """Count ``added`` more accesses per row (a checked access). The same ``added`` object as the last one (an
+        access of every row, or the held frame's agents, every round) is one more pending repeat, added to the
+        counts when they are read (:attr:`calls`): the same integers, without a tensor op per access."""
+        pending = getattr(self, "_pending", None)
+        if pending is not None and pending[0] is added:
+            self._pending = (added, pending[1] + 1)
+            return
+        if pending is not None:
+            self._calls = self._calls + pending[0] * pending[1]
+        self._pending = (added, 1)
+
     def count(self, access: Access) -> None:
         """Count one access per row of ``access`` against its owner's budget; refuse (and count nothing) beyond it."""
         if access.everyone and getattr(self, "_headroom", 0) >= 1:  # one access per row, known to fit
-            self.calls = self.calls + 1
+            self._add(1)
             self._headroom -= 1
             return
         # the same owners tensor as the last access (a held frame's agents, every round): its counts are known and
         # ``_headroom`` (a lower bound of every row's remaining budget) says whether they fit
         repeat = getattr(self, "_repeat", None)
         if repeat is not None and repeat[0] is access.owners and getattr(self, "_headroom", 0) >= repeat[2]:
-            self.calls = self.calls + repeat[1]
+            self._add(repeat[1])
             self._headroom -= repeat[2]
             return
         added = torch.bincount(access.owners.cpu(), minlength=self.calls.numel())
