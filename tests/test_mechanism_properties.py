@@ -396,3 +396,39 @@ def test_a_run_longer_than_its_accounting_is_refused_at_the_first_access_beyond_
             simulate_sliced(**run, placements=partition(n, slices=2), frame=how)
     if how == "simulator":  # (a sliced run's slices count on copies of the mechanism)
         assert mech.calls.tolist() == [budget] * n
+
+
+def test_the_count_of_repeated_accesses_is_each_access_counted():
+    """The count defers a repeated access (every row, or the same owners tensor again) and adds the pending repeats
+    when the counts are read: what it reads must be the plain per-access sums at every point — between repeats,
+    after another access interrupts them, read twice, after the counts are set — and the budget still stops it."""
+    from privdl.keys import Keys
+    from privdl.mechanisms.base import Access, AccessBudgetExceeded, MechanismEnv
+
+    mech = make_mechanism("none", steps=[20, 20, 20, 20])
+    mech.bind(MechanismEnv(Keys(1, 4)))
+    held = torch.tensor([0, 2, 2])
+    every, want = torch.arange(4), np.zeros(4, dtype=np.int64)
+
+    def access(owners, everyone=False):
+        mech.count(Access(owners=owners, requesters=owners, call=1, everyone=everyone))
+        np.add.at(want, owners.numpy(), 1)
+
+    for _ in range(2):
+        access(held)
+    assert mech.calls.tolist() == want.tolist() == [2, 0, 4, 0]
+    assert mech.calls.tolist() == [2, 0, 4, 0]  # read twice: nothing counted again
+    access(held)
+    access(every, everyone=True)  # another increment: the held repeats are added first
+    access(every, everyone=True)
+    access(torch.tensor([1, 3]))
+    access(held)
+    assert mech.calls.tolist() == want.tolist() == [6, 3, 10, 3]
+    mech.calls = torch.tensor([0, 0, 12, 0])  # set (a checkpoint's counts, restore_calls): nothing pending
+    mech._headroom = 8
+    access(every, everyone=True)
+    assert mech.calls.tolist() == [1, 1, 13, 1]
+    with pytest.raises(AccessBudgetExceeded, match="noisy access 21 to the data of agent 2"):
+        for _ in range(9):
+            access(held)
+    assert mech.calls.tolist() == [4, 1, 19, 1]  # 3 accesses of held fit (13 → 19 at agent 2), the 4th is refused
