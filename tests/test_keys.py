@@ -182,6 +182,41 @@ def test_draws_computed_ahead_are_the_direct_draws_bit_for_bit(seed, n, size, st
     assert torch.equal(ahead.normal("noise", schedule[-1], size), alone().normal("noise", schedule[-1], size))
 
 
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 12), size=st.integers(1, 20), start=st.integers(1, 50),
+       data=st.data())
+def test_a_function_of_the_uniforms_is_that_function_of_the_direct_draws(seed, n, size, start, data):
+    """``uniform(then=(token, f))`` — f applied by the keys, to a whole block drawn ahead once the counters run on —
+    gives f of the uniforms drawn at that counter alone (⌊u·count⌋ + offset, the supervised task's positions), for
+    all rows (also replicas that share keys: f after the rows are expanded) and for given rows with requesters,
+    across blocks, jumps and a change of f."""
+    rows = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=6)))
+    requesters = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=len(rows), max_size=len(rows))))
+    counts = torch.tensor(data.draw(st.lists(st.integers(1, 10**6), min_size=n, max_size=n)), dtype=torch.float64)
+    offsets = torch.arange(n, dtype=torch.int64) * 10**6
+
+    def positions(c, o):
+        def f(u):
+            return (u * c[:, None]).long() + o[:, None]
+        return f, f
+
+    mine, theirs = positions(counts[rows], offsets[rows]), positions(counts, offsets)
+    stacked = positions(counts.repeat(2), offsets.repeat(2))
+    ahead, alone = Keys(seed, n), lambda: Keys(seed, n)
+    twins = Keys.from_seeds([seed, seed], n)  # two replicas with one root: every row's key twice (an inverse)
+    for c in list(range(start, start + 300)) + [start + 3, start + 4]:
+        got = ahead.uniform("batch", c, size, rows=rows, requesters=requesters, then=mine)
+        want = alone().uniform("batch", c, size, rows=rows, requesters=requesters)
+        assert got.dtype == torch.int64 and torch.equal(got, mine[1](want)), c
+        assert torch.equal(ahead.uniform("batch", c, size, then=theirs), theirs[1](alone().uniform("batch", c, size)))
+        assert torch.equal(twins.uniform("batch", c, size, then=stacked),
+                           stacked[1](Keys.from_seeds([seed, seed], n).uniform("batch", c, size)))
+    other = positions(counts[rows] + 1, offsets[rows])  # another f on the same rows: its own numbers, not the last
+    want = alone().uniform("batch", start + 5, size, rows=rows, requesters=requesters)
+    assert torch.equal(ahead.uniform("batch", start + 5, size, rows=rows, requesters=requesters, then=other),
+                       other[1](want))
+
+
 def test_cross_draws_are_keyed_by_owner_and_requester():
     keys = Keys(3, 4)
     own = keys.normal("noise", 1, 5, rows=np.array([2, 2, 2]), requesters=np.array([2, 0, 1]))

@@ -526,16 +526,17 @@ class _Lookahead:
         self._last: dict[tuple, int] = {}
         self._blocks: dict[tuple, tuple[int, torch.Tensor]] = {}
 
-    def get(self, sig: tuple, counter: int, rows: int, draw_block) -> torch.Tensor | None:
+    def get(self, sig: tuple, counter: int, rows: int, draw_block, then=None) -> torch.Tensor | None:
         """The draw of ``counter`` for ``sig`` (``rows`` numbers per counter) from a block — computing the next
         block when the counters run on — or None to draw it directly. ``draw_block(counters)`` draws counters (B,)
-        in one call as (B·rows, size)."""
+        in one call as (B·rows, size). ``then``: an elementwise function (broadcasting per-row columns) applied to
+        the whole block (B, m, size) once; what it serves is then read only, not copied (``Keys._draw``)."""
         block = self._blocks.get(sig)
         if block is not None:
             i = counter - block[0]
-            if 0 <= i < block[1].shape[0]:  # (not len(): a Python wrapper in torch)
+            if 0 <= i < len(block[1]):  # the block's counters as a tuple of views: no select op per draw
                 self._last[sig] = counter
-                return block[1][i].clone()
+                return block[1][i].clone() if then is None else block[1][i]
             del self._blocks[sig]
         last, self._last[sig] = self._last.get(sig), counter
         span = min(self.SPAN, self.NUMBERS // max(1, rows))
@@ -546,8 +547,11 @@ class _Lookahead:
             self._last = {sig: counter}
         values = draw_block(np.arange(counter, counter + span, dtype=np.uint64))
         values = values.view(span, -1, *values.shape[1:])
-        self._blocks[sig] = (counter, values)
-        return values[0].clone()
+        if then is not None:
+            values = then(values)
+        served = values.unbind(0)
+        self._blocks[sig] = (counter, served)
+        return served[0].clone() if then is None else served[0]
 
 
 class Keys:
@@ -620,9 +624,11 @@ class Keys:
         return g
 
     # ---- draws ----------------------------------------------------------------------------------------------------
-    def _draw(self, fn, purpose: str, counter: int, size: int, rows, requesters, **kw) -> torch.Tensor:
+    def _draw(self, fn, purpose: str, counter: int, size: int, rows, requesters, then=None, **kw) -> torch.Tensor:
         everyone = rows is None and requesters is None
         keys, inverse = self.distinct(purpose) if everyone else (None, None)
+        # then = (token, f): f applied to the draw — to a lookahead block at once where the rows are the draw's
+        post = None if then is None or inverse is not None else then[1]
 
         def own() -> np.ndarray:  # the rows' keys, computed only when something is drawn
             return keys if keys is not None else self.own(purpose, rows, requesters)
@@ -633,12 +639,16 @@ class Keys:
             q = None if requesters is None else np.asarray(requesters, dtype=np.int64).reshape(-1)
             m = len(keys) if everyone else self.rows if r is None else len(r)
             sig = (fn, purpose, size, *kw.items(), None if r is None else r.tobytes(),
-                   None if q is None else q.tobytes())
+                   None if q is None else q.tobytes(), None if then is None else then[0])
             out = self._ahead.get(sig, counter, m * size,
-                                  lambda c: fn(fold(own()[None], c[:, None]).reshape(-1), size, **kw))
+                                  lambda c: fn(fold(own()[None], c[:, None]).reshape(-1), size, **kw), post)
         if out is None:
             out = fn(fold(own(), counter), size, **kw)
-        return out if inverse is None else out[torch.from_numpy(inverse)]
+            if post is not None:
+                out = post(out)
+        if inverse is not None:
+            out = out[torch.from_numpy(inverse)]
+        return out if then is None or post is not None else then[1](out)
 
     def normal(self, purpose: str, counter: int, size: int, *, rows=None, requesters=None,
                dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -646,9 +656,13 @@ class Keys:
         requesters[j] (default: itself), at ``counter``."""
         return self._draw(normal, purpose, counter, size, rows, requesters, dtype=dtype)
 
-    def uniform(self, purpose: str, counter: int, size: int, *, rows=None, requesters=None) -> torch.Tensor:
-        """(m, size) float64 uniforms in [0, 1) from the own keys at ``counter``."""
-        return self._draw(uniform, purpose, counter, size, rows, requesters)
+    def uniform(self, purpose: str, counter: int, size: int, *, rows=None, requesters=None,
+                then: tuple | None = None) -> torch.Tensor:
+        """(m, size) float64 uniforms in [0, 1) from the own keys at ``counter``. ``then = (token, f)``: f of them
+        instead, for an elementwise f (per-row parameters as (m, 1) columns) whose values are the same bits wherever
+        an entry is computed — applied to a lookahead block at once, served read only; ``token`` (hashable, compared
+        by identity) names f and its parameters: the same token, the same f."""
+        return self._draw(uniform, purpose, counter, size, rows, requesters, then)
 
     def integers(self, purpose: str, counter: int, size: int, high: int, *, rows=None,
                  requesters=None) -> torch.Tensor:
@@ -669,8 +683,10 @@ class Draws:
     rows: np.ndarray | None = None
     requesters: np.ndarray | None = None
 
-    def uniform(self, size: int) -> torch.Tensor:
-        return self.keys.uniform(self.purpose, self.counter, size, rows=self.rows, requesters=self.requesters)
+    def uniform(self, size: int, then: tuple | None = None) -> torch.Tensor:
+        """(m, size) uniforms, or ``then[1]`` of them (read only: :meth:`Keys.uniform`)."""
+        return self.keys.uniform(self.purpose, self.counter, size, rows=self.rows, requesters=self.requesters,
+                                 then=then)
 
     def normal(self, size: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         return self.keys.normal(self.purpose, self.counter, size, rows=self.rows, requesters=self.requesters,

@@ -134,26 +134,41 @@ class SupervisedTask(Task):
 
     def sample(self, draws: Draws, agents: torch.Tensor) -> Batch:
         """:meth:`Task.sample` (example ⌊u·m_agent⌋ for each keyed uniform u), gathered as :meth:`gather` does, with
-        the rows' counts and offsets taken once for the agents of consecutive accesses (:meth:`_columns`)."""
-        counts, offsets = self._columns(agents)
-        idx = (draws.uniform(self.batch_size) * counts).long()
-        return self._take(idx + offsets, *idx.shape)
+        the rows' counts and offsets taken once for the agents of consecutive accesses (:meth:`_columns`). The flat
+        positions ⌊u·count⌋ + offset come from the keys as a function of the uniforms (``Draws.uniform(then=)``):
+        a block of counters at once when the keys draw ahead — elementwise integer arithmetic on the same products
+        (u·count in float64 is correctly rounded wherever it is computed), so the same indices."""
+        flat = draws.uniform(self.batch_size, then=self._columns(agents))
+        return self._take(flat, *flat.shape)
 
-    def _columns(self, agents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The agents' example counts (float64) and their offsets (int64) in the flat data, as (m, 1) columns; kept
-        with a copy of the agents and reused while an access asks for the same agents (the held frame: every round)
-        of the same tables (a restricted copy has its own offsets)."""
+    def _columns(self, agents: torch.Tensor) -> tuple:
+        """(f, f) with f(u) = ⌊u·count⌋ + offset for the agents' example counts (float64) and offsets (int64) in the
+        flat data as (m, 1) columns: ``Draws.uniform``'s ``then`` (f is its own token). Kept with a copy of the
+        agents and reused while an access asks for the same agents (the held frame: every round) of the same tables
+        (a restricted copy has its own offsets); the last few agent sets are kept by value, so accesses that
+        alternate between them keep their tokens (and the keys' blocks drawn ahead)."""
         last = self._last_columns
         if (last is not None and last[1] is self._counts and last[2] is self._offsets
                 and agents.dtype == torch.int64 and agents.shape == last[0].shape
                 and torch.equal(agents.cpu(), last[0])):
-            return last[3], last[4]
+            return last[3]
         agents = agents.cpu()
-        # counts as float64, the dtype u·count is computed in anyway (exact below 2⁵³): no cast in every product
-        counts = self._counts.index_select(0, agents).to(torch.float64)[:, None]
-        offsets = self._offsets.index_select(0, agents)[:, None]
-        self._last_columns = (agents.clone(), self._counts, self._offsets, counts, offsets)
-        return counts, offsets
+        known = getattr(self, "_known_columns", None)
+        if known is None or known[0] is not self._counts or known[1] is not self._offsets or len(known[2]) >= 64:
+            known = self._known_columns = (self._counts, self._offsets, {})
+        key = (str(agents.dtype), tuple(agents.shape), agents.numpy().tobytes())
+        then = known[2].get(key)
+        if then is None:
+            # counts as float64, the dtype u·count is computed in anyway (exact below 2⁵³): no cast in every product
+            counts = self._counts.index_select(0, agents).to(torch.float64)[:, None]
+            offsets = self._offsets.index_select(0, agents)[:, None]
+
+            def positions(u: torch.Tensor) -> torch.Tensor:
+                return (u * counts).long() + offsets
+
+            then = known[2][key] = (positions, positions)
+        self._last_columns = (agents.clone(), self._counts, self._offsets, then)
+        return then
 
     def gather(self, agents: torch.Tensor, index: torch.Tensor) -> Batch:
         """Examples ``index`` (m, K) of each row's agent, in one gather of the flat data."""
