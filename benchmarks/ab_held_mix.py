@@ -14,7 +14,6 @@ import argparse
 import importlib.util
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -22,10 +21,8 @@ import torch
 
 torch.set_num_threads(1)
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_anchor import BATCH, CONFIG, ETA, MODELS
-from privdl.experiment import load_config
+from bench_anchor import MODELS, held_config
 from privdl.experiment.build import build
-from privdl.experiment.config import expand
 from privdl.runtime.worker import placements_for
 from privdl.simulator.sliced import owners_of
 ap = argparse.ArgumentParser()
@@ -59,11 +56,7 @@ class Loopback:
 
 def one(d: int) -> None:
     task, dataset, hidden = MODELS[d]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "c.toml"
-        path.write_text(CONFIG.format(rounds=10, eta=ETA, n=4, task=task, dataset=dataset, batch=BATCH,
-                                      hidden=f"hidden = {hidden}" if hidden else "") + '[runtime]\nframe = "held"\n')
-        cfg = expand(load_config(path, ['runtime.backend="dist"']))[0][0].config
+    cfg = held_config(d, 10)
     c = build(cfg)
     placements = placements_for(cfg, 4, 2)
     p = placements[0]

@@ -179,12 +179,30 @@ name = "none"
 """
 
 
+def privdl_toml(world: int, task: str, dataset: str, hidden: int, rounds: int, frame: str = "network") -> str:
+    """privdl's config of the anchor's run: K = ``world`` processes, n = 2K agents, ``frame`` (``runtime.frame``)."""
+    return (CONFIG.format(rounds=rounds, eta=ETA, n=2 * world, task=task, dataset=dataset, batch=BATCH,
+                          hidden=f"hidden = {hidden}" if hidden else "")
+            + ("" if frame == "network" else f'[runtime]\nframe = "{frame}"\n'))
+
+
+def held_config(d: int, rounds: int) -> dict:
+    """The expanded config (one run, ``runtime.backend = "dist"``) of K = 2's privdl run at ``d`` in the held frame:
+    what the in-process benchmarks (bench_round_overhead, bench_oracle, ab_held_mix) run process 0's slice of."""
+    from privdl.experiment import load_config
+    from privdl.experiment.config import expand
+
+    task, dataset, hidden = MODELS[d]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "c.toml"
+        path.write_text(privdl_toml(2, task, dataset, hidden, rounds, "held"))
+        return expand(load_config(path, ['runtime.backend="dist"']))[0][0].config
+
+
 def run_privdl(world: int, task: str, dataset: str, hidden: int, rounds: int, frame: str = "network") -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "c.toml"
-        cfg.write_text(CONFIG.format(rounds=rounds, eta=ETA, n=2 * world, task=task, dataset=dataset, batch=BATCH,
-                                     hidden=f"hidden = {hidden}" if hidden else "")
-                       + ("" if frame == "network" else f'[runtime]\nframe = "{frame}"\n'))
+        cfg.write_text(privdl_toml(world, task, dataset, hidden, rounds, frame))
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "privdl.cli", "run", str(cfg), "--out", str(Path(tmp) / "o"),
                         "--procs", str(world), "--no-plot", "--quiet"], check=True)

@@ -17,7 +17,6 @@ import argparse
 import hashlib
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -27,10 +26,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 def one(d: int, rounds: int) -> None:
     import torch
 
-    from bench_anchor import BATCH, CONFIG, ETA, MODELS
-    from privdl.experiment import load_config
+    from bench_anchor import ETA, MODELS, held_config
     from privdl.experiment.build import build
-    from privdl.experiment.config import expand
     from privdl.keys import HeldKeys, Keys, RootKeys
     from privdl.mechanisms.base import MechanismEnv
     from privdl.runtime.worker import placements_for
@@ -39,11 +36,7 @@ def one(d: int, rounds: int) -> None:
 
     torch.set_num_threads(1)
     task, dataset, hidden = MODELS[d]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "c.toml"
-        path.write_text(CONFIG.format(rounds=rounds, eta=ETA, n=4, task=task, dataset=dataset, batch=BATCH,
-                                      hidden=f"hidden = {hidden}" if hidden else "") + '[runtime]\nframe = "held"\n')
-        cfg = expand(load_config(path, ['runtime.backend="dist"']))[0][0].config
+    cfg = held_config(d, rounds)
     c = build(cfg)
     p = placements_for(cfg, 4, 2)[0]
     keys = Keys(HeldKeys(RootKeys(0), p.held), 4)

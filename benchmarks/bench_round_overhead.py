@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -37,10 +36,8 @@ def one(d: int, rounds: int, sections: bool, profile: bool, anchor: bool = False
     import torch
 
     import privdl.runtime.transport as T
-    from bench_anchor import BATCH, CONFIG, ETA, MODELS, AnchorRound
-    from privdl.experiment import load_config
+    from bench_anchor import MODELS, AnchorRound, held_config
     from privdl.experiment.build import build
-    from privdl.experiment.config import expand
     from privdl.keys import HeldKeys, Keys, RootKeys
     from privdl.runtime.worker import placements_for
     from privdl.simulator.sliced import owners_of, run_slice
@@ -48,11 +45,7 @@ def one(d: int, rounds: int, sections: bool, profile: bool, anchor: bool = False
 
     torch.set_num_threads(1)
     task, dataset, hidden = MODELS[d]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "c.toml"
-        path.write_text(CONFIG.format(rounds=rounds, eta=ETA, n=4, task=task, dataset=dataset, batch=BATCH,
-                                      hidden=f"hidden = {hidden}" if hidden else "") + '[runtime]\nframe = "held"\n')
-        cfg = expand(load_config(path, ['runtime.backend="dist"']))[0][0].config
+    cfg = held_config(d, rounds)
     c = build(cfg)
 
     class Done:
