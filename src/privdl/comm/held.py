@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from privdl.comm.base import SERVER, _flat, _slot_sum
+from privdl.comm.base import _flat, _slot_sum
 from privdl.comm.sliced import SliceComm
 from privdl.comm.transport import Transport
 from privdl.comm.wire import Wire
@@ -261,15 +261,11 @@ class HeldComm(SliceComm):
         holds its own rows and the mean."""
         flat = _flat(x)
         self._check_rows(flat, self.frame_rows, "held agent", "average")
-        held = self.placement.held_rows.to(flat.device)
-        every = torch.arange(self.rows, device=flat.device)
-        server = torch.full_like(every, SERVER)
-        self._meter(tag, every, server, flat, cache=False)
-        self._meter(tag, server, every, flat, cache=False)
-        self._part(tag, held, held, server[:held.numel()], flat) if self.wire is not None else None
+        held, to_server = self._to_aggregator(flat, tag)
+        self._part(tag, held, held, to_server, flat) if self.wire is not None else None
         mean = self._aggregate(flat, tag, x.shape[1:])  # (1, 1, ...): a sliced run holds one system (groups = 1)
         out = mean.reshape(1, *x.shape[1:]).expand(x.shape).clone()
-        self._part(tag, held, server[:held.numel()], held, _flat(out)) if self.wire is not None else None
+        self._part(tag, held, to_server, held, _flat(out)) if self.wire is not None else None
         return out
 
     def average_in_place(self, x: torch.Tensor, *, tag: str, offset: torch.Tensor | None = None) -> torch.Tensor:

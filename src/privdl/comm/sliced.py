@@ -222,32 +222,26 @@ class SliceComm(Comm):
         """My agents' mix (``weighted``) or neighbour_sum, one row each, from their own rows ``own`` and the rows
         received from each peer (``got``) gathered into the table of the rows they read — reported to the wire as
         the messages my agents receive — by the canonical kernels on those rows (the simulator's bits)."""
-        if self.wire is None and tuple(got) == self.cat_peers:  # the table in arrival order: one cat, no copies in
-            # (on the CPU keyed without a device object: .device makes one per call)
-            key = ("cat", own.dtype, weighted) if own.is_cpu else (own.device, own.dtype, weighted, "cat")
-            got_plan = self._on_device.get(key)
-            if got_plan is None:
-                dev = own.device
-                held = self._indices(dev)[2]
-                at = self.cat_position.to(dev)
-                got_plan = self._on_device[key] = (at, RowsPlan.of(self.edges, held, at, weighted=weighted,
-                                                                   dtype=own.dtype, device=dev,
-                                                                   order=self.held_order), held)
-            table = torch.cat([own, *got.values()]) if got else own
-            return canonical_rows(table, self.edges, got_plan[2], got_plan[0], weighted=weighted, plan=got_plan[1])
-        dev = own.device
-        _, _, held, position = self._indices(dev)
-        table = self._table(own, got)
-        if self.wire is not None:
-            e, idx = self.edges, self.mine_in
-            src = e.src[idx]
-            self._part(tag, idx, src, e.dst[idx], table.index_select(0, self.position[src.long()].to(dev)))
-        key = (dev, table.dtype, weighted)
+        cat = self.wire is None and tuple(got) == self.cat_peers  # the table in arrival order: one cat, no copies in
+        # (on the CPU keyed without a device object: .device makes one per call)
+        key = (own.dtype, weighted, cat) if own.is_cpu else (own.device, own.dtype, weighted, cat)
         plan = self._on_device.get(key)
-        if plan is None:  # once per plan, device, dtype and kind of sum
-            plan = self._on_device[key] = RowsPlan.of(self.edges, held, position, weighted=weighted,
-                                                      dtype=table.dtype, device=dev, order=self.held_order)
-        return canonical_rows(table, self.edges, held, position, weighted=weighted, plan=plan)
+        if plan is None:  # once per plan, device, dtype, kind of sum and table layout
+            dev = own.device
+            _, _, held, position = self._indices(dev)
+            at = self.cat_position.to(dev) if cat else position
+            plan = self._on_device[key] = (held, at, RowsPlan.of(self.edges, held, at, weighted=weighted,
+                                                                  dtype=own.dtype, device=dev, order=self.held_order))
+        held, at, rows_plan = plan
+        if cat:
+            table = torch.cat([own, *got.values()]) if got else own
+        else:
+            table = self._table(own, got)
+            if self.wire is not None:
+                e, idx = self.edges, self.mine_in
+                src = e.src[idx]
+                self._part(tag, idx, src, e.dst[idx], table.index_select(0, self.position[src.long()].to(own.device)))
+        return canonical_rows(table, self.edges, held, at, weighted=weighted, plan=rows_plan)
 
     def _table(self, own: torch.Tensor, got: dict[int, torch.Tensor]) -> torch.Tensor:
         """The rows my agents read, one table row each (row j of the network at ``position[j]``): my agents' own
@@ -316,16 +310,27 @@ class SliceComm(Comm):
         """Through the aggregator (hosted by slice 0): it receives every held row, computes the simulator's mean of
         the complete tensor and sends it back."""
         flat = _flat(x)
-        held = self.placement.held_rows.to(x.device)
-        rows = torch.arange(self.rows, device=x.device)
-        server = torch.full_like(rows, SERVER)
-        self._meter(tag, rows, server, flat, cache=False)
-        self._meter(tag, server, rows, flat, cache=False)
-        self._part(tag, held, held, server[held], flat[held]) if self.wire is not None else None
+        held, to_server = self._to_aggregator(flat, tag)
+        self._part(tag, held, held, to_server, flat[held]) if self.wire is not None else None
         mean = self._aggregate(flat[held], tag, x.shape[1:])
         out = mean.expand(self.groups, self.rows // self.groups, *x.shape[1:]).reshape(x.shape).clone()
-        self._part(tag, held, server[held], held, _flat(out)[held]) if self.wire is not None else None
+        self._part(tag, held, to_server, held, _flat(out)[held]) if self.wire is not None else None
         return out
+
+    def _to_aggregator(self, flat: torch.Tensor, tag: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Meter :meth:`average`'s messages (``tag``) of ``flat``'s rows — every agent's to the aggregator (``SERVER``) and
+        back, as the simulator counts them — and return (my held rows, ``SERVER`` per held row) on ``flat``'s
+        device: the ends made once per plan and device (the meter then counts them from its cache)."""
+        key = ("average", flat.device)
+        ends = self._on_device.get(key)
+        if ends is None:
+            every = torch.arange(self.rows, device=flat.device)
+            held = self.placement.held_rows.to(flat.device)
+            ends = self._on_device[key] = (every, torch.full_like(every, SERVER), held, torch.full_like(held, SERVER))
+        every, server, held, to_server = ends
+        self._meter(tag, every, server, flat)
+        self._meter(tag, server, every, flat)
+        return held, to_server
 
     def _aggregate(self, mine: torch.Tensor, tag: str, tail: tuple) -> torch.Tensor:
         """The trusted aggregator of :meth:`average`, hosted by slice 0: every slice sends it its agents' rows
