@@ -116,8 +116,7 @@ class Staging:
         ``header``: its :data:`HEADER` int64 entries (a tensor, or a numpy array: written without a torch call)."""
         value = payload.detach()
         size = value.numel() * value.element_size()
-        out = self.buffer(HEADER * 8 + size)
-        view = out.numpy()
+        out, view = self.buffers(HEADER * 8 + size)
         view[:HEADER * 8] = (header.numpy() if isinstance(header, torch.Tensor) else header).view(np.uint8)
         self.fill(out, view, value)
         return out
