@@ -123,37 +123,51 @@ def run_and_reaccount(tmp_path, text: str) -> tuple[dict, "object", dict]:
     return man, path, json.loads(res.output)
 
 
+def in_slices(parts: int, work, transport=None):
+    """Run ``work(k, transport)`` for every slice k < ``parts`` in a thread of its own over one in-process transport
+    (a new one unless given); a slice's error fails the transport (its peers' waits end). Returns (transport, each
+    slice's error or None)."""
+    import threading
+
+    from privdl.comm.transport import Transport
+
+    transport = transport or Transport(parts, timeout=20)
+    errors = [None] * parts
+
+    def run(k):
+        try:
+            work(k, transport)
+        except BaseException as exc:  # noqa: BLE001 - the caller decides which to raise
+            errors[k] = exc
+            transport.fail(k, exc)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(parts)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return transport, errors
+
+
 def agree_slices(net, groups, placements, *, entropy=None, transport=None, identities=None, store=None,
                  keep=False, context="test"):
     """Every slice's agreed key source, each agreeing in its own thread over one in-process transport (``identities``:
     one per slice, or one for all); the first error any slice raised is raised."""
-    import threading
-
-    from privdl.comm.transport import Transport
     from privdl.keys import RootKeys
     from privdl.agreement import agree
     from privdl.simulator.sliced import owners_of
 
     n = net.n
     owner = owners_of(placements, n)
-    transport = transport or Transport(len(placements), timeout=20)
-    out, errors = [None] * len(placements), [None] * len(placements)
+    out = [None] * len(placements)
     per_slice = identities if isinstance(identities, (list, tuple)) else [identities] * len(placements)
 
-    def work(k):
-        try:
-            out[k] = agree(part=k, placement=placements[k], owner=owner, network=net, groups=groups,
-                           transport=transport, public=RootKeys(1), context=context, entropy=entropy,
-                           identities=per_slice[k], store=store, keep=keep)
-        except BaseException as exc:  # noqa: BLE001 - re-raised below
-            errors[k] = exc
-            transport.fail(k, exc)
+    def work(k, transport):
+        out[k] = agree(part=k, placement=placements[k], owner=owner, network=net, groups=groups,
+                       transport=transport, public=RootKeys(1), context=context, entropy=entropy,
+                       identities=per_slice[k], store=store, keep=keep)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(placements))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _, errors = in_slices(len(placements), work, transport)
     first = next((e for e in errors if e is not None and type(e).__name__ != "TransportError"), None) or \
         next((e for e in errors if e is not None), None)
     if first is not None:

@@ -18,12 +18,12 @@ import torch
 
 from privdl.comm.base import canonical_mix, canonical_neighbour_sum
 from privdl.comm.held import HeldComm
-from privdl.comm.transport import Transport
 from privdl.keys import HeldKeys, Keys, RootKeys
 from privdl.mechanisms import make_mechanism
 from privdl.network import Network
 from privdl.placement import partition
 from privdl.simulator.sliced import owners_of
+from tests.conftest import in_slices
 
 
 # ---- the Comm and the noise: exact --------------------------------------------------------------------------------
@@ -64,24 +64,8 @@ def test_the_held_comm_combines_each_held_row_as_the_simulator_bit_for_bit():
 
 def _threads(placements, work):
     """Run ``work(k, transport)`` for every slice k in a thread of its own, over one transport; returns it."""
-    import threading
-
-    errors = []
-    transport = Transport(len(placements), timeout=20)
-
-    def run(k):
-        try:
-            work(k, transport)
-        except BaseException as exc:  # noqa: BLE001
-            errors.append(exc)
-            transport.fail(k, exc)
-
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(placements))]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors, errors
+    transport, errors = in_slices(len(placements), work)
+    assert not any(errors), errors
     return transport
 
 
